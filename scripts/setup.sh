@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what mxdp needs (Debian/Ubuntu packages, only those missing),
+# configures and builds into ./build. Sourced by scripts/train.sh and
+# scripts/test.sh; safe to run again (does nothing that is already done).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+need=()
+have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+for p in cmake ninja-build g++ libopenmpi-dev openmpi-bin libgtest-dev libbenchmark-dev \
+         libcli11-dev nlohmann-json3-dev libfmt-dev python3; do
+  have_pkg "$p" || need+=("$p")
+done
+if ((${#need[@]})); then
+  echo "setup: installing ${need[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# CUDA is optional: build its kernels wherever nvcc exists (CI compiles them, a GPU runs them).
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+
+BUILD_DIR=${MXDP_BUILD_DIR:-build}
+JOBS=${MXDP_JOBS:-$(nproc)}
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${MXDP_CMAKE_ARGS:-}
+fi
+cmake --build "$BUILD_DIR" -j "$JOBS"
+export MXDP_BIN="$PWD/$BUILD_DIR/mxdp"

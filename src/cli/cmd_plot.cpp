@@ -1,0 +1,6 @@
+// Placeholder until the subcommand lands; its owner replaces this file.
+#include "cli/commands.h"
+
+namespace mxdp::cli {
+void add_plot_command(CLI::App&, Runner&) {}
+}  // namespace mxdp::cli

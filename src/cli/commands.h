@@ -1,0 +1,19 @@
+// The `mxdp` command line: one subcommand per file in src/cli/. Each add_*
+// function declares its subcommand and options on `app` and, when that
+// subcommand is chosen, stores the code to run into `run`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace mxdp::cli {
+
+using Runner = std::function<int()>;
+
+void add_quantize_commands(CLI::App& app, Runner& run);  // quantize, dequantize (cmd_quantize.cpp)
+void add_prepare_command(CLI::App& app, Runner& run);    // prepare (cmd_prepare.cpp)
+void add_train_command(CLI::App& app, Runner& run);      // train (cmd_train.cpp)
+void add_sample_command(CLI::App& app, Runner& run);     // sample (cmd_sample.cpp)
+void add_plot_command(CLI::App& app, Runner& run);       // plot (cmd_plot.cpp)
+
+}  // namespace mxdp::cli
