@@ -26,6 +26,7 @@ Mem& suite_mem(Backend) {
 std::string suite_skip_reason(Backend b) {
   return b == Backend::Nccl ? "NCCL runs in mpigputest_comm" : "";
 }
+std::string suite_child_skip_reason(Backend b) { return suite_skip_reason(b); }
 
 INSTANTIATE_TEST_SUITE_P(Host, CommTest, ::testing::Values(Backend::Self, Backend::Mpi),
                          [](const auto& info) { return std::string(backend_name(info.param)); });

@@ -113,7 +113,8 @@ class NcclComm final : public Communicator {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
     MXDP_NCCL_CHECK(ncclCommInitRankConfig(&nccl_, size_, id, rank_, &cfg));
-    wait_nccl_ready("ncclCommInitRankConfig");
+    wait_nccl_ready([&] { return "ncclCommInitRankConfig on rank " + std::to_string(rank_) + " of " +
+                                 std::to_string(size_); });
     watchdog_ = std::thread([this] { watchdog(); });
   }
 
@@ -241,7 +242,7 @@ class NcclComm final : public Communicator {
     MXDP_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
     if (bytes > 0) {  // every rank has the same size (checkable): all skip or none
       MXDP_NCCL_CHECK(call(stream_));
-      wait_nccl_ready(op_kind_name(d.kind));
+      wait_nccl_ready([&] { return "issuing " + d.str(rank_, size_); });
       if (avg_buf && size_ > 1) launch_divide(avg_buf, avg_count, avg_type, size_, stream_);
     }
     MXDP_CUDA_CHECK(cudaEventRecord(p->done, stream_));
@@ -266,16 +267,15 @@ class NcclComm final : public Communicator {
   }
 
   // After a non-blocking NCCL call: poll until it has been issued.
-  void wait_nccl_ready(const char* what) {
+  void wait_nccl_ready(const std::function<std::string()>& what) {
     const auto deadline = clock::now() + seconds(opts_.timeout_s);
     for (;;) {
       ncclResult_t st = ncclSuccess;
       MXDP_NCCL_CHECK(ncclCommGetAsyncError(nccl_, &st));
       if (st == ncclSuccess) return;
       if (st != ncclInProgress)
-        fail("NCCL error in " + std::string(what) + ": " + ncclGetErrorString(st) + " (" + ncclGetLastError(nullptr) + ")");
-      if (clock::now() > deadline) fail(timeout_message(opts_.timeout_s, std::string("issuing ") + what + " on rank " +
-                                                                            std::to_string(rank_)));
+        fail("NCCL error in " + what() + ": " + ncclGetErrorString(st) + " (" + ncclGetLastError(nullptr) + ")");
+      if (clock::now() > deadline) fail(timeout_message(opts_.timeout_s, what()));
       sched_yield();
     }
   }
@@ -292,7 +292,12 @@ class NcclComm final : public Communicator {
     if (opts_.abort_on_timeout) {
       std::fprintf(stderr, "mxdp: fatal: %s\n", msg.c_str());
       std::fflush(stderr);
-      abort_nccl();
+      // ncclCommAbort makes NCCL's kernels return; give it a few seconds, then
+      // end the job whatever it does (a hung abort must not hang the job).
+      std::atomic<bool>* done = new std::atomic<bool>(false);  // outlives a stuck thread
+      std::thread([this, done] { abort_nccl(); *done = true; }).detach();
+      const auto give_up = clock::now() + std::chrono::seconds(5);
+      while (!done->load() && clock::now() < give_up) std::this_thread::sleep_for(std::chrono::milliseconds(10));
       abort_job(msg);
     }
     abort_nccl();
