@@ -97,7 +97,19 @@ MXDP_HD uint32_t encode_small(float x) {
 
 MXDP_HD uint8_t e4m3_from_f32(float x) { return uint8_t(encode_small<4, 3, 7, 0x7Eu, 0x7Fu>(x)); }
 MXDP_HD uint8_t e5m2_from_f32(float x) { return uint8_t(encode_small<5, 2, 15, 0x7Bu, 0x7Fu>(x)); }
-MXDP_HD uint8_t e2m1_from_f32(float x) { return uint8_t(encode_small<2, 1, 1, 0x7u, 0x7u>(x)); }
+// E2M1 has 8 magnitudes, so its RNE is 7 threshold compares (fewer instructions
+// than the generic path; same results, see test_formats and gputest_quant).
+// Midpoints between codes k and k+1 go to the even code: '>' when k is even, '>='
+// when k is odd. A NaN fails every compare and is sent to 0x7 explicitly.
+MXDP_HD uint8_t e2m1_from_f32(float x) {
+  const uint32_t u = f32_bits(x);
+  const float a = f32_from_bits(u & 0x7FFFFFFFu);
+  const uint32_t c = uint32_t(a > 0.25f) + uint32_t(a >= 0.75f) + uint32_t(a > 1.25f) + uint32_t(a >= 1.75f) +
+                     uint32_t(a > 2.5f) + uint32_t(a >= 3.5f) + uint32_t(a > 5.0f);
+  return (u & 0x7FFFFFFFu) > 0x7F800000u ? uint8_t(0x7) : uint8_t(((u >> 28) & 0x8u) | c);
+}
+// The generic encoder instantiated for E2M1 (kept as a cross-check in tests).
+MXDP_HD uint8_t e2m1_from_f32_generic(float x) { return uint8_t(encode_small<2, 1, 1, 0x7u, 0x7u>(x)); }
 MXDP_HD uint8_t fp8_from_f32(float x, Fp8Kind k) {
   return k == Fp8Kind::E4M3 ? e4m3_from_f32(x) : e5m2_from_f32(x);
 }
@@ -128,6 +140,11 @@ MXDP_HD float e2m1_to_f32(uint8_t c) {
 MXDP_HD float fp8_to_f32(uint8_t c, Fp8Kind k) {
   return k == Fp8Kind::E4M3 ? e4m3_to_f32(c) : e5m2_to_f32(c);
 }
+
+// NaN results of the dequantizers are made canonical (0x7FC00000): hardware
+// multiplies differ in which NaN they return (x86 keeps the operand's payload,
+// NVIDIA GPUs return 0x7FFFFFFF), and the CPU and GPU must agree bit for bit.
+MXDP_HD float canonical_nan(float v) { return f32_isnan(v) ? f32_from_bits(0x7FC00000u) : v; }
 
 // ---- bf16 -------------------------------------------------------------------
 MXDP_HD uint16_t bf16_from_f32(float x) {
@@ -175,6 +192,10 @@ MXDP_HD uint8_t e8m0_floor(float amax, int emax) {
   const int b = int(u >> 23) - emax;  // subnormal/zero amax: floor(log2) <= -127 -> 0
   return uint8_t(b < 0 ? 0 : (b > 254 ? 254 : b));
 }
+// Dequantized MXFP8 element: fp8 value * 2^(scale - 127) (one fp32 multiply).
+MXDP_HD float mxfp8_dequant(uint8_t code, uint8_t scale, Fp8Kind k) {
+  return canonical_nan(fp8_to_f32(code, k) * e8m0_to_f32(scale));
+}
 // The MXFP8 block scale byte for a block amax (NaN-free, >= 0).
 MXDP_HD uint8_t mxfp8_scale_byte(float amax, Fp8Kind k, ScaleRounding r) {
   if (r == ScaleRounding::RCeil)
@@ -208,7 +229,7 @@ MXDP_HD float nvfp4_block_multiplier(uint8_t s_b, float s_dec) {
 }
 // Dequantized element: e2m1 * float(s_b) * S_dec, left to right.
 MXDP_HD float nvfp4_dequant(uint8_t nibble, uint8_t s_b, float s_dec) {
-  return (e2m1_to_f32(nibble) * e4m3_to_f32(s_b)) * s_dec;
+  return canonical_nan((e2m1_to_f32(nibble) * e4m3_to_f32(s_b)) * s_dec);
 }
 
 }  // namespace mxdp::fmt

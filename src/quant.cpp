@@ -91,10 +91,10 @@ void mxfp8_dequantize_rowwise(const uint8_t* codes, const uint8_t* scales, int64
   for (int64_t b = 0; b < total; ++b) {
     const int64_t r = b / nb, c0 = (b % nb) * kMxfp8Block;
     const int64_t n = std::min<int64_t>(kMxfp8Block, cols - c0);
-    const float s = fmt::e8m0_to_f32(scales[b]);
+    const uint8_t s = scales[b];
     const uint8_t* cb = codes + r * cols + c0;
     float* yb = y + r * cols + c0;
-    for (int64_t i = 0; i < n; ++i) yb[i] = fmt::fp8_to_f32(cb[i], elem) * s;
+    for (int64_t i = 0; i < n; ++i) yb[i] = fmt::mxfp8_dequant(cb[i], s, elem);
   }
 }
 
@@ -147,7 +147,7 @@ void mxfp8_dequantize_colwise(const uint8_t* codes, const uint8_t* scales, int64
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* sr = scales + (r / kMxfp8Block) * cols;
     for (int64_t c = 0; c < cols; ++c)
-      y[r * cols + c] = fmt::fp8_to_f32(codes[r * cols + c], elem) * fmt::e8m0_to_f32(sr[c]);
+      y[r * cols + c] = fmt::mxfp8_dequant(codes[r * cols + c], sr[c], elem);
   }
 }
 
