@@ -473,8 +473,13 @@ inline ChildResult run_child_job(const std::string& backend, double limit_s) {
   for (char** e = environ; *e; ++e) {
     std::string v = *e;
     auto starts = [&](const char* p) { return v.rfind(p, 0) == 0; };
-    const bool keep_ompi = starts("OMPI_ALLOW_RUN_AS_ROOT") || starts("OMPI_MCA_btl") || starts("OMPI_MCA_pml");
-    if ((starts("OMPI_") && !keep_ompi) || starts("PMIX_") || starts("PMI_") || starts("OPAL_") ||
+    // Drop what the parent's mpirun put there for its own ranks; keep the
+    // user's settings (e.g. OMPI_MCA_plm_rsh_agent on machines without ssh).
+    const bool launcher_mca = starts("OMPI_MCA_ess") || starts("OMPI_MCA_orte_") || starts("OMPI_MCA_pmix") ||
+                              starts("OMPI_MCA_initial_wdir") || starts("OMPI_MCA_mpi_oversubscribe") ||
+                              starts("OMPI_MCA_rmaps_base_oversubscribe") || starts("OMPI_MCA_shmem_RUNTIME");
+    const bool user_ompi = (starts("OMPI_MCA_") && !launcher_mca) || starts("OMPI_ALLOW_RUN_AS_ROOT");
+    if ((starts("OMPI_") && !user_ompi) || starts("PMIX_") || starts("PMI_") || starts("OPAL_") ||
         starts("PRTE_") || starts("ORTE_") || starts("HYDRA_") || starts("MXDP_COMM_"))
       continue;
     env.push_back(v);
