@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 
+#include "check.h"
 #include "layout.h"
 
 using namespace mxdp;
@@ -84,7 +85,7 @@ void check_layout(const std::vector<ParamSpec>& ps, const Layout& L, WeightForma
       const PayloadShape sh = payload_shape(gb.format, bk.shard_numel);
       EXPECT_EQ(sh.shard_bytes % 256, 0);
       EXPECT_GE(sh.shard_bytes, sh.code_bytes + sh.scale_bytes);
-      EXPECT_EQ(sh.code_bytes % 256, 0) << "scales start aligned";
+      EXPECT_EQ(sh.code_bytes % 128, 0) << "scales start 128-byte aligned";
       EXPECT_LE(dp * sh.shard_bytes, bk.numel * int64_t(sizeof(float)));
     }
     EXPECT_EQ(gb.numel, expect_off);
