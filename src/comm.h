@@ -18,6 +18,21 @@
 // Buffers: all-gather may be in place (in == out + rank * bytes_per_rank).
 // Reduce-scatter, all-reduce and broadcast take distinct or identical buffers
 // as documented on each call.
+//
+// Reductions (reduce-scatter, all-reduce) take F32, BF16 or F64 with Sum, Avg
+// or Max. BF16 is summed pairwise in fp32 and rounded to nearest-even after
+// every addition. Avg is Sum followed by a division by size() (x / n in the
+// element type's arithmetic, then RNE for BF16), the same on every backend.
+// Results are deterministic run to run for the same inputs and rank count.
+//
+// Threads: a communicator and its Works are used from one thread at a time.
+// All ranks must issue the same collectives in the same order with the same
+// sizes; with Options::check_sizes (env MXDP_COMM_CHECK=1) a mismatch (or a
+// rank that skipped a collective) is reported on every rank as an mxdp::Error
+// before anything is transferred.
+//
+// Environment: MXDP_COMM_TIMEOUT=<seconds> overrides Options::timeout_s;
+// MXDP_COMM_CHECK=1 turns check_sizes on. See docs/comm.md.
 #pragma once
 
 #include <cstddef>
@@ -32,8 +47,10 @@ enum class RedOp : uint8_t { Sum, Avg, Max };
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
+const char* redop_name(RedOp op);
 
 enum class Backend : uint8_t { Auto, Self, Mpi, Nccl };
+const char* backend_name(Backend b);
 
 // A pending asynchronous operation. Destroying an unfinished Work waits for it.
 class Work {
@@ -50,6 +67,14 @@ class Communicator {
   struct Options {
     Backend backend = Backend::Auto;  // Auto: Self for one rank, else MPI
     double timeout_s = 300.0;         // a collective not done by then is an error
+    // Before every collective, an extra small all-reduce compares (op, type,
+    // count, root, sequence number) across ranks and fails on a mismatch.
+    // Also on when the environment has MXDP_COMM_CHECK=1.
+    bool check_sizes = false;
+    // On timeout: report and abort the whole job (MPI_Abort), the default.
+    // false (tests only): throw mxdp::Error instead; the communicator is then
+    // unusable unless the missing peers catch up (MPI only).
+    bool abort_on_timeout = true;
   };
 
   virtual ~Communicator() = default;
@@ -57,6 +82,13 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual Backend backend() const = 0;
+  // Rank among the processes of this host and their number (one GPU each
+  // under NCCL: the device is local_rank()).
+  virtual int local_rank() const { return 0; }
+  virtual int local_size() const { return 1; }
+  // NCCL: the communicator's own cudaStream_t (collectives run there);
+  // nullptr on host backends.
+  virtual void* comm_stream() const { return nullptr; }
   // True when buffers must be device (GPU) memory.
   virtual bool device_memory() const = 0;
 
@@ -64,17 +96,21 @@ class Communicator {
   // when in == out + rank() * bytes_per_rank.
   virtual std::unique_ptr<Work> all_gather_async(const void* in, void* out, size_t bytes_per_rank,
                                                  void* stream = nullptr) = 0;
-  // in holds size() * count elements; out (count elements, distinct from in)
-  // gets chunk rank() reduced over ranks. Ops: Sum, Avg. Types: F32, BF16.
+  // in holds size() * count elements; out (count elements, not overlapping in)
+  // gets chunk rank() reduced over ranks. Ops: Sum, Avg (Max also works).
+  // Types: F32, BF16 (F64 also works).
   virtual std::unique_ptr<Work> reduce_scatter_async(const void* in, void* out, size_t count,
                                                      DType type, RedOp op,
                                                      void* stream = nullptr) = 0;
-  // Ops: Sum, Max. Types: F32, F64. in may equal out.
+  // Ops: Sum, Max (Avg also works). Types: F32, F64 (BF16 also works).
+  // in may equal out; otherwise they must not overlap.
   virtual std::unique_ptr<Work> all_reduce_async(const void* in, void* out, size_t count,
                                                  DType type, RedOp op,
                                                  void* stream = nullptr) = 0;
+  // buf (bytes) of rank root is copied to every rank's buf.
   virtual std::unique_ptr<Work> broadcast_async(void* buf, size_t bytes, int root,
                                                 void* stream = nullptr) = 0;
+  // Host-side barrier over all ranks (with the same deadline as collectives).
   virtual void barrier() = 0;
 
   // Blocking conveniences.
@@ -94,6 +130,8 @@ class Communicator {
 
 // Creates the communicator for this process. MPI is initialised on first use
 // (MPI_Init_thread) and finalised at exit. Without mpirun, size() == 1.
+// Auto: Self when not launched by mpirun or when the job has one rank, else
+// MPI. Nccl must be asked for (it needs GPU buffers).
 std::unique_ptr<Communicator> make_communicator(const Communicator::Options& opts = {});
 
 }  // namespace mxdp

@@ -11,6 +11,9 @@
 namespace mxdp {
 namespace {
 
+// Below this many elements a parallel region costs more than it saves.
+constexpr int64_t kParallelMin = int64_t(1) << 15;
+
 void check_shape(const char* fn, int64_t rows, int64_t cols) {
   MXDP_CHECK(rows >= 0 && cols >= 0, fn, ": rows and cols must be >= 0, got ", rows, " x ", cols);
 }
@@ -33,7 +36,7 @@ float amax(const float* x, int64_t n) {
   MXDP_CHECK(n >= 0, "amax: n must be >= 0, got ", n);
   MXDP_CHECK(x != nullptr || n == 0, "amax: x is null for n = ", n);
   float result = 0.0f;
-#pragma omp parallel
+#pragma omp parallel if (n >= kParallelMin)
   {
     float local = 0.0f;
 #pragma omp for schedule(static) nowait
@@ -61,7 +64,7 @@ void mxfp8_quantize_rowwise(const float* x, int64_t rows, int64_t cols, Mxfp8Con
   check_ptr(fn, scales, "scales", rows, cols);
   const int64_t nb = ceil_div(cols, kMxfp8Block);
   const int64_t total = rows * nb;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
   for (int64_t b = 0; b < total; ++b) {
     const int64_t r = b / nb, j = b % nb;
     const int64_t c0 = j * kMxfp8Block;
@@ -84,7 +87,7 @@ void mxfp8_dequantize_rowwise(const uint8_t* codes, const uint8_t* scales, int64
   check_ptr(fn, y, "y", rows, cols);
   const int64_t nb = ceil_div(cols, kMxfp8Block);
   const int64_t total = rows * nb;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
   for (int64_t b = 0; b < total; ++b) {
     const int64_t r = b / nb, c0 = (b % nb) * kMxfp8Block;
     const int64_t n = std::min<int64_t>(kMxfp8Block, cols - c0);
@@ -105,7 +108,7 @@ void mxfp8_quantize_colwise(const float* x, int64_t rows, int64_t cols, Mxfp8Con
   const int64_t nrb = ceil_div(rows, kMxfp8Block);
   constexpr int64_t kChunk = 256;  // columns per task: contiguous, vectorizable rows
   const int64_t nchunks = ceil_div(cols, kChunk);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
   for (int64_t t = 0; t < nrb * nchunks; ++t) {
     const int64_t rb = t / nchunks, c0 = (t % nchunks) * kChunk;
     const int64_t nc = std::min(kChunk, cols - c0);
@@ -140,7 +143,7 @@ void mxfp8_dequantize_colwise(const uint8_t* codes, const uint8_t* scales, int64
   check_ptr(fn, codes, "codes", rows, cols);
   check_ptr(fn, scales, "scales", rows, cols);
   check_ptr(fn, y, "y", rows, cols);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* sr = scales + (r / kMxfp8Block) * cols;
     for (int64_t c = 0; c < cols; ++c)
@@ -160,7 +163,7 @@ void nvfp4_quantize_rowwise(const float* x, int64_t rows, int64_t cols, float te
   const int64_t nb = ceil_div(cols, kNvfp4Block);
   const int64_t row_bytes = ceil_div(cols, 2);
   const int64_t total = rows * nb;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
   for (int64_t b = 0; b < total; ++b) {
     const int64_t r = b / nb, c0 = (b % nb) * kNvfp4Block;
     const int64_t n = std::min<int64_t>(kNvfp4Block, cols - c0);
@@ -188,7 +191,7 @@ void nvfp4_dequantize_rowwise(const uint8_t* codes, const uint8_t* scales, float
   check_ptr(fn, y, "y", rows, cols);
   const int64_t nb = ceil_div(cols, kNvfp4Block);
   const int64_t row_bytes = ceil_div(cols, 2);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
       const uint8_t byte = codes[r * row_bytes + c / 2];
