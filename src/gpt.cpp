@@ -27,7 +27,7 @@ GptConfig gpt_config(const std::string& name) {
   if (name == "tiny") {
     // Byte-level; sized so that one core runs a B=8 x T=64 forward+backward
     // in a few tens of ms (docs/gpt.md has the measurements).
-    c = {.vocab = 256, .padded_vocab = 256, .max_seq = 64, .n_layer = 4, .n_head = 4, .d_model = 64};
+    c = {.vocab = 256, .padded_vocab = 256, .max_seq = 128, .n_layer = 4, .n_head = 4, .d_model = 64};
   } else if (name == "gpt2-124m") {
     c = {.vocab = 50257, .padded_vocab = 50304, .max_seq = 1024, .n_layer = 12, .n_head = 12, .d_model = 768};
   } else if (name == "gpt2-350m") {
@@ -105,14 +105,24 @@ int64_t gpt_num_parameters(const GptConfig& c) {
 
 namespace {
 
+// Four floats in an SSE register (GCC vector extensions; a scalar operand is
+// broadcast). Lane arithmetic is plain IEEE fp32, the same as scalar code.
+typedef float v4 __attribute__((vector_size(16)));
+inline v4 load4(const float* p) {
+  v4 r;
+  std::memcpy(&r, p, sizeof r);
+  return r;
+}
+inline void store4(float* p, v4 x) { std::memcpy(p, &x, sizeof x); }
+
 // out[m,n] = bias[n] + sum_k A(m,k) * B(k,n)    (accumulate: out[m,n] += sum_k ...)
 // with A(m,k) = A[m*K + k], or A[k*M + m] when kAT, and B(k,n) = B[k*N + n].
-// Each element's sum runs over k = 0..K-1 in order from 0; 4x8 register tiles,
-// tiles split between threads.
+// Each element's sum runs over k = 0..K-1 in order from 0, then the bias (or
+// the old value) is added. 4x8 register tiles, tiles split between threads.
 template <bool kAT>
 void gemm(float* out, const float* A, const float* B, const float* bias, int M, int N, int K,
           bool accumulate) {
-  constexpr int MR = 4, NR = 8;
+  constexpr int MR = 6, NR = 8;
   const int mt = (M + MR - 1) / MR, nt = (N + NR - 1) / NR;
   auto a_at = [&](int m, int k) {
     return kAT ? A[int64_t(k) * M + m] : A[int64_t(m) * K + k];
@@ -123,14 +133,20 @@ void gemm(float* out, const float* A, const float* B, const float* bias, int M, 
       const int m0 = tm * MR, n0 = tn * NR;
       float acc[MR][NR] = {};
       if (m0 + MR <= M && n0 + NR <= N) {
+        v4 c[MR][2] = {};
         for (int k = 0; k < K; ++k) {
-          const float* b = B + int64_t(k) * N + n0;
+          const v4 b0 = load4(B + int64_t(k) * N + n0), b1 = load4(B + int64_t(k) * N + n0 + 4);
           for (int i = 0; i < MR; ++i) {
             const float a = a_at(m0 + i, k);
-            for (int j = 0; j < NR; ++j) acc[i][j] += a * b[j];
+            c[i][0] += a * b0;
+            c[i][1] += a * b1;
           }
         }
-      } else {  // edge tile: same per-element order
+        for (int i = 0; i < MR; ++i) {
+          store4(acc[i], c[i][0]);
+          store4(acc[i] + 4, c[i][1]);
+        }
+      } else {  // edge tile: the same per-element order
         for (int k = 0; k < K; ++k)
           for (int i = 0; i < MR && m0 + i < M; ++i)
             for (int j = 0; j < NR && n0 + j < N; ++j)
@@ -337,22 +353,31 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 
 const float kGeluScale = std::sqrt(2.f / std::numbers::pi_v<float>);
 
-void gelu_forward(float* out, const float* inp, int64_t n) {
+// GELU, tanh approximation: gelu(x) = 0.5 x (1 + tanh(s (x + 0.044715 x^3))).
+// tanh is the expensive part (a third of a tiny step when computed twice), so
+// the forward keeps it: `th` is an activation, and the backward and the
+// recomputation of gelu(x) (gelu_from_tanh) reuse it bit for bit.
+void gelu_forward(float* out, float* th, const float* inp, int64_t n) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
-    out[i] = 0.5f * x * (1.f + std::tanh(kGeluScale * (x + 0.044715f * x * x * x)));
+    th[i] = std::tanh(kGeluScale * (x + 0.044715f * x * x * x));
+    out[i] = 0.5f * x * (1.f + th[i]);
   }
 }
 
+void gelu_from_tanh(float* out, const float* th, const float* inp, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = 0.5f * inp[i] * (1.f + th[i]);
+}
+
 // dinp is OVERWRITTEN with gelu'(inp) * dout.
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+void gelu_backward(float* dinp, const float* inp, const float* th, const float* dout, int64_t n) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
-    const float th = std::tanh(kGeluScale * (x + 0.044715f * x * x * x));
-    const float sech2 = 1.f - th * th;
-    const float g = 0.5f * (1.f + th) + 0.5f * x * sech2 * kGeluScale * (1.f + 3.f * 0.044715f * x * x);
+    const float sech2 = 1.f - th[i] * th[i];
+    const float g = 0.5f * (1.f + th[i]) + 0.5f * x * sech2 * kGeluScale * (1.f + 3.f * 0.044715f * x * x);
     dinp[i] = g * dout[i];
   }
 }
@@ -450,7 +475,8 @@ void Gpt::ensure_activations(int B, int T) {
   size(ln2_mean_, L * BT);
   size(ln2_rstd_, L * BT);
   size(fch_, L * BT * 4 * C);
-  size(fch_gelu_, L * BT * 4 * C);
+  size(fch_tanh_, L * BT * 4 * C);
+  size(fch_gelu_, BT * 4 * C);
   size(lnf_, BT * C);
   size(lnf_mean_, BT);
   size(lnf_rstd_, BT);
@@ -503,7 +529,7 @@ void Gpt::run_forward(const int32_t* tokens, int B, int T, ModelHooks& hooks) {
     float* xm = resid_mid_.data() + l * BT * C;
     float* ln2 = ln2_.data() + l * BT * C;
     float* fch = fch_.data() + l * BT * 4 * C;
-    float* fchg = fch_gelu_.data() + l * BT * 4 * C;
+    float* th = fch_tanh_.data() + l * BT * 4 * C;
     float* y = resid_.data() + (l + 1) * BT * C;
     layernorm_forward(ln1, ln1_mean_.data() + l * BT, ln1_rstd_.data() + l * BT, x, w(p.ln1w), w(p.ln1b),
                       M, C);
@@ -514,8 +540,8 @@ void Gpt::run_forward(const int32_t* tokens, int B, int T, ModelHooks& hooks) {
     layernorm_forward(ln2, ln2_mean_.data() + l * BT, ln2_rstd_.data() + l * BT, xm, w(p.ln2w), w(p.ln2b),
                       M, C);
     matmul_forward(fch, ln2, w(p.fcw), w(p.fcb), M, 4 * C, C, wt_);
-    gelu_forward(fchg, fch, BT * 4 * C);
-    matmul_forward(tmp_.data(), fchg, w(p.mprojw), w(p.mprojb), M, C, 4 * C, wt_);
+    gelu_forward(fch_gelu_.data(), th, fch, BT * 4 * C);
+    matmul_forward(tmp_.data(), fch_gelu_.data(), w(p.mprojw), w(p.mprojb), M, C, 4 * C, wt_);
     residual_add(y, xm, tmp_.data(), BT * C);
   }
 
@@ -621,11 +647,12 @@ void Gpt::backward(ModelHooks& hooks) {
     const float* atty = atty_.data() + l * BT * C;
     const float* ln2 = ln2_.data() + l * BT * C;
     const float* fch = fch_.data() + l * BT * 4 * C;
-    const float* fchg = fch_gelu_.data() + l * BT * 4 * C;
+    const float* th = fch_tanh_.data() + l * BT * 4 * C;
+    gelu_from_tanh(fch_gelu_.data(), th, fch, BT * 4 * C);  // the forward's values, bitwise
     // MLP half: y = xm + mproj(gelu(fc(ln2(xm)))).
-    matmul_backward(dfchg_.data(), hooks.grad(p.mprojw), hooks.grad(p.mprojb), dresid_.data(), fchg,
+    matmul_backward(dfchg_.data(), hooks.grad(p.mprojw), hooks.grad(p.mprojb), dresid_.data(), fch_gelu_.data(),
                     w(p.mprojw), M, C, 4 * C);
-    gelu_backward(dfch_.data(), fch, dfchg_.data(), BT * 4 * C);
+    gelu_backward(dfch_.data(), fch, th, dfchg_.data(), BT * 4 * C);
     matmul_backward(dln_.data(), hooks.grad(p.fcw), hooks.grad(p.fcb), dfch_.data(), ln2, w(p.fcw), M,
                     4 * C, C);
     layernorm_backward(dresid_.data(), hooks.grad(p.ln2w), hooks.grad(p.ln2b), dln_.data(), xm, w(p.ln2w),

@@ -119,13 +119,14 @@ class Gpt : public Model {
   std::vector<float> resid_;     // (n_layer+1) x [BT, C]: residual stream entering block l; last = output
   std::vector<float> resid_mid_; // n_layer x [BT, C]: after the attention half of block l
   std::vector<float> ln1_, ln1_mean_, ln1_rstd_, qkv_, atty_, att_;
-  std::vector<float> ln2_, ln2_mean_, ln2_rstd_, fch_, fch_gelu_;
+  std::vector<float> ln2_, ln2_mean_, ln2_rstd_, fch_, fch_tanh_;
   std::vector<float> lnf_, lnf_mean_, lnf_rstd_;
   std::vector<float> probs_;     // [BT, Vp]: logits, then probabilities, then dlogits
   std::vector<float> losses_;    // [BT]
   // Scratch.
   std::vector<float> wt_;        // a transposed weight for the forward GEMM
   std::vector<float> tmp_;       // [BT, C]
+  std::vector<float> fch_gelu_;  // [BT, 4C]: gelu(fch) of the block at hand
   std::vector<float> dresid_, dln_, dqkv_, datty_, dfch_, dfchg_;
   enum class State { kNone, kLogits, kLoss, kBackwardDone } state_ = State::kNone;
 };
