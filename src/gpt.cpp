@@ -105,6 +105,12 @@ int64_t gpt_num_parameters(const GptConfig& c) {
 
 namespace {
 
+// Loops with less work than this run on one thread: on a busy machine every
+// OpenMP barrier can cost a scheduler slice, which dwarfs a small loop. Which
+// thread computes an output never changes its value, so this only affects speed.
+constexpr int64_t kParallelMinWork = int64_t(1) << 13;  // elements (elementwise, per-row loops)
+constexpr int64_t kParallelMinMacs = int64_t(1) << 17;  // multiply-adds (GEMM, attention)
+
 // Four floats in an SSE register (GCC vector extensions; a scalar operand is
 // broadcast). Lane arithmetic is plain IEEE fp32, the same as scalar code.
 typedef float v4 __attribute__((vector_size(16)));
@@ -127,7 +133,7 @@ void gemm(float* out, const float* A, const float* B, const float* bias, int M, 
   auto a_at = [&](int m, int k) {
     return kAT ? A[int64_t(k) * M + m] : A[int64_t(m) * K + k];
   };
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if(int64_t(M) * N * K >= kParallelMinMacs)
   for (int tm = 0; tm < mt; ++tm) {
     for (int tn = 0; tn < nt; ++tn) {
       const int m0 = tm * MR, n0 = tn * NR;
@@ -166,7 +172,7 @@ void gemm(float* out, const float* A, const float* B, const float* bias, int M, 
 // dst[k*N + n] = src[n*K + k]: src is {N, K}.
 void transpose(float* dst, const float* src, int N, int K) {
   constexpr int TB = 32;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if(int64_t(N) * K >= kParallelMinWork)
   for (int n0 = 0; n0 < N; n0 += TB)
     for (int k0 = 0; k0 < K; k0 += TB)
       for (int n = n0; n < std::min(N, n0 + TB); ++n)
@@ -185,7 +191,7 @@ void matmul_forward(float* out, const float* inp, const float* W, const float* b
 void colsum_accumulate(float* dst, const float* src, int M, int N) {
   constexpr int NB = 64;
   const int nb = (N + NB - 1) / NB;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(int64_t(M) * N >= kParallelMinWork)
   for (int ib = 0; ib < nb; ++ib) {
     const int n0 = ib * NB, n1 = std::min(N, n0 + NB);
     float acc[NB] = {};
@@ -210,7 +216,7 @@ constexpr float kLnEps = 1e-5f;
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
                        const float* b, int M, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(int64_t(M) * C >= kParallelMinWork)
   for (int m = 0; m < M; ++m) {
     const float* x = inp + int64_t(m) * C;
     float s = 0.f;
@@ -229,7 +235,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 // dinp ACCUMULATES (it is the residual stream's gradient); dw, db accumulate.
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                         const float* w, const float* mean, const float* rstd, int M, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(int64_t(M) * C >= kParallelMinWork)
   for (int m = 0; m < M; ++m) {
     const float* x = inp + int64_t(m) * C;
     const float* d = dout + int64_t(m) * C;
@@ -251,7 +257,7 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
   // dw[i] += sum_m dout*norm, db[i] += sum_m dout: per column, in row order.
   constexpr int NB = 32;
   const int nb = (C + NB - 1) / NB;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(int64_t(M) * C >= kParallelMinWork)
   for (int ib = 0; ib < nb; ++ib) {
     const int i0 = ib * NB, i1 = std::min(C, i0 + NB);
     float aw[NB] = {}, ab[NB] = {};
@@ -270,22 +276,39 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
   }
 }
 
-// qkv [B,T,3C] -> out [B,T,C]; att [B,NH,T,T] keeps the softmax (0 above the diagonal).
+// Copies head h's keys (which = 1) or values (which = 2) of sequence b into
+// dst[i*T + t] (head dim major), so that dot products against every position
+// vectorise over positions while each one still sums over i in order.
+void gather_head_transposed(float* dst, const float* qkv, int b, int h, int which, int T, int C, int hs) {
+  for (int t = 0; t < T; ++t) {
+    const float* src = qkv + (int64_t(b) * T + t) * 3 * C + which * C + h * hs;
+    for (int i = 0; i < hs; ++i) dst[int64_t(i) * T + t] = src[i];
+  }
+}
+
+// qkv [B,T,3C] -> out [B,T,C]; att [B,NH,T,T] keeps the softmax (0 above the
+// diagonal). One (b, h) per task.
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
   const int hs = C / NH;
   const float scale = 1.f / std::sqrt(float(hs));
-#pragma omp parallel for collapse(3) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if(int64_t(B) * NH * T * T * hs >= kParallelMinMacs)
   for (int b = 0; b < B; ++b)
-    for (int h = 0; h < NH; ++h)
+    for (int h = 0; h < NH; ++h) {
+      std::vector<float> kt(size_t(hs) * T);
+      gather_head_transposed(kt.data(), qkv, b, h, 1, T, C, hs);
       for (int t = 0; t < T; ++t) {
         const float* q = qkv + (int64_t(b) * T + t) * 3 * C + h * hs;
         float* a = att + ((int64_t(b) * NH + h) * T + t) * T;
+        // a[t2] = q . k[t2], summed over i in order.
+        for (int t2 = 0; t2 <= t; ++t2) a[t2] = 0.f;
+        for (int i = 0; i < hs; ++i) {
+          const float qi = q[i];
+          const float* k = kt.data() + int64_t(i) * T;
+          for (int t2 = 0; t2 <= t; ++t2) a[t2] += qi * k[t2];
+        }
         float maxv = -INFINITY;
         for (int t2 = 0; t2 <= t; ++t2) {
-          const float* k = qkv + (int64_t(b) * T + t2) * 3 * C + C + h * hs;
-          float dot = 0.f;
-          for (int i = 0; i < hs; ++i) dot += q[i] * k[i];
-          a[t2] = dot * scale;
+          a[t2] *= scale;
           maxv = std::max(maxv, a[t2]);
         }
         float sum = 0.f;
@@ -303,6 +326,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
           for (int i = 0; i < hs; ++i) o[i] += a[t2] * v[i];
         }
       }
+    }
 }
 
 // dqkv is OVERWRITTEN. One (b, h) per task: within it, t runs in order, so the
@@ -311,31 +335,32 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
                         int T, int C, int NH) {
   const int hs = C / NH;
   const float scale = 1.f / std::sqrt(float(hs));
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if(int64_t(B) * NH * T * T * hs >= kParallelMinMacs)
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h) {
       for (int t = 0; t < T; ++t) {
         float* dq = dqkv + (int64_t(b) * T + t) * 3 * C + h * hs;
         for (int i = 0; i < hs; ++i) dq[i] = dq[C + i] = dq[2 * C + i] = 0.f;
       }
-      std::vector<float> datt(T), dpre(T);
+      std::vector<float> vt(size_t(hs) * T), datt(static_cast<size_t>(T)), dpre(static_cast<size_t>(T));
+      gather_head_transposed(vt.data(), qkv, b, h, 2, T, C, hs);
       for (int t = 0; t < T; ++t) {
         const float* a = att + ((int64_t(b) * NH + h) * T + t) * T;
         const float* d = dout + (int64_t(b) * T + t) * C + h * hs;
         const float* q = qkv + (int64_t(b) * T + t) * 3 * C + h * hs;
         float* dq = dqkv + (int64_t(b) * T + t) * 3 * C + h * hs;
-        // out = sum_t2 a[t2] v[t2]
+        // out = sum_t2 a[t2] v[t2]: datt[t2] = d . v[t2] (over i in order), dv[t2] += a[t2] d.
+        for (int t2 = 0; t2 <= t; ++t2) datt[t2] = 0.f;
+        for (int i = 0; i < hs; ++i) {
+          const float di = d[i];
+          const float* v = vt.data() + int64_t(i) * T;
+          for (int t2 = 0; t2 <= t; ++t2) datt[t2] += di * v[t2];
+        }
         float pd = 0.f;  // sum_t2 a[t2] * datt[t2]
         for (int t2 = 0; t2 <= t; ++t2) {
-          const float* v = qkv + (int64_t(b) * T + t2) * 3 * C + 2 * C + h * hs;
           float* dv = dqkv + (int64_t(b) * T + t2) * 3 * C + 2 * C + h * hs;
-          float s = 0.f;
-          for (int i = 0; i < hs; ++i) {
-            s += d[i] * v[i];
-            dv[i] += a[t2] * d[i];
-          }
-          datt[t2] = s;
-          pd += a[t2] * s;
+          for (int i = 0; i < hs; ++i) dv[i] += a[t2] * d[i];
+          pd += a[t2] * datt[t2];
         }
         // softmax: dpre = a * (datt - sum a*datt); then the scaled dot product.
         for (int t2 = 0; t2 <= t; ++t2) dpre[t2] = a[t2] * (datt[t2] - pd) * scale;
@@ -358,7 +383,7 @@ const float kGeluScale = std::sqrt(2.f / std::numbers::pi_v<float>);
 // the forward keeps it: `th` is an activation, and the backward and the
 // recomputation of gelu(x) (gelu_from_tanh) reuse it bit for bit.
 void gelu_forward(float* out, float* th, const float* inp, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(n >= kParallelMinWork)
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
     th[i] = std::tanh(kGeluScale * (x + 0.044715f * x * x * x));
@@ -367,13 +392,13 @@ void gelu_forward(float* out, float* th, const float* inp, int64_t n) {
 }
 
 void gelu_from_tanh(float* out, const float* th, const float* inp, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(n >= kParallelMinWork)
   for (int64_t i = 0; i < n; ++i) out[i] = 0.5f * inp[i] * (1.f + th[i]);
 }
 
 // dinp is OVERWRITTEN with gelu'(inp) * dout.
 void gelu_backward(float* dinp, const float* inp, const float* th, const float* dout, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(n >= kParallelMinWork)
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
     const float sech2 = 1.f - th[i] * th[i];
@@ -383,7 +408,7 @@ void gelu_backward(float* dinp, const float* inp, const float* th, const float* 
 }
 
 void residual_add(float* out, const float* a, const float* b, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(n >= kParallelMinWork)
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
@@ -447,7 +472,7 @@ void Gpt::init_weights(uint64_t seed) {
       const uint64_t key = splitmix64(seed ^ splitmix64(p + 1));
       int64_t n_init = n;
       if (int(p) == wte_) n_init = int64_t(cfg_.vocab) * cfg_.d_model;  // padding rows stay 0
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(n >= kParallelMinWork)
       for (int64_t j = 0; j < n; ++j) x[j] = j < n_init ? std * normal_at(key, uint64_t(j)) : 0.f;
     } else {
       const float v = ends_with("ln1.w") || ends_with("ln2.w") || nm == "lnf.w" ? 1.f : 0.f;
@@ -510,7 +535,7 @@ void Gpt::run_forward(const int32_t* tokens, int B, int T, ModelHooks& hooks) {
     const float* wte = w(wte_);
     const float* wpe = w(wpe_);
     float* x = resid_.data();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(BT * C >= kParallelMinWork)
     for (int64_t m = 0; m < BT; ++m) {
       const float* te = wte + int64_t(tokens_[m]) * C;
       const float* pe = wpe + (m % T) * C;
@@ -572,7 +597,7 @@ float Gpt::forward(const Batch& batch, ModelHooks& hooks) {
   // minus the target's logit. The logits stay in probs_ (logits() reads them);
   // backward turns them into probabilities and gradients.
   const int V = cfg_.vocab, Vp = cfg_.padded_vocab;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(BT * Vp >= kParallelMinWork)
   for (int64_t m = 0; m < BT; ++m) {
     const float* z = probs_.data() + m * Vp;
     float maxv = -INFINITY;
@@ -613,7 +638,7 @@ void Gpt::backward(ModelHooks& hooks) {
   // Layer n_layer+1. dlogits = (softmax - onehot) / BT over the real vocab, 0 on padding.
   {
     const float inv_bt = 1.f / float(BT);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(BT * Vp >= kParallelMinWork)
     for (int64_t m = 0; m < BT; ++m) {
       float* z = probs_.data() + m * Vp;
       float maxv = -INFINITY;
@@ -674,7 +699,7 @@ void Gpt::backward(ModelHooks& hooks) {
     // dwpe[t] += sum_b dx[b, t], in order of b; one t per task.
     float* dwpe = hooks.grad(wpe_);
     const float* dx = dresid_.data();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(BT * C >= kParallelMinWork)
     for (int t = 0; t < T; ++t) {
       float* o = dwpe + int64_t(t) * C;
       std::vector<float> acc(C, 0.f);
