@@ -124,7 +124,7 @@ inline void store4(float* p, v4 x) { std::memcpy(p, &x, sizeof x); }
 // out[m,n] = bias[n] + sum_k A(m,k) * B(k,n)    (accumulate: out[m,n] += sum_k ...)
 // with A(m,k) = A[m*K + k], or A[k*M + m] when kAT, and B(k,n) = B[k*N + n].
 // Each element's sum runs over k = 0..K-1 in order from 0, then the bias (or
-// the old value) is added. 4x8 register tiles, tiles split between threads.
+// the old value) is added. 6x8 register tiles, tiles split between threads.
 template <bool kAT>
 void gemm(float* out, const float* A, const float* B, const float* bias, int M, int N, int K,
           bool accumulate) {
@@ -449,6 +449,10 @@ Gpt::Gpt(const GptConfig& cfg) : cfg_(cfg), specs_(gpt_param_specs(cfg)) {
   lnfw_ = i;
   lnfb_ = i + 1;
 }
+
+void NullHooks::before_layer(int) {}
+float* NullHooks::grad(int param) { MXDP_FAIL("NullHooks has no gradient buffers (asked for param ", param, ")"); }
+void NullHooks::after_layer_backward(int) {}
 
 float* Gpt::weights(int param) {
   MXDP_CHECK(param >= 0 && param < int(specs_.size()), "param index ", param, " out of range [0, ",

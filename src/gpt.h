@@ -63,6 +63,16 @@ std::vector<ParamSpec> gpt_param_specs(const GptConfig& cfg);
 // Total stored parameters, padding rows of wte included.
 int64_t gpt_num_parameters(const GptConfig& cfg);
 
+// Hooks for inference on weights that are already in place (e.g. a sampler
+// that loaded a checkpoint into weights()): no freshness step, no gradients
+// (grad() throws).
+class NullHooks : public ModelHooks {
+ public:
+  void before_layer(int layer) override;
+  float* grad(int param) override;
+  void after_layer_backward(int layer) override;
+};
+
 class Gpt : public Model {
  public:
   explicit Gpt(const GptConfig& cfg);

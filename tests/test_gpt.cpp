@@ -487,6 +487,11 @@ TEST(GptInference, ForwardLogitsMatchesTrainingForward) {
   m.forward_logits(in2.data(), B, T, h);
   EXPECT_EQ(std::vector<float>(m.logits(0, 3), m.logits(0, 3) + cfg.padded_vocab), first);
   EXPECT_NE(std::vector<float>(m.logits(0, T - 1), m.logits(0, T - 1) + cfg.vocab), m.logits_last(1));
+  // A sampler needs no gradient buffers.
+  NullHooks none;
+  m.forward_logits(in.data(), B, T, none);
+  EXPECT_EQ(m.logits_last(1), a);
+  EXPECT_THROW(none.grad(0), Error);
 }
 
 // ---------------------------------------------------------------- configs
