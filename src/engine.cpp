@@ -169,13 +169,13 @@ void DataParallel::stage(int f, int b) {
 
 void DataParallel::start_gather(int f, int b) {
   BucketState& st = buf_[f].st[b];
+  if (st.weights_v >= version_ || st.gathered_v >= version_) return;  // nothing newer to move
   if (st.gather) {
     // One gather per bucket in flight. A record that was waited for but kept
     // (only under the deferred-reset fault) wrongly stops a new dispatch here.
     if (st.gather_done) ++faults_fired_;
     return;
   }
-  if (st.gathered_v >= version_) return;
   if (st.staged_v < version_) {
     if (opt_.faults.skip_stage_before_forced_gather) {
       ++faults_fired_;
@@ -196,7 +196,7 @@ void DataParallel::finish_gather(int f, int b) {
   BucketState& st = buf_[f].st[b];
   if (!st.gather) return;
   if (!st.gather_done) st.gather->wait();
-  st.gathered_v = st.gather_v;
+  st.gathered_v = st.gather_v;  // a record kept by the fault carries its old version
   if (in_eval_ && opt_.faults.skip_deferred_reset_after_eval)
     st.gather_done = true;  // the bug: the consumed gather stays recorded as pending
   else
@@ -473,7 +473,12 @@ StepResult DataParallel::optimizer_step() {
   for (auto [f, b] : fwd_order_) stage(f, b);
   if (!opt_.overlap_param_gather) {
     for (auto [f, b] : fwd_order_) start_gather(f, b);
-    for (auto [f, b] : fwd_order_) finish_gather(f, b);
+    for (auto [f, b] : fwd_order_) {
+      finish_gather(f, b);
+      MXDP_CHECK(buf_[f].st[b].gathered_v == version_, "stale gather: bucket ", b, " of the ",
+                 to_string(layout_.buffers[f].format), " buffer gathered version ",
+                 buf_[f].st[b].gathered_v, " right after the step that made version ", version_);
+    }
   } else if (!fwd_order_.empty()) {
     start_gather(fwd_order_[0].first, fwd_order_[0].second);
   }

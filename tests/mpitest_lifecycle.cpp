@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <map>
 
+#include "checkpoint.h"
 #include "lifecycle.h"
 
 using namespace mxdp;
@@ -256,6 +257,12 @@ TEST(Lifecycle, StaleReadIsALoudError) {
   Runner r{world(), o, scratch() + "/stale.ckpt", ""};
   RunResult res = r.run("TETX");
   EXPECT_NE(res.error.find("stale weights"), std::string::npos) << res.error;
+  // Without overlap the gather runs right after the step and is checked there;
+  // an eval consumes a gather only before the first step.
+  o.overlap_param_gather = false;
+  Runner r2{world(), o, scratch() + "/stale.ckpt", ""};
+  res = r2.run("ETTX");
+  EXPECT_NE(res.error.find("stale gather"), std::string::npos) << res.error;
 }
 
 int main(int argc, char** argv) {
