@@ -492,6 +492,10 @@ StepResult DataParallel::train_step(const std::vector<Batch>& micro_batches) {
   return optimizer_step();
 }
 
+void DataParallel::sync_weights() {
+  for (auto [f, b] : fwd_order_) weights_for_forward(f, b);
+}
+
 double DataParallel::eval(const std::vector<Batch>& batches) {
   MXDP_CHECK(!batches.empty(), "eval needs at least one batch");
   double sum = 0;

@@ -60,6 +60,10 @@ class DataParallel final : private ModelHooks {
   double forward_backward(const Batch& batch);
   StepResult optimizer_step();
 
+  // Collective: makes the model's compute weights those of the latest step
+  // (the same chain a forward drives), e.g. before sampling from the model.
+  void sync_weights();
+
   // Mean loss over the batches and all ranks; forward only, same freshness chain.
   double eval(const std::vector<Batch>& batches);
 
