@@ -1,6 +1,60 @@
-// Placeholder until the subcommand lands; its owner replaces this file.
+// mxdp plot --metrics FILE --output OUT.svg [--title T] [--log-y]
+// Draws train and eval loss against step from a metrics JSON-lines file (plot.h).
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "check.h"
 #include "cli/commands.h"
+#include "plot.h"
 
 namespace mxdp::cli {
-void add_plot_command(CLI::App&, Runner&) {}
+
+void add_plot_command(CLI::App& app, Runner& run) {
+  struct Opts {
+    std::string metrics, output, title;
+    bool log_y = false;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand("plot", "Plot train and eval loss against step from a metrics file, as SVG");
+  cmd->add_option("--metrics", o->metrics, "Metrics file: JSON lines with \"kind\", \"step\", \"loss\"")->required();
+  cmd->add_option("--output", o->output, "SVG file to write (convert to PNG with rsvg-convert if needed)")
+      ->required();
+  cmd->add_option("--title", o->title, "Plot title (default: the metrics file name)");
+  cmd->add_flag("--log-y", o->log_y, "Log-scale loss axis");
+  cmd->callback([o, &run] {
+    run = [o] {
+      const std::string ext = std::filesystem::path(o->output).extension().string();
+      MXDP_CHECK(ext == ".svg", "--output must name an .svg file, got '", o->output,
+                 "' (for PNG: rsvg-convert OUT.svg -o OUT.png)");
+      const LossCurves curves = read_metrics(o->metrics);
+      PlotOptions opts;
+      opts.title = o->title.empty() ? "Loss: " + std::filesystem::path(o->metrics).filename().string() : o->title;
+      opts.log_y = o->log_y;
+      const std::string svg = loss_svg(curves, opts);
+      // Write then rename, so that a viewer never sees half a file.
+      const std::string tmp = o->output + ".tmp";
+      std::FILE* f = std::fopen(tmp.c_str(), "wb");
+      if (!f) MXDP_FAIL("cannot create '", tmp, "': ", std::strerror(errno));
+      const bool ok = std::fwrite(svg.data(), 1, svg.size(), f) == svg.size();
+      if (std::fclose(f) != 0 || !ok) {
+        std::remove(tmp.c_str());
+        MXDP_FAIL("cannot write '", tmp, "'");
+      }
+      if (std::rename(tmp.c_str(), o->output.c_str()) != 0) {
+        const std::string err = std::strerror(errno);
+        std::remove(tmp.c_str());
+        MXDP_FAIL("cannot rename '", tmp, "' to '", o->output, "': ", err);
+      }
+      std::printf("plot: %zu train and %zu eval points", curves.train.size(), curves.eval.size());
+      if (curves.nonfinite) std::printf(", %zu non-finite losses not drawn", curves.nonfinite);
+      std::printf(" -> %s\n", o->output.c_str());
+      return 0;
+    };
+  });
+}
+
 }  // namespace mxdp::cli

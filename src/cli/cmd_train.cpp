@@ -1,6 +1,118 @@
-// Placeholder until the subcommand lands; its owner replaces this file.
+// mxdp train: the training job (src/trainer.h). Every option of the
+// data-parallel core, plus model, data, schedule, eval and checkpoint options.
+#include <map>
+#include <memory>
+
 #include "cli/commands.h"
+#include "comm.h"
+#include "trainer.h"
 
 namespace mxdp::cli {
-void add_train_command(CLI::App&, Runner&) {}
+
+namespace {
+#ifndef MXDP_DEFAULT_CORPUS
+#define MXDP_DEFAULT_CORPUS "data/kjv.txt"
+#endif
+
+// on|off switches, kept as text until the run so that CLI11 prints them as such.
+struct Switches {
+  std::map<std::string, std::string> v;
+  void add(CLI::App* cmd, const std::string& flag, bool def, const std::string& help,
+           const std::string& group) {
+    v[flag] = def ? "on" : "off";
+    cmd->add_option(flag, v[flag], help)->check(CLI::IsMember({"on", "off"}))->group(group);
+  }
+  bool get(const std::string& flag) const { return v.at(flag) == "on"; }
+};
+}  // namespace
+
+void add_train_command(CLI::App& app, Runner& run) {
+  struct Opts {
+    TrainConfig c;
+    Switches sw;
+    std::string weight_format = "mxfp8", rounding = "rceil", grad_dtype = "fp32", backend = "auto";
+  };
+  auto o = std::make_shared<Opts>();
+  TrainConfig& c = o->c;
+  c.data = MXDP_DEFAULT_CORPUS;
+  c.dp.lr_decay_steps = -1;  // = --steps
+  CLI::App* cmd = app.add_subcommand("train", "Train a GPT with data parallelism (run under mpirun for several ranks)");
+  cmd->option_defaults()->always_capture_default();
+
+  auto model = "Model";
+  cmd->add_option("--model", c.model, "Named config: tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m")->group(model);
+  cmd->add_option("--n-layer", c.n_layer, "Override the config's number of blocks (0 = keep)")->group(model);
+  cmd->add_option("--n-head", c.n_head, "Override the number of attention heads (0 = keep)")->group(model);
+  cmd->add_option("--d-model", c.d_model, "Override the width, a multiple of 32 (0 = keep)")->group(model);
+  cmd->add_option("--max-seq", c.max_seq, "Override the longest sequence (0 = keep)")->group(model);
+
+  auto data = "Data and schedule";
+  cmd->add_option("--data", c.data, "Directory with train.bin/val.bin (mxdp prepare), or a text file to prepare")->group(data);
+  cmd->add_option("--steps", c.steps, "Optimizer steps to train to (a resumed run continues up to this step)")->group(data);
+  cmd->add_option("--batch-size", c.batch_size, "Sequences per rank per micro-batch")->group(data);
+  cmd->add_option("--seq-len", c.seq_len, "Tokens per sequence (<= the model's max_seq)")->group(data);
+  cmd->add_option("--seed", c.seed, "Seed of the weights and of the data order")->group(data);
+  cmd->add_option("--threads", c.threads, "OpenMP threads per rank (0 = cores / ranks on the node)")->group(data);
+
+  auto ev = "Eval, checkpoints, output";
+  cmd->add_option("--eval-every", c.eval_every, "Evaluate every N steps and after the last (0 = never)")->group(ev);
+  cmd->add_option("--eval-batches", c.eval_batches, "Validation batches per eval (the same every time)")->group(ev);
+  cmd->add_flag("--eval-first", c.eval_first, "Also evaluate before the first step")->group(ev);
+  cmd->add_option("--eval-passes", c.eval_passes, "Run each eval N times; the passes must agree bitwise")->group(ev);
+  cmd->add_option("--save-every", c.save_every, "Save a checkpoint every N steps (0 = only after the last step)")->group(ev);
+  cmd->add_option("--save-dir", c.save_dir, "Directory for step_NNNNNN.ckpt files and `latest`")->group(ev);
+  cmd->add_option("--load", c.load, "Resume from a checkpoint file, or a --save-dir (its latest)")->group(ev);
+  cmd->add_option("--metrics", c.metrics, "Write JSON lines: one per train step and one per eval")->group(ev);
+  cmd->add_option("--log-every", c.log_every, "With --progress lines: a line every N steps")->group(ev);
+  cmd->add_option("--progress", c.progress, "bar (one updating line), lines, or auto (bar on a terminal, lines under mpirun)")
+      ->check(CLI::IsMember({"auto", "bar", "lines"}))->group(ev);
+  cmd->add_option("--sample-tokens", c.sample_tokens, "Tokens to generate at the end (0 = none)")->group(ev);
+
+  auto core = "Data-parallel core";
+  o->sw.add(cmd, "--distributed-optimizer", true, "Shard fp32 masters + AdamW state over ranks (off = reference mode)", core);
+  cmd->add_option("--weight-format", o->weight_format, "Param gather format of 2-D weights")
+      ->check(CLI::IsMember({"bf16", "mxfp8", "nvfp4"}))->group(core);
+  cmd->add_option("--mxfp8-scale-rounding", o->rounding, "E8M0 scale rounding: rceil (TransformerEngine) or floor (OCP MX)")
+      ->check(CLI::IsMember({"rceil", "floor"}))->group(core);
+  o->sw.add(cmd, "--overlap-param-gather", true, "Defer each bucket's all-gather to just before its first layer", core);
+  o->sw.add(cmd, "--overlap-grad-reduce", true, "Start each bucket's reduce-scatter as soon as its grads are in", core);
+  o->sw.add(cmd, "--reuse-grad-buf", true, "Put the MXFP8 gather payload in the idle grad buffer (mxfp8 only)", core);
+  cmd->add_option("--bucket-size", c.dp.bucket_size, "Elements per bucket")->group(core);
+  cmd->add_option("--grad-reduce-dtype", o->grad_dtype, "Reduce-scatter dtype")
+      ->check(CLI::IsMember({"fp32", "bf16"}))->group(core);
+  cmd->add_option("--micro-batches", c.dp.micro_batches, "Gradient accumulation steps per optimizer step")->group(core);
+  cmd->add_option("--backend", o->backend, "Communication backend (auto: self for one rank, else mpi)")
+      ->check(CLI::IsMember({"auto", "self", "mpi"}))->group(core);
+  cmd->add_option("--comm-timeout", c.comm_timeout, "Seconds a collective may take before the job aborts")->group(core);
+
+  auto optg = "Optimizer";
+  cmd->add_option("--lr", c.dp.lr, "Peak learning rate")->group(optg);
+  cmd->add_option("--min-lr", c.dp.min_lr, "Learning rate at the end of the cosine decay")->group(optg);
+  cmd->add_option("--warmup-steps", c.dp.warmup_steps, "Linear warmup steps")->group(optg);
+  cmd->add_option("--lr-decay-steps", c.dp.lr_decay_steps, "Cosine decay ends here (-1 = --steps, 0 = no decay)")->group(optg);
+  cmd->add_option("--weight-decay", c.dp.weight_decay, "Decoupled weight decay (never on 1-D params)")->group(optg);
+  cmd->add_option("--adam-beta1", c.dp.adam_beta1)->group(optg);
+  cmd->add_option("--adam-beta2", c.dp.adam_beta2)->group(optg);
+  cmd->add_option("--adam-eps", c.dp.adam_eps)->group(optg);
+  cmd->add_option("--clip-grad", c.dp.clip_grad, "Clip the global grad norm to this (0 = off)")->group(optg);
+
+  cmd->callback([o, &run] {
+    run = [o] {
+      TrainConfig cfg = o->c;
+      cfg.dp.distributed_optimizer = o->sw.get("--distributed-optimizer");
+      cfg.dp.overlap_param_gather = o->sw.get("--overlap-param-gather");
+      cfg.dp.overlap_grad_reduce = o->sw.get("--overlap-grad-reduce");
+      cfg.dp.reuse_grad_buf = o->sw.get("--reuse-grad-buf");
+      cfg.dp.weight_format = parse_weight_format(o->weight_format);
+      cfg.dp.mxfp8_scale_rounding = parse_scale_rounding(o->rounding);
+      cfg.dp.grad_reduce_dtype = parse_grad_reduce_dtype(o->grad_dtype);
+      Communicator::Options co;
+      co.backend = o->backend == "self" ? Backend::Self : o->backend == "mpi" ? Backend::Mpi : Backend::Auto;
+      co.timeout_s = cfg.comm_timeout;
+      auto comm = make_communicator(co);
+      return train(cfg, *comm);
+    };
+  });
+}
+
 }  // namespace mxdp::cli

@@ -1,0 +1,427 @@
+// Byte tokenizer, shard files and loaders; the contract is in data.h.
+#include "data.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "check.h"
+
+// The payload is read and written as native uint16: only little-endian hosts.
+static_assert(std::endian::native == std::endian::little, "mxdp shards assume a little-endian host");
+
+namespace mxdp {
+
+// ---- tokenizer --------------------------------------------------------------
+
+std::vector<uint16_t> ByteTokenizer::encode(std::string_view text) {
+  std::vector<uint16_t> out(text.size());
+  for (size_t i = 0; i < text.size(); ++i) out[i] = static_cast<unsigned char>(text[i]);
+  return out;
+}
+
+namespace {
+template <class T>
+std::string decode_tokens(std::span<const T> tokens) {
+  std::string out(tokens.size(), '\0');
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    int64_t t = tokens[i];
+    MXDP_CHECK(t >= 0 && t < ByteTokenizer::kVocabSize, "byte tokenizer: token ", t, " at position ", i,
+               " is outside [0, 256)");
+    out[i] = static_cast<char>(static_cast<unsigned char>(t));
+  }
+  return out;
+}
+}  // namespace
+
+std::string ByteTokenizer::decode(std::span<const uint16_t> tokens) { return decode_tokens(tokens); }
+std::string ByteTokenizer::decode(std::span<const int32_t> tokens) { return decode_tokens(tokens); }
+
+// ---- shard files ------------------------------------------------------------
+
+uint64_t fnv1a64(const void* data, size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < bytes; ++i) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+namespace {
+
+void put_u32(unsigned char* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+void put_u64(unsigned char* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+uint32_t get_u32(const unsigned char* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= uint32_t(p[i]) << (8 * i);
+  return v;
+}
+uint64_t get_u64(const unsigned char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t(p[i]) << (8 * i);
+  return v;
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+}  // namespace
+
+void write_shard(const std::string& path, std::span<const uint16_t> tokens, uint32_t vocab_size) {
+  MXDP_CHECK(vocab_size >= 1 && vocab_size <= 65536, "shard vocab_size must be in [1, 65536], got ", vocab_size);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    MXDP_CHECK(tokens[i] < vocab_size, "token ", tokens[i], " at position ", i, " is >= vocab_size ", vocab_size);
+  const size_t payload = tokens.size() * sizeof(uint16_t);
+  unsigned char header[kShardHeaderBytes] = {};
+  std::memcpy(header, kShardMagic, 8);
+  put_u32(header + 8, kShardVersion);
+  put_u32(header + 12, vocab_size);
+  put_u32(header + 16, sizeof(uint16_t));
+  put_u64(header + 24, tokens.size());
+  put_u64(header + 32, fnv1a64(tokens.data(), payload));
+
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) MXDP_FAIL("cannot create '", tmp, "': ", errno_text());
+  bool ok = std::fwrite(header, 1, sizeof header, f) == sizeof header &&
+            (payload == 0 || std::fwrite(tokens.data(), 1, payload, f) == payload) && std::fflush(f) == 0 &&
+            ::fsync(fileno(f)) == 0;
+  const std::string why = ok ? "" : errno_text();
+  if (std::fclose(f) != 0 && ok) ok = false;
+  if (!ok) {
+    std::remove(tmp.c_str());
+    MXDP_FAIL("cannot write '", tmp, "': ", why.empty() ? errno_text() : why);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string err = errno_text();
+    std::remove(tmp.c_str());
+    MXDP_FAIL("cannot rename '", tmp, "' to '", path, "': ", err);
+  }
+}
+
+TokenDataset::TokenDataset(const std::string& path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) MXDP_FAIL("cannot open token shard '", path, "': ", errno_text());
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const std::string err = errno_text();
+    ::close(fd);
+    MXDP_FAIL("cannot stat token shard '", path, "': ", err);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    MXDP_FAIL("token shard '", path, "' is not a regular file");
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size < kShardHeaderBytes) {
+    ::close(fd);
+    MXDP_FAIL("token shard '", path, "' is truncated: ", size, " bytes, smaller than the ", kShardHeaderBytes,
+              "-byte header");
+  }
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const std::string map_err = map == MAP_FAILED ? errno_text() : "";
+  ::close(fd);
+  if (map == MAP_FAILED) MXDP_FAIL("cannot mmap token shard '", path, "': ", map_err);
+  map_ = map;
+  map_bytes_ = size;
+
+  // From here on, a failed check unmaps through release() before throwing.
+  try {
+    const auto* h = static_cast<const unsigned char*>(map_);
+    MXDP_CHECK(std::memcmp(h, kShardMagic, 8) == 0, "'", path,
+               "' is not an mxdp token shard (magic is not MXDPTOK1)");
+    const uint32_t version = get_u32(h + 8);
+    MXDP_CHECK(version == kShardVersion, "token shard '", path, "' has version ", version, ", this build reads ",
+               kShardVersion);
+    vocab_size_ = get_u32(h + 12);
+    MXDP_CHECK(vocab_size_ >= 1 && vocab_size_ <= 65536, "token shard '", path, "' has vocab_size ", vocab_size_,
+               ", expected 1..65536");
+    const uint32_t token_bytes = get_u32(h + 16);
+    MXDP_CHECK(token_bytes == 2, "token shard '", path, "' has token_bytes ", token_bytes,
+               ", this build reads 2 (uint16)");
+    const uint64_t count = get_u64(h + 24);
+    const uint64_t payload = size - kShardHeaderBytes;
+    MXDP_CHECK(count <= payload / 2 && payload == 2 * count, "token shard '", path, "' is ", size,
+               " bytes, but its header says ", count, " tokens = ", kShardHeaderBytes, " + 2*", count,
+               " bytes (truncated or padded file)");
+    count_ = count;
+    tokens_ = reinterpret_cast<const uint16_t*>(h + kShardHeaderBytes);
+    const uint64_t want = get_u64(h + 32);
+    const uint64_t got = fnv1a64(tokens_, payload);
+    if (got != want) {
+      std::ostringstream os;
+      os << std::hex << "0x" << got << " but the header says 0x" << want;
+      MXDP_FAIL("token shard '", path, "' is corrupt: payload checksum is ", os.str());
+    }
+    for (size_t i = 0; i < count_; ++i)
+      MXDP_CHECK(tokens_[i] < vocab_size_, "token shard '", path, "': token ", tokens_[i], " at position ", i,
+                 " is >= vocab_size ", vocab_size_);
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+void TokenDataset::release() {
+  if (map_) ::munmap(map_, map_bytes_);
+  map_ = nullptr;
+  map_bytes_ = 0;
+  tokens_ = nullptr;
+  count_ = 0;
+}
+
+TokenDataset::~TokenDataset() { release(); }
+
+TokenDataset::TokenDataset(TokenDataset&& o) noexcept
+    : path_(std::move(o.path_)),
+      map_(std::exchange(o.map_, nullptr)),
+      map_bytes_(std::exchange(o.map_bytes_, 0)),
+      tokens_(std::exchange(o.tokens_, nullptr)),
+      count_(std::exchange(o.count_, 0)),
+      vocab_size_(o.vocab_size_) {}
+
+TokenDataset& TokenDataset::operator=(TokenDataset&& o) noexcept {
+  if (this != &o) {
+    release();
+    path_ = std::move(o.path_);
+    map_ = std::exchange(o.map_, nullptr);
+    map_bytes_ = std::exchange(o.map_bytes_, 0);
+    tokens_ = std::exchange(o.tokens_, nullptr);
+    count_ = std::exchange(o.count_, 0);
+    vocab_size_ = o.vocab_size_;
+  }
+  return *this;
+}
+
+// ---- prepare ----------------------------------------------------------------
+
+PrepareResult prepare(const std::string& input_path, const std::string& output_dir, double val_fraction,
+                      std::FILE* log) {
+  namespace fs = std::filesystem;
+  MXDP_CHECK(std::isfinite(val_fraction) && val_fraction > 0.0 && val_fraction < 1.0,
+             "val fraction must be in (0, 1), got ", val_fraction);
+  std::error_code ec;
+  if (fs::is_directory(input_path, ec)) MXDP_FAIL("input '", input_path, "' is a directory, not a text file");
+  std::ifstream in(input_path, std::ios::binary);
+  if (!in) MXDP_FAIL("cannot read input '", input_path, "': ", errno_text());
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  MXDP_CHECK(!in.bad(), "error while reading input '", input_path, "'");
+  const std::string text = std::move(buf).str();
+  const size_t n = text.size();
+  MXDP_CHECK(n > 0, "input '", input_path, "' is empty");
+  const size_t n_val = static_cast<size_t>(std::floor(val_fraction * static_cast<double>(n)));
+  MXDP_CHECK(n_val >= 1, "input '", input_path, "' has ", n, " bytes: val fraction ", val_fraction,
+             " leaves no validation bytes");
+  MXDP_CHECK(n_val < n, "input '", input_path, "' has ", n, " bytes: val fraction ", val_fraction,
+             " leaves no training bytes");
+  const size_t n_train = n - n_val;
+
+  if (fs::exists(output_dir, ec) && !fs::is_directory(output_dir, ec))
+    MXDP_FAIL("output '", output_dir, "' exists and is not a directory");
+  fs::create_directories(output_dir, ec);
+  if (ec) MXDP_FAIL("cannot create output directory '", output_dir, "': ", ec.message());
+
+  const std::vector<uint16_t> tokens = ByteTokenizer::encode(text);
+  PrepareResult r;
+  r.bytes_read = n;
+  r.train_tokens = n_train;
+  r.val_tokens = n_val;
+  r.train_path = (fs::path(output_dir) / "train.bin").string();
+  r.val_path = (fs::path(output_dir) / "val.bin").string();
+  write_shard(r.train_path, std::span(tokens).first(n_train));
+  write_shard(r.val_path, std::span(tokens).subspan(n_train));
+  if (log) {
+    std::fprintf(log, "prepare: read %zu bytes from %s (byte tokenizer, vocab %d)\n", n, input_path.c_str(),
+                 ByteTokenizer::kVocabSize);
+    std::fprintf(log, "prepare: wrote %s: %zu tokens (first %.4g of the text)\n", r.train_path.c_str(), n_train,
+                 1.0 - val_fraction);
+    std::fprintf(log, "prepare: wrote %s: %zu tokens (last %.4g of the text)\n", r.val_path.c_str(), n_val,
+                 val_fraction);
+  }
+  return r;
+}
+
+// ---- loaders ----------------------------------------------------------------
+
+namespace {
+
+uint64_t mix64(uint64_t z) {  // SplitMix64's output function
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+struct SplitMix64 {
+  uint64_t x;
+  uint64_t next() { return mix64(x += 0x9e3779b97f4a7c15ull); }
+  // Uniform in [0, n), n >= 1, without modulo bias (rejection below 2^64 mod n).
+  uint64_t below(uint64_t n) {
+    const uint64_t threshold = (0 - n) % n;
+    for (;;) {
+      const uint64_t r = next();
+      if (r >= threshold) return r % n;
+    }
+  }
+};
+
+void check_geometry(int B, int T, int rank, int world_size) {
+  MXDP_CHECK(B >= 1, "batch size B must be >= 1, got ", B);
+  MXDP_CHECK(T >= 1, "sequence length T must be >= 1, got ", T);
+  MXDP_CHECK(world_size >= 1, "world_size must be >= 1, got ", world_size);
+  MXDP_CHECK(rank >= 0 && rank < world_size, "rank ", rank, " is outside [0, world_size=", world_size, ")");
+}
+
+// Copies window [start, start+T] into row b: inputs = tokens[start..start+T),
+// targets = tokens[start+1..start+T].
+void fill_row(std::span<const uint16_t> tok, size_t start, int T, int b, std::vector<int32_t>& inputs,
+              std::vector<int32_t>& targets) {
+  int32_t* in = inputs.data() + size_t(b) * T;
+  int32_t* tg = targets.data() + size_t(b) * T;
+  const uint16_t* src = tok.data() + start;
+  for (int t = 0; t < T; ++t) {
+    in[t] = src[t];
+    tg[t] = src[t + 1];
+  }
+}
+
+}  // namespace
+
+void to_json(nlohmann::json& j, const DataLoaderState& s) {
+  j = nlohmann::json{{"epoch", s.epoch},   {"step", s.step},
+                     {"seed", s.seed},     {"seq_len", s.seq_len},
+                     {"global_batch", s.global_batch}, {"dataset_tokens", s.dataset_tokens}};
+}
+
+void from_json(const nlohmann::json& j, DataLoaderState& s) {
+  MXDP_CHECK(j.is_object(), "data loader state must be a JSON object, got: ", j.dump());
+  for (const char* key : {"epoch", "step", "seed", "seq_len", "global_batch", "dataset_tokens"})
+    MXDP_CHECK(j.contains(key) && j[key].is_number_integer(), "data loader state needs integer \"", key,
+               "\", got: ", j.dump());
+  s.epoch = j["epoch"].get<uint64_t>();
+  s.step = j["step"].get<uint64_t>();
+  s.seed = j["seed"].get<uint64_t>();
+  s.seq_len = j["seq_len"].get<int64_t>();
+  s.global_batch = j["global_batch"].get<int64_t>();
+  s.dataset_tokens = j["dataset_tokens"].get<uint64_t>();
+}
+
+DataLoader::DataLoader(const TokenDataset& dataset, int B, int T, int rank, int world_size, uint64_t seed)
+    : data_(&dataset), B_(B), T_(T), rank_(rank), world_size_(world_size), seed_(seed) {
+  check_geometry(B, T, rank, world_size);
+  const size_t N = dataset.size();
+  MXDP_CHECK(N >= size_t(T) + 1, "token shard '", dataset.path(), "' has ", N, " tokens; one sequence of T=", T,
+             " needs T+1 = ", size_t(T) + 1);
+  num_windows_ = (N - 1) / size_t(T);
+  MXDP_CHECK(num_windows_ <= std::numeric_limits<uint32_t>::max(), "token shard '", dataset.path(), "' has ",
+             num_windows_, " windows of T+1 tokens, more than 2^32-1");
+  const size_t G = size_t(world_size) * size_t(B);
+  MXDP_CHECK(num_windows_ >= G, "token shard '", dataset.path(), "' has ", N, " tokens = ", num_windows_,
+             " windows of T+1=", T + 1, " tokens, fewer than one global batch of world_size*B = ", world_size, "*",
+             B, " = ", G, " sequences");
+  steps_per_epoch_ = num_windows_ / G;
+  inputs_.resize(size_t(B) * T);
+  targets_.resize(size_t(B) * T);
+  start_epoch(0);
+}
+
+void DataLoader::start_epoch(uint64_t epoch) {
+  epoch_ = epoch;
+  step_ = 0;
+  SplitMix64 rng{mix64(mix64(seed_) + epoch)};
+  const size_t slack = data_->size() - 1 - num_windows_ * size_t(T_);
+  offset_ = size_t(rng.below(uint64_t(slack) + 1));
+  perm_.resize(num_windows_);
+  for (size_t k = 0; k < num_windows_; ++k) perm_[k] = uint32_t(k);
+  for (size_t i = num_windows_ - 1; i > 0; --i) std::swap(perm_[i], perm_[size_t(rng.below(i + 1))]);
+}
+
+void DataLoader::next(Batch& batch) {
+  const size_t G = size_t(world_size_) * size_t(B_);
+  const auto tok = data_->tokens();
+  for (int b = 0; b < B_; ++b)
+    fill_row(tok, window_start(size_t(step_) * G + size_t(rank_) * B_ + b), T_, b, inputs_, targets_);
+  batch = Batch{inputs_.data(), targets_.data(), B_, T_};
+  if (++step_ == steps_per_epoch_) start_epoch(epoch_ + 1);
+}
+
+DataLoaderState DataLoader::state() const {
+  DataLoaderState s;
+  s.epoch = epoch_;
+  s.step = step_;
+  s.seed = seed_;
+  s.seq_len = T_;
+  s.global_batch = int64_t(world_size_) * B_;
+  s.dataset_tokens = data_->size();
+  return s;
+}
+
+void DataLoader::set_state(const DataLoaderState& s) {
+  const DataLoaderState mine = state();
+  MXDP_CHECK(s.seed == mine.seed, "data loader state was saved with seed ", s.seed, ", this loader has seed ",
+             mine.seed);
+  MXDP_CHECK(s.seq_len == mine.seq_len, "data loader state was saved with T=", s.seq_len, ", this loader has T=",
+             mine.seq_len);
+  MXDP_CHECK(s.global_batch == mine.global_batch, "data loader state was saved with global batch world_size*B = ",
+             s.global_batch, ", this loader has ", mine.global_batch, " (", world_size_, "*", B_, ")");
+  MXDP_CHECK(s.dataset_tokens == mine.dataset_tokens, "data loader state was saved for a shard of ",
+             s.dataset_tokens, " tokens, '", data_->path(), "' has ", mine.dataset_tokens);
+  MXDP_CHECK(s.step < steps_per_epoch_, "data loader state has step ", s.step, " but an epoch has only ",
+             steps_per_epoch_, " steps");
+  start_epoch(s.epoch);
+  step_ = s.step;
+}
+
+int EvalLoader::max_batches(size_t tokens, int B, int T, int world_size) {
+  if (B < 1 || T < 1 || world_size < 1 || tokens < size_t(T) + 1) return 0;
+  const size_t batches = ((tokens - 1) / size_t(T)) / (size_t(world_size) * size_t(B));
+  return int(std::min<size_t>(batches, std::numeric_limits<int>::max()));
+}
+
+EvalLoader::EvalLoader(const TokenDataset& dataset, int B, int T, int rank, int world_size, int eval_batches)
+    : data_(&dataset), B_(B), T_(T), rank_(rank), world_size_(world_size), eval_batches_(eval_batches) {
+  check_geometry(B, T, rank, world_size);
+  MXDP_CHECK(eval_batches >= 1, "eval_batches must be >= 1, got ", eval_batches);
+  const size_t N = dataset.size();
+  MXDP_CHECK(N >= size_t(T) + 1, "token shard '", dataset.path(), "' has ", N, " tokens; one sequence of T=", T,
+             " needs T+1 = ", size_t(T) + 1);
+  const int most = max_batches(N, B, T, world_size);
+  MXDP_CHECK(eval_batches <= most, "token shard '", dataset.path(), "' has ", N, " tokens = ", (N - 1) / size_t(T),
+             " windows of T+1=", T + 1, " tokens: room for ", most, " eval batches of world_size*B = ", world_size,
+             "*", B, " sequences, ", eval_batches, " asked");
+  inputs_.resize(size_t(B) * T);
+  targets_.resize(size_t(B) * T);
+}
+
+bool EvalLoader::next(Batch& batch) {
+  if (next_ >= eval_batches_) return false;
+  const size_t G = size_t(world_size_) * size_t(B_);
+  const auto tok = data_->tokens();
+  for (int b = 0; b < B_; ++b) {
+    const size_t k = size_t(next_) * G + size_t(rank_) * B_ + b;
+    fill_row(tok, k * size_t(T_), T_, b, inputs_, targets_);
+  }
+  batch = Batch{inputs_.data(), targets_.data(), B_, T_};
+  ++next_;
+  return true;
+}
+
+}  // namespace mxdp

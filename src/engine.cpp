@@ -1,0 +1,653 @@
+#include "engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "check.h"
+#include "checkpoint.h"
+#include "formats.h"
+#include "optimizer.h"
+#include "quant.h"
+
+namespace mxdp {
+
+namespace {
+double sum_squares(const float* x, int64_t n) {
+  double s = 0;  // fixed, sequential order: the parity contract depends on it
+  for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
+  return s;
+}
+}  // namespace
+
+DataParallel::DataParallel(Model& model, Communicator& comm, const DpOptions& opt)
+    : model_(model), comm_(comm), opt_(opt), rank_(comm.rank()), dp_(comm.size()) {
+  opt_.validate(dp_);
+  MXDP_CHECK(!comm.device_memory(),
+             "the CPU engine needs a host-memory communicator (MPI or self), got a device one");
+  params_ = model.params();
+  MXDP_CHECK(!params_.empty(), "the model has no parameters");
+  const int np = int(params_.size());
+  const int nl = model.num_layers();
+  layer_params_.assign(nl, {});
+  for (int p = 0; p < np; ++p) {
+    MXDP_CHECK(params_[p].layer >= 0 && params_[p].layer < nl, "param '", params_[p].name,
+               "' names layer ", params_[p].layer, " but the model has ", nl, " layers");
+    layer_params_[params_[p].layer].push_back(p);
+  }
+  layout_ = Layout::build(params_, opt_.weight_format, opt_.bucket_size, dp_, opt_.layout_order);
+  fwd_order_ = layout_.forward_order();
+  param_amax_.assign(np, 0.0f);
+
+  buf_.resize(layout_.buffers.size());
+  for (size_t f = 0; f < buf_.size(); ++f) {
+    const GatherBuffer& gb = layout_.buffers[f];
+    BufferState& bs = buf_[f];
+    bs.grad.assign(gb.numel, 0.0f);
+    bs.st.resize(gb.buckets.size());
+    int64_t local = 0, shard_total = 0, payload = 0;
+    for (const Bucket& b : gb.buckets) {
+      bs.local_off.push_back(local);
+      local += opt_.distributed_optimizer ? b.shard_numel : b.numel;
+      bs.shard_off.push_back(shard_total);
+      shard_total += b.shard_numel;
+      bs.payload_off.push_back(payload);
+      payload += dp_ * payload_shape(gb.format, b.shard_numel).shard_bytes;
+    }
+    if (opt_.grad_reduce_dtype == GradReduceDType::Bf16) {
+      bs.grad_bf16.assign(gb.numel, 0);
+      bs.shard_bf16.assign(shard_total, 0);
+    }
+    if (!reused(int(f))) bs.payload.assign(payload, 0);
+    bs.master.assign(local, 0.0f);
+    bs.m.assign(local, 0.0f);
+    bs.v.assign(local, 0.0f);
+    bs.main_grad.assign(local, 0.0f);
+    // The model's initial weights become the masters of the shards this rank owns.
+    for (int b = 0; b < int(gb.buckets.size()); ++b)
+      for (int s = 0; s < dp_; ++s) {
+        if (!owns(s)) continue;
+        float* dst = bs.master.data() + shard_local_off(int(f), b, s);
+        for (const Piece& pc : gb.buckets[b].shards[s])
+          std::memcpy(dst + pc.shard_pos, model_.weights(pc.param) + pc.param_begin,
+                      pc.len * sizeof(float));
+      }
+  }
+}
+
+DataParallel::~DataParallel() {
+  try {
+    drop_inflight();
+  } catch (...) {
+  }
+}
+
+bool DataParallel::reused(int f) const {
+  return opt_.reuse_grad_buf && layout_.buffers[f].format == WeightFormat::Mxfp8;
+}
+
+int64_t DataParallel::shard_local_off(int f, int b, int s) const {
+  const Bucket& bk = layout_.buffers[f].buckets[b];
+  return buf_[f].local_off[b] + (opt_.distributed_optimizer ? 0 : s * bk.shard_numel);
+}
+
+uint8_t* DataParallel::payload_ptr(int f, int b) {
+  BufferState& bs = buf_[f];
+  if (reused(f))  // the bucket's own grad region; 256-byte aligned by the layout
+    return reinterpret_cast<uint8_t*>(bs.grad.data() + layout_.buffers[f].buckets[b].offset);
+  return bs.payload.data() + bs.payload_off[b];
+}
+
+// ---------------------------------------------------------------- the chain
+
+void DataParallel::stage(int f, int b) {
+  const GatherBuffer& gb = layout_.buffers[f];
+  const Bucket& bk = gb.buckets[b];
+  BufferState& bs = buf_[f];
+  BucketState& st = bs.st[b];
+  if (reused(f))
+    MXDP_CHECK(st.region != Region::Grads, "staging bucket ", b, " of the ", to_string(gb.format),
+               " buffer into its grad region, which still holds live gradients");
+  const PayloadShape ps = payload_shape(gb.format, bk.shard_numel);
+  uint8_t* base = payload_ptr(f, b);
+
+  if (gb.format == WeightFormat::Nvfp4) {
+    // One tensor scale per param: the max over every shard's amax, so each rank
+    // quantizes its piece exactly as a rank holding the whole tensor would.
+    std::vector<float> am(bk.params.size(), 0.0f);
+    for (int s = 0; s < dp_; ++s) {
+      if (!owns(s)) continue;
+      const float* x = bs.master.data() + shard_local_off(f, b, s);
+      for (const Piece& pc : bk.shards[s]) {
+        size_t i = std::find(bk.params.begin(), bk.params.end(), pc.param) - bk.params.begin();
+        am[i] = std::max(am[i], amax(x + pc.shard_pos, pc.len));
+      }
+    }
+    if (opt_.distributed_optimizer && dp_ > 1)
+      comm_.all_reduce(am.data(), am.data(), am.size(), DType::F32, RedOp::Max);
+    for (size_t i = 0; i < am.size(); ++i) param_amax_[bk.params[i]] = am[i];
+  }
+
+  for (int s = 0; s < dp_; ++s) {
+    if (!owns(s)) continue;
+    const float* x = bs.master.data() + shard_local_off(f, b, s);
+    uint8_t* slot = base + s * ps.shard_bytes;
+    switch (gb.format) {
+      case WeightFormat::Bf16: {
+        uint16_t* out = reinterpret_cast<uint16_t*>(slot);
+        for (int64_t i = 0; i < bk.shard_numel; ++i) out[i] = fmt::bf16_from_f32(x[i]);
+        break;
+      }
+      case WeightFormat::Mxfp8:
+        mxfp8_quantize_rowwise(x, 1, bk.shard_numel, {Fp8Kind::E4M3, opt_.mxfp8_scale_rounding},
+                               slot, slot + ps.code_bytes);
+        break;
+      case WeightFormat::Nvfp4: {
+        // Segments of the shard: each piece with its param's tensor amax, the
+        // padding between them as zeros (amax 0).
+        int64_t pos = 0;
+        auto quant = [&](int64_t at, int64_t len, float tensor_amax) {
+          if (len > 0)
+            nvfp4_quantize_rowwise(x + at, 1, len, tensor_amax, slot + at / 2,
+                                   slot + ps.code_bytes + at / kNvfp4Block);
+        };
+        for (const Piece& pc : bk.shards[s]) {
+          quant(pos, pc.shard_pos - pos, 0.0f);
+          quant(pc.shard_pos, pc.len, param_amax_[pc.param]);
+          pos = pc.shard_pos + pc.len;
+        }
+        quant(pos, bk.shard_numel - pos, 0.0f);
+        break;
+      }
+    }
+  }
+  st.staged_v = version_;
+  if (reused(f)) st.region = Region::Payload;
+  // Reference mode: every rank staged every shard; there is nothing to gather.
+  if (!opt_.distributed_optimizer) st.gathered_v = st.staged_v;
+}
+
+void DataParallel::start_gather(int f, int b) {
+  BucketState& st = buf_[f].st[b];
+  if (st.weights_v >= version_ || st.gathered_v >= version_) return;  // nothing newer to move
+  if (st.gather) {
+    // One gather per bucket in flight. A record that was waited for but kept
+    // (only under the deferred-reset fault) wrongly stops a new dispatch here.
+    if (st.gather_done) ++faults_fired_;
+    return;
+  }
+  if (st.staged_v < version_) {
+    if (opt_.faults.skip_stage_before_forced_gather) {
+      ++faults_fired_;
+      st.staged_v = version_;
+    } else {
+      stage(f, b);
+    }
+  }
+  if (!opt_.distributed_optimizer) return;
+  const PayloadShape ps = payload_shape(layout_.buffers[f].format, layout_.buffers[f].buckets[b].shard_numel);
+  uint8_t* base = payload_ptr(f, b);
+  st.gather = comm_.all_gather_async(base + rank_ * ps.shard_bytes, base, ps.shard_bytes);
+  st.gather_v = st.staged_v;
+  st.gather_done = false;
+}
+
+void DataParallel::finish_gather(int f, int b) {
+  BucketState& st = buf_[f].st[b];
+  if (!st.gather) return;
+  if (!st.gather_done) st.gather->wait();
+  st.gathered_v = st.gather_v;  // a record kept by the fault carries its old version
+  if (in_eval_ && opt_.faults.skip_deferred_reset_after_eval)
+    st.gather_done = true;  // the bug: the consumed gather stays recorded as pending
+  else
+    st.gather.reset();
+}
+
+void DataParallel::unpack(int f, int b) {
+  const GatherBuffer& gb = layout_.buffers[f];
+  const Bucket& bk = gb.buckets[b];
+  if (reused(f))
+    MXDP_CHECK(buf_[f].st[b].region == Region::Payload, "unpacking bucket ", b,
+               " from its grad region, which does not hold a gathered payload");
+  const PayloadShape ps = payload_shape(gb.format, bk.shard_numel);
+  const uint8_t* base = payload_ptr(f, b);
+  for (int s = 0; s < dp_; ++s) {
+    const uint8_t* slot = base + s * ps.shard_bytes;
+    for (const Piece& pc : bk.shards[s]) {
+      float* w = model_.weights(pc.param) + pc.param_begin;
+      const int64_t at = pc.shard_pos;
+      switch (gb.format) {
+        case WeightFormat::Bf16: {
+          const uint16_t* in = reinterpret_cast<const uint16_t*>(slot) + at;
+          for (int64_t i = 0; i < pc.len; ++i) w[i] = fmt::bf16_to_f32(in[i]);
+          break;
+        }
+        case WeightFormat::Mxfp8:
+          mxfp8_dequantize_rowwise(slot + at, slot + ps.code_bytes + at / kMxfp8Block, 1, pc.len,
+                                   Fp8Kind::E4M3, w);
+          break;
+        case WeightFormat::Nvfp4:
+          nvfp4_dequantize_rowwise(slot + at / 2, slot + ps.code_bytes + at / kNvfp4Block,
+                                   nvfp4_tensor_scale(param_amax_[pc.param]).s_dec, 1, pc.len, w);
+          break;
+      }
+    }
+  }
+}
+
+void DataParallel::weights_for_forward(int f, int b) {
+  BucketState& st = buf_[f].st[b];
+  if (st.weights_v == version_) return;
+  if (st.gathered_v < version_) {
+    start_gather(f, b);
+    finish_gather(f, b);
+  }
+  if (st.weights_v < st.gathered_v) {
+    if (opt_.faults.skip_unpack)
+      ++faults_fired_;
+    else
+      unpack(f, b);
+    st.weights_v = st.gathered_v;
+  }
+  MXDP_CHECK(st.weights_v == version_, "stale weights: bucket ", b, " of the ",
+             to_string(layout_.buffers[f].format), " buffer holds version ", st.weights_v,
+             " but the latest optimizer step made version ", version_);
+}
+
+void DataParallel::check_fresh(int p) const {
+  const ParamPlace& pl = layout_.place[p];
+  const BucketState& st = buf_[pl.buffer].st[pl.bucket];
+  MXDP_CHECK(st.weights_v == version_, "stale weights: layer ", params_[p].layer, " is about to read '",
+             params_[p].name, "' at version ", st.weights_v, ", but the latest optimizer step made version ",
+             version_);
+}
+
+void DataParallel::before_layer(int layer) {
+  MXDP_CHECK(layer >= 0 && layer < int(layer_params_.size()), "before_layer(", layer,
+             "): the model has ", layer_params_.size(), " layers");
+  while (cursor_ < fwd_order_.size()) {
+    auto [f, b] = fwd_order_[cursor_];
+    if (layout_.buffers[f].buckets[b].first_layer > layer) break;
+    ++cursor_;
+    weights_for_forward(f, b);
+    if (opt_.overlap_param_gather && cursor_ < fwd_order_.size())
+      start_gather(fwd_order_[cursor_].first, fwd_order_[cursor_].second);  // prefetch the next
+  }
+  for (int p : layer_params_[layer]) check_fresh(p);
+}
+
+// ---------------------------------------------------------------- gradients
+
+float* DataParallel::grad(int p) {
+  MXDP_CHECK(in_backward_, "grad(", p, ") asked outside backward");
+  MXDP_CHECK(p >= 0 && p < int(params_.size()), "grad(", p, "): no such param");
+  const ParamPlace& pl = layout_.place[p];
+  return buf_[pl.buffer].grad.data() + pl.offset;
+}
+
+void DataParallel::begin_backward() {
+  for (size_t f = 0; f < buf_.size(); ++f)
+    for (size_t b = 0; b < buf_[f].st.size(); ++b) {
+      BucketState& st = buf_[f].st[b];
+      // Grad-buffer reuse: the region may hold the gathered payload; only once
+      // the weights are unpacked from it may backward overwrite it.
+      MXDP_CHECK(st.weights_v == version_, "backward would overwrite bucket ", b,
+                 " whose weights (version ", st.weights_v, ") were never unpacked for version ", version_);
+      MXDP_CHECK(!st.reduce, "bucket ", b, " still has a reduce-scatter in flight");
+      const Bucket& bk = layout_.buffers[f].buckets[b];
+      std::fill_n(buf_[f].grad.data() + bk.offset, bk.numel, 0.0f);
+      if (reused(int(f))) {
+        st.region = Region::Grads;
+        st.staged_v = -1;  // rank r's staged slice is gone with the zeroing
+        st.gathered_v = -1;
+      }
+    }
+}
+
+void DataParallel::after_layer_backward(int layer) {
+  MXDP_CHECK(in_backward_, "after_layer_backward(", layer, ") outside backward");
+  const bool last = micro_ == opt_.micro_batches - 1;
+  for (int p : layer_params_[layer]) {
+    const ParamPlace& pl = layout_.place[p];
+    BucketState& st = buf_[pl.buffer].st[pl.bucket];
+    MXDP_CHECK(st.grads_pending > 0, "gradient of '", params_[p].name, "' completed twice");
+    if (--st.grads_pending == 0 && last && opt_.overlap_grad_reduce) start_reduce(pl.buffer, pl.bucket);
+  }
+  // MPI makes progress on outstanding collectives only inside MPI calls.
+  for (auto& bs : buf_)
+    for (auto& st : bs.st)
+      if (st.reduce) st.reduce->test();
+}
+
+void DataParallel::start_reduce(int f, int b) {
+  const Bucket& bk = layout_.buffers[f].buckets[b];
+  BufferState& bs = buf_[f];
+  BucketState& st = bs.st[b];
+  MXDP_CHECK(!st.reduce, "bucket ", b, " reduce-scatter started twice");
+  float* g = bs.grad.data() + bk.offset;
+  float* out = bs.main_grad.data() + shard_local_off(f, b, rank_);
+  if (opt_.grad_reduce_dtype == GradReduceDType::Fp32) {
+    st.reduce = comm_.reduce_scatter_async(g, out, bk.shard_numel, DType::F32, RedOp::Avg);
+  } else {
+    uint16_t* g16 = bs.grad_bf16.data() + bk.offset;
+    for (int64_t i = 0; i < bk.numel; ++i) g16[i] = fmt::bf16_from_f32(g[i]);
+    st.reduce = comm_.reduce_scatter_async(g16, bs.shard_bf16.data() + bs.shard_off[b],
+                                           bk.shard_numel, DType::BF16, RedOp::Avg);
+  }
+}
+
+void DataParallel::finish_reduce(int f, int b) {
+  const Bucket& bk = layout_.buffers[f].buckets[b];
+  BufferState& bs = buf_[f];
+  BucketState& st = bs.st[b];
+  MXDP_CHECK(st.reduce, "bucket ", b, " has no reduce-scatter to finish");
+  st.reduce->wait();
+  st.reduce.reset();
+  float* out = bs.main_grad.data() + shard_local_off(f, b, rank_);
+  if (opt_.grad_reduce_dtype == GradReduceDType::Bf16) {
+    const uint16_t* in = bs.shard_bf16.data() + bs.shard_off[b];
+    for (int64_t i = 0; i < bk.shard_numel; ++i) out[i] = fmt::bf16_to_f32(in[i]);
+  }
+  // Reference mode: every rank needs the whole reduced gradient.
+  if (!opt_.distributed_optimizer && dp_ > 1)
+    comm_.all_gather(out, bs.main_grad.data() + bs.local_off[b], bk.shard_numel * sizeof(float));
+  if (reused(f)) st.region = Region::Idle;  // grads consumed: the region may take a payload
+}
+
+// ---------------------------------------------------------------- steps
+
+double DataParallel::forward_backward(const Batch& batch) {
+  MXDP_CHECK(micro_ < opt_.micro_batches, "forward_backward: ", micro_,
+             " micro-batches already accumulated; call optimizer_step() first");
+  cursor_ = 0;
+  const double loss = model_.forward(batch, *this);
+  if (micro_ == 0) begin_backward();
+  for (size_t f = 0; f < buf_.size(); ++f)
+    for (size_t b = 0; b < buf_[f].st.size(); ++b)
+      buf_[f].st[b].grads_pending = int(layout_.buffers[f].buckets[b].params.size());
+  in_backward_ = true;
+  try {
+    model_.backward(*this);
+  } catch (...) {
+    in_backward_ = false;
+    throw;
+  }
+  in_backward_ = false;
+  for (size_t f = 0; f < buf_.size(); ++f)
+    for (size_t b = 0; b < buf_[f].st.size(); ++b)
+      MXDP_CHECK(buf_[f].st[b].grads_pending == 0, "backward ended but bucket ", b, " has ",
+                 buf_[f].st[b].grads_pending, " params whose after_layer_backward never came");
+  if (micro_ == opt_.micro_batches - 1 && !opt_.overlap_grad_reduce)
+    for (size_t f = 0; f < buf_.size(); ++f)
+      for (size_t b = 0; b < buf_[f].st.size(); ++b) start_reduce(int(f), int(b));
+  micro_loss_sum_ += loss;
+  ++micro_;
+  return loss;
+}
+
+StepResult DataParallel::optimizer_step() {
+  MXDP_CHECK(micro_ == opt_.micro_batches, "optimizer_step after ", micro_, " of ",
+             opt_.micro_batches, " micro-batches");
+  StepResult r;
+  // Mean loss over micro-batches and ranks, added in rank order.
+  {
+    std::vector<double> losses(dp_);
+    losses[rank_] = micro_loss_sum_;
+    comm_.all_gather(&losses[rank_], losses.data(), sizeof(double));
+    double sum = 0;
+    for (double l : losses) sum += l;
+    r.loss = sum / (double(dp_) * opt_.micro_batches);
+  }
+  for (size_t f = 0; f < buf_.size(); ++f)
+    for (size_t b = 0; b < buf_[f].st.size(); ++b) finish_reduce(int(f), int(b));
+  micro_ = 0;
+  micro_loss_sum_ = 0;
+
+  // Averaged over ranks by the reduce-scatter; over micro-batches here.
+  if (opt_.micro_batches > 1) {
+    const float inv = float(1.0 / opt_.micro_batches);
+    for (auto& bs : buf_)
+      for (float& g : bs.main_grad) g *= inv;
+  }
+
+  // Global grad norm from per-(bucket, shard) partial sums, added in a fixed
+  // order (bucket, then shard) on every rank and in both modes.
+  int nb = 0;
+  for (auto& gb : layout_.buffers) nb += int(gb.buckets.size());
+  std::vector<double> partial(size_t(dp_) * nb, 0.0);
+  {
+    int gi = 0;
+    for (size_t f = 0; f < buf_.size(); ++f)
+      for (size_t b = 0; b < buf_[f].st.size(); ++b, ++gi)
+        for (int s = 0; s < dp_; ++s)
+          if (owns(s))
+            partial[size_t(s) * nb + gi] =
+                sum_squares(buf_[f].main_grad.data() + shard_local_off(int(f), int(b), s),
+                            layout_.buffers[f].buckets[b].shard_numel);
+    if (opt_.distributed_optimizer && dp_ > 1)
+      comm_.all_gather(&partial[size_t(rank_) * nb], partial.data(), nb * sizeof(double));
+  }
+  double total = 0;
+  for (int gi = 0; gi < nb; ++gi)
+    for (int s = 0; s < dp_; ++s) total += partial[size_t(s) * nb + gi];
+  r.grad_norm = std::sqrt(total);
+  r.lr = lr_at(iteration_, opt_.lr, opt_.min_lr, opt_.warmup_steps, opt_.lr_decay_steps);
+  ++iteration_;
+  if (!std::isfinite(r.grad_norm)) {
+    // Non-finite gradients: skip the update, weights untouched, version unchanged.
+    ++skipped_steps_;
+    r.skipped = true;
+    r.version = version_;
+    return r;
+  }
+  if (opt_.clip_grad > 0) {
+    const double coeff = opt_.clip_grad / (r.grad_norm + 1e-6);
+    if (coeff < 1.0) {
+      const float c = float(coeff);
+      for (auto& bs : buf_)
+        for (float& g : bs.main_grad) g *= c;
+    }
+  }
+  for (size_t f = 0; f < buf_.size(); ++f) {
+    BufferState& bs = buf_[f];
+    for (size_t b = 0; b < bs.st.size(); ++b) {
+      const Bucket& bk = layout_.buffers[f].buckets[b];
+      for (int s = 0; s < dp_; ++s) {
+        if (!owns(s)) continue;
+        const int64_t off = shard_local_off(int(f), int(b), s);
+        for (const Piece& pc : bk.shards[s]) {
+          const int64_t at = off + pc.shard_pos;
+          AdamWParams a{float(r.lr), float(opt_.adam_beta1), float(opt_.adam_beta2), float(opt_.adam_eps),
+                        params_[pc.param].decay ? float(opt_.weight_decay) : 0.0f, version_ + 1};
+          adamw_update(bs.master.data() + at, bs.m.data() + at, bs.v.data() + at,
+                       bs.main_grad.data() + at, pc.len, a);
+        }
+      }
+    }
+  }
+  ++version_;
+  r.version = version_;
+
+  // Stage every bucket now; gather now, or (overlap) dispatch only the first
+  // bucket the next forward needs and defer the rest to the forward itself.
+  for (auto [f, b] : fwd_order_) stage(f, b);
+  if (!opt_.overlap_param_gather) {
+    for (auto [f, b] : fwd_order_) start_gather(f, b);
+    for (auto [f, b] : fwd_order_) {
+      finish_gather(f, b);
+      MXDP_CHECK(buf_[f].st[b].gathered_v == version_, "stale gather: bucket ", b, " of the ",
+                 to_string(layout_.buffers[f].format), " buffer gathered version ",
+                 buf_[f].st[b].gathered_v, " right after the step that made version ", version_);
+    }
+  } else if (!fwd_order_.empty()) {
+    start_gather(fwd_order_[0].first, fwd_order_[0].second);
+  }
+  return r;
+}
+
+StepResult DataParallel::train_step(const std::vector<Batch>& micro_batches) {
+  MXDP_CHECK(int(micro_batches.size()) == opt_.micro_batches, "train_step got ",
+             micro_batches.size(), " micro-batches, options say micro_batches = ", opt_.micro_batches);
+  for (const Batch& b : micro_batches) forward_backward(b);
+  return optimizer_step();
+}
+
+void DataParallel::sync_weights() {
+  for (auto [f, b] : fwd_order_) weights_for_forward(f, b);
+}
+
+double DataParallel::eval(const std::vector<Batch>& batches) {
+  MXDP_CHECK(!batches.empty(), "eval needs at least one batch");
+  double sum = 0;
+  in_eval_ = true;
+  try {
+    for (const Batch& b : batches) {
+      cursor_ = 0;
+      sum += model_.forward(b, *this);
+    }
+  } catch (...) {
+    in_eval_ = false;
+    throw;
+  }
+  in_eval_ = false;
+  std::vector<double> losses(dp_);
+  losses[rank_] = sum / double(batches.size());
+  comm_.all_gather(&losses[rank_], losses.data(), sizeof(double));
+  double total = 0;
+  for (double l : losses) total += l;
+  return total / dp_;
+}
+
+// ---------------------------------------------------------------- checkpoints
+
+void DataParallel::drop_inflight() {
+  for (auto& bs : buf_)
+    for (auto& st : bs.st) {
+      if (st.gather && !st.gather_done) st.gather->wait();
+      st.gather.reset();
+      if (st.reduce) st.reduce->wait();
+      st.reduce.reset();
+    }
+}
+
+std::vector<float> DataParallel::full_bucket(const std::vector<float>& local, int f, int b) {
+  const Bucket& bk = layout_.buffers[f].buckets[b];
+  std::vector<float> full(bk.numel);
+  const float* mine = local.data() + buf_[f].local_off[b];
+  if (!opt_.distributed_optimizer) {
+    std::copy_n(mine, bk.numel, full.data());
+  } else {
+    std::copy_n(mine, bk.shard_numel, full.data() + rank_ * bk.shard_numel);
+    comm_.all_gather(full.data() + rank_ * bk.shard_numel, full.data(), bk.shard_numel * sizeof(float));
+  }
+  return full;
+}
+
+std::vector<float> DataParallel::full_master(int p) {
+  MXDP_CHECK(p >= 0 && p < int(params_.size()), "full_master(", p, "): no such param");
+  const ParamPlace& pl = layout_.place[p];
+  auto full = full_bucket(buf_[pl.buffer].master, pl.buffer, pl.bucket);
+  const int64_t at = pl.offset - layout_.buffers[pl.buffer].buckets[pl.bucket].offset;
+  return {full.begin() + at, full.begin() + at + params_[p].numel()};
+}
+
+void DataParallel::save_checkpoint(const std::string& path, const nlohmann::json& extra) {
+  MXDP_CHECK(micro_ == 0, "save_checkpoint in the middle of a step (", micro_,
+             " micro-batches accumulated): save after optimizer_step()");
+  CheckpointData c;
+  c.version = version_;
+  c.iteration = iteration_;
+  c.extra = extra;
+  c.params.resize(params_.size());
+  for (size_t p = 0; p < params_.size(); ++p) {
+    c.params[p].name = params_[p].name;
+    c.params[p].shape = params_[p].shape;
+  }
+  for (size_t f = 0; f < buf_.size(); ++f)
+    for (size_t b = 0; b < buf_[f].st.size(); ++b) {
+      const Bucket& bk = layout_.buffers[f].buckets[b];
+      auto master = full_bucket(buf_[f].master, int(f), int(b));
+      auto m = full_bucket(buf_[f].m, int(f), int(b));
+      auto v = full_bucket(buf_[f].v, int(f), int(b));
+      for (int p : bk.params) {
+        const int64_t at = layout_.place[p].offset - bk.offset, n = params_[p].numel();
+        c.params[p].master.assign(master.begin() + at, master.begin() + at + n);
+        c.params[p].m.assign(m.begin() + at, m.begin() + at + n);
+        c.params[p].v.assign(v.begin() + at, v.begin() + at + n);
+      }
+    }
+  // Rank 0 writes; every rank learns whether it worked, so none hangs or goes on alone.
+  std::string err;
+  if (rank_ == 0) {
+    try {
+      write_file_atomic(path, serialize_checkpoint(c));
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+  }
+  uint64_t len = err.size();
+  comm_.broadcast(&len, sizeof len, 0);
+  err.resize(len);
+  if (len) comm_.broadcast(err.data(), len, 0);
+  if (len) MXDP_FAIL("saving checkpoint '", path, "' failed on rank 0: ", err);
+}
+
+nlohmann::json DataParallel::load_checkpoint(const std::string& path) {
+  drop_inflight();
+  // Rank 0 reads and validates; the bytes (or the error) go to every rank.
+  std::vector<uint8_t> bytes;
+  std::string err;
+  if (rank_ == 0) {
+    try {
+      bytes = read_file(path);
+      deserialize_checkpoint(bytes, path);
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+  }
+  uint64_t hdr[2] = {err.size(), bytes.size()};
+  comm_.broadcast(hdr, sizeof hdr, 0);
+  if (hdr[0]) {
+    err.resize(hdr[0]);
+    comm_.broadcast(err.data(), hdr[0], 0);
+    MXDP_FAIL("loading checkpoint failed on rank 0: ", err);
+  }
+  bytes.resize(hdr[1]);
+  for (uint64_t off = 0; off < hdr[1]; off += (1u << 30))
+    comm_.broadcast(bytes.data() + off, std::min<uint64_t>(1u << 30, hdr[1] - off), 0);
+  CheckpointData c = deserialize_checkpoint(bytes, path);
+
+  MXDP_CHECK(c.params.size() == params_.size(), path, ": checkpoint holds ", c.params.size(),
+             " params, the model has ", params_.size());
+  for (size_t p = 0; p < params_.size(); ++p)
+    MXDP_CHECK(c.params[p].name == params_[p].name && c.params[p].shape == params_[p].shape, path,
+               ": param ", p, " is '", c.params[p].name, "' in the checkpoint but '", params_[p].name,
+               "' in the model (or their shapes differ)");
+  for (size_t f = 0; f < buf_.size(); ++f) {
+    BufferState& bs = buf_[f];
+    std::fill(bs.master.begin(), bs.master.end(), 0.0f);
+    std::fill(bs.m.begin(), bs.m.end(), 0.0f);
+    std::fill(bs.v.begin(), bs.v.end(), 0.0f);
+    for (size_t b = 0; b < bs.st.size(); ++b) {
+      const Bucket& bk = layout_.buffers[f].buckets[b];
+      for (int s = 0; s < dp_; ++s) {
+        if (!owns(s)) continue;
+        const int64_t off = shard_local_off(int(f), int(b), s);
+        for (const Piece& pc : bk.shards[s]) {
+          const ParamState& ps = c.params[pc.param];
+          std::copy_n(ps.master.data() + pc.param_begin, pc.len, bs.master.data() + off + pc.shard_pos);
+          std::copy_n(ps.m.data() + pc.param_begin, pc.len, bs.m.data() + off + pc.shard_pos);
+          std::copy_n(ps.v.data() + pc.param_begin, pc.len, bs.v.data() + off + pc.shard_pos);
+        }
+      }
+      bs.st[b] = BucketState{};  // nothing derived from the old masters survives
+    }
+  }
+  version_ = c.version;
+  iteration_ = c.iteration;
+  micro_ = 0;
+  micro_loss_sum_ = 0;
+  return c.extra;
+}
+
+}  // namespace mxdp

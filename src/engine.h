@@ -1,0 +1,156 @@
+// DataParallel: the data-parallel core of mxdp (DESIGN.md, "The life of one
+// step" and "Freshness").
+//
+// Each rank owns shard r of every bucket: fp32 master weights, AdamW moments and
+// the reduced gradients of that shard. After an optimizer step the shard is
+// quantized ("staged") into rank r's slice of the bucket's gather payload, and
+// one all-gather per bucket gives every rank the whole bucket again, which is
+// dequantized ("unpacked") into the model's compute weights.
+//
+// Freshness is versions, not flags. v = number of optimizer updates applied.
+// Every bucket records the version at each link of the chain:
+//     master (always v) -> staged -> gathered -> weights
+// weights_for_forward(bucket) drives the chain until weights == v: stage if
+// staged < v, gather if gathered < v, unpack if weights < gathered, and then
+// checks weights == v, failing loudly otherwise. Train forwards, evals, the first
+// step after a load: all go through this one chain; overlap only changes when
+// each link runs (eagerly after the step, or deferred to the layer that needs it).
+//
+// Reference mode (distributed_optimizer off) is the same engine with the gather
+// removed: every rank keeps full masters and moments, gradients are summed by
+// reduce-scatter + all-gather, and every rank stages all shards itself. The
+// parity contract: the two modes give bitwise equal losses and weights.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "comm.h"
+#include "layout.h"
+#include "model.h"
+#include "options.h"
+
+namespace mxdp {
+
+struct StepResult {
+  double loss = 0;        // mean train loss over micro-batches and ranks
+  double grad_norm = 0;   // global grad norm before clipping
+  double lr = 0;          // learning rate used
+  bool skipped = false;   // non-finite gradients: no update was applied
+  int64_t version = 0;    // optimizer updates applied after this step
+};
+
+class DataParallel final : private ModelHooks {
+ public:
+  // The model's weights must already be initialised (identically on every rank):
+  // they become the fp32 masters.
+  DataParallel(Model& model, Communicator& comm, const DpOptions& opt);
+  ~DataParallel() override;
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  // One optimizer step over options().micro_batches micro-batches.
+  StepResult train_step(const std::vector<Batch>& micro_batches);
+  // The parts of train_step, for callers that interleave (e.g. an eval between
+  // micro-batches): forward + backward of one micro-batch, returns its loss on
+  // this rank; then, after micro_batches of them, the optimizer step.
+  double forward_backward(const Batch& batch);
+  StepResult optimizer_step();
+
+  // Collective: makes the model's compute weights those of the latest step
+  // (the same chain a forward drives), e.g. before sampling from the model.
+  void sync_weights();
+
+  // Mean loss over the batches and all ranks; forward only, same freshness chain.
+  double eval(const std::vector<Batch>& batches);
+
+  // Collective. Rank 0 writes `path` atomically; `extra` is stored verbatim.
+  void save_checkpoint(const std::string& path, const nlohmann::json& extra);
+  // Collective. Rank 0 reads and validates, every rank takes its shards; returns
+  // `extra`. The low-precision weights are derived again from the loaded fp32
+  // masters by the freshness chain at the next forward.
+  nlohmann::json load_checkpoint(const std::string& path);
+
+  // Collective: full fp32 master weights of param i.
+  std::vector<float> full_master(int param);
+
+  int64_t version() const { return version_; }
+  int64_t iteration() const { return iteration_; }
+  int64_t skipped_steps() const { return skipped_steps_; }
+  const Layout& layout() const { return layout_; }
+  const DpOptions& options() const { return opt_; }
+  Communicator& comm() { return comm_; }
+  // Test only: how many times a fault switch changed what the engine did.
+  int64_t faults_fired() const { return faults_fired_; }
+
+ private:
+  enum class Region : uint8_t { Idle, Grads, Payload };
+  struct BucketState {
+    int64_t staged_v = -1, gathered_v = -1, weights_v = -1;
+    std::unique_ptr<Work> gather;   // dispatched all-gather, carries gather_v
+    int64_t gather_v = -1;
+    bool gather_done = false;       // waited for, record kept (only under a fault)
+    std::unique_ptr<Work> reduce;   // reduce-scatter in flight
+    Region region = Region::Idle;   // what the bucket's grad region holds (reuse)
+    int grads_pending = 0;          // params whose grads are not yet complete
+  };
+  struct BufferState {
+    std::vector<float> grad;          // numel: where backward accumulates
+    std::vector<uint16_t> grad_bf16;  // numel, only with grad_reduce_dtype bf16
+    std::vector<uint16_t> shard_bf16; // largest shard, bf16 reduce output
+    std::vector<uint8_t> payload;     // gathered payloads (unless reuse)
+    std::vector<int64_t> payload_off; // per bucket: byte offset in payload
+    std::vector<int64_t> local_off;   // per bucket: offset of its owned range in master/m/v/main_grad
+    std::vector<int64_t> shard_off;   // per bucket: offset of its shard in shard_bf16
+    std::vector<float> master, m, v, main_grad;
+    std::vector<BucketState> st;
+  };
+
+  // ModelHooks
+  void before_layer(int layer) override;
+  float* grad(int param) override;
+  void after_layer_backward(int layer) override;
+
+  // The freshness chain.
+  void weights_for_forward(int f, int b);
+  void start_gather(int f, int b);
+  void finish_gather(int f, int b);
+  void stage(int f, int b);
+  void unpack(int f, int b);
+  void check_fresh(int param) const;
+
+  // Gradients.
+  void begin_backward();
+  void start_reduce(int f, int b);
+  void finish_reduce(int f, int b);
+
+  uint8_t* payload_ptr(int f, int b);  // start of the bucket's gathered payload
+  int64_t shard_local_off(int f, int b, int s) const;
+  bool owns(int s) const { return !opt_.distributed_optimizer || s == rank_; }
+  bool reused(int f) const;  // buffer f's payload lives in its grad buffer
+  std::vector<float> full_bucket(const std::vector<float>& local, int f, int b);  // collective
+  void drop_inflight();
+
+  Model& model_;
+  Communicator& comm_;
+  DpOptions opt_;
+  int rank_, dp_;
+  std::vector<ParamSpec> params_;
+  Layout layout_;
+  std::vector<BufferState> buf_;
+  std::vector<std::pair<int, int>> fwd_order_;  // buckets in forward order
+  std::vector<std::vector<int>> layer_params_;  // params whose first layer is L
+  std::vector<float> param_amax_;               // NVFP4 tensor amax of each param (last stage)
+
+  int64_t version_ = 0, iteration_ = 0, skipped_steps_ = 0, faults_fired_ = 0;
+  int micro_ = 0;               // micro-batches accumulated in this step
+  double micro_loss_sum_ = 0;   // this rank's sum of micro-batch losses
+  size_t cursor_ = 0;           // next bucket (forward order) the running forward will need
+  bool in_eval_ = false;
+  bool in_backward_ = false;
+};
+
+}  // namespace mxdp

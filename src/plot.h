@@ -1,0 +1,52 @@
+// Loss curves: read a metrics file, draw train and eval loss against step as
+// an SVG (no dependencies; opens in any browser, converts with rsvg-convert).
+//
+// Metrics file: JSON lines. Each non-blank line is an object with at least
+//   "kind": "train" | "eval"   (lines of any other kind are skipped)
+//   "step": integer >= 0
+//   "loss": number (null, which is how nlohmann::json writes NaN/Inf, is a
+//           non-finite loss: the point is counted in `nonfinite` and not drawn)
+// Other keys are ignored. A line that is not JSON, not an object, or lacks one
+// of these fields is an error naming the file and the line number.
+// When one (kind, step) appears on several lines, the LAST one wins: a run
+// resumed from a checkpoint appends steps that replace those logged after the
+// checkpoint was written. Points come back sorted by step.
+//
+// SVG: train loss as a line (<polyline class="train">), eval loss as a line
+// with a circle per point (<polyline class="eval"> + <g class="eval-markers">),
+// axes with ticks and labels, a title and a legend; y linear or log10.
+#pragma once
+
+#include <cstdint>
+#include <istream>
+#include <string>
+#include <vector>
+
+namespace mxdp {
+
+struct MetricPoint {
+  int64_t step = 0;
+  double loss = 0;
+};
+
+struct LossCurves {
+  std::vector<MetricPoint> train, eval;  // sorted by step, one point per step
+  size_t nonfinite = 0;                  // train/eval lines whose loss was null/NaN/Inf
+  size_t other_kinds = 0;                // lines of another kind, skipped
+};
+
+// `name` is used in error messages ("name:LINE: ...").
+LossCurves parse_metrics(std::istream& in, const std::string& name);
+LossCurves read_metrics(const std::string& path);
+
+struct PlotOptions {
+  std::string title = "Loss";
+  bool log_y = false;  // log10 loss axis; every plotted loss must then be > 0
+  int width = 900;
+  int height = 540;
+};
+
+// Fails when there is nothing to draw.
+std::string loss_svg(const LossCurves& curves, const PlotOptions& opts);
+
+}  // namespace mxdp

@@ -1,0 +1,149 @@
+// Layout invariants (DESIGN.md, "Buffers and layout") over many random model
+// shapes, bucket sizes and dp from 1 to 8.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <random>
+
+#include "check.h"
+#include "layout.h"
+
+using namespace mxdp;
+
+namespace {
+
+std::vector<ParamSpec> random_model(std::mt19937& rng) {
+  std::vector<ParamSpec> ps;
+  int n = 1 + rng() % 14, layer = 0;
+  for (int i = 0; i < n; ++i) {
+    ParamSpec p;
+    p.name = "p" + std::to_string(i);
+    layer += rng() % 2;
+    p.layer = layer;
+    switch (rng() % 4) {
+      case 0: p.shape = {int64_t(1 + rng() % 300)}; p.decay = false; break;           // 1-D
+      case 1: p.shape = {int64_t(1 + rng() % 40), int64_t(32 * (1 + rng() % 6))}; break;  // eligible
+      case 2: p.shape = {int64_t(1 + rng() % 40), int64_t(1 + rng() % 100)}; break;   // any row length
+      default: p.shape = {int64_t(1 + rng() % 3), int64_t(1 + rng() % 5), 32}; break;  // 3-D: bf16
+    }
+    ps.push_back(p);
+  }
+  return ps;
+}
+
+void check_layout(const std::vector<ParamSpec>& ps, const Layout& L, WeightFormat lowp,
+                  int64_t bucket_size, int dp, bool backward_order) {
+  ASSERT_EQ(L.place.size(), ps.size());
+  std::vector<int> seen(ps.size(), 0);
+  for (int f = 0; f < int(L.buffers.size()); ++f) {
+    const GatherBuffer& gb = L.buffers[f];
+    int64_t expect_off = 0;
+    for (int b = 0; b < int(gb.buckets.size()); ++b) {
+      const Bucket& bk = gb.buckets[b];
+      EXPECT_EQ(bk.offset, expect_off) << "buckets are contiguous";
+      EXPECT_EQ(bk.numel, bk.shard_numel * dp);
+      EXPECT_EQ(bk.shard_numel % 256, 0) << "shards are whole 256-element multiples";
+      EXPECT_GT(bk.shard_numel, 0);
+      expect_off += bk.numel;
+      int64_t content_end = bk.offset, min_layer = 1 << 30;
+      int64_t prev_end = bk.offset;
+      for (int p : bk.params) {
+        ++seen[p];
+        const ParamPlace& pl = L.place[p];
+        EXPECT_EQ(pl.buffer, f);
+        EXPECT_EQ(pl.bucket, b);
+        EXPECT_EQ(pl.offset % 64, 0) << "params start at multiples of 64";
+        EXPECT_GE(pl.offset, prev_end) << "params do not overlap";
+        prev_end = pl.offset + ps[p].numel();
+        EXPECT_LE(prev_end, bk.offset + bk.numel);
+        content_end = std::max(content_end, prev_end);
+        min_layer = std::min<int64_t>(min_layer, ps[p].layer);
+        const WeightFormat want = ps[p].lowp_eligible() ? lowp : WeightFormat::Bf16;
+        EXPECT_EQ(gb.format, want) << ps[p].name;
+      }
+      EXPECT_EQ(bk.first_layer, min_layer);
+      if (b + 1 < int(gb.buckets.size()))
+        EXPECT_GE(content_end - bk.offset, bucket_size) << "only the last bucket may be short";
+      // Pieces cover every param exactly once and sit where the param does.
+      std::map<int, int64_t> covered;
+      ASSERT_EQ(int(bk.shards.size()), dp);
+      for (int s = 0; s < dp; ++s) {
+        int64_t last = -1;
+        for (const Piece& pc : bk.shards[s]) {
+          EXPECT_GT(pc.shard_pos, last);
+          last = pc.shard_pos;
+          EXPECT_LE(pc.shard_pos + pc.len, bk.shard_numel);
+          EXPECT_EQ(bk.offset + s * bk.shard_numel + pc.shard_pos, L.place[pc.param].offset + pc.param_begin);
+          EXPECT_EQ(pc.shard_pos % 16, 0) << "pieces start on NVFP4 block boundaries";
+          covered[pc.param] += pc.len;
+        }
+      }
+      for (int p : bk.params) EXPECT_EQ(covered[p], ps[p].numel()) << ps[p].name;
+      // Payload: 256-byte aligned slices; MXFP8 payload fits in the fp32 grad region.
+      const PayloadShape sh = payload_shape(gb.format, bk.shard_numel);
+      EXPECT_EQ(sh.shard_bytes % 256, 0);
+      EXPECT_GE(sh.shard_bytes, sh.code_bytes + sh.scale_bytes);
+      EXPECT_EQ(sh.code_bytes % 128, 0) << "scales start 128-byte aligned";
+      EXPECT_LE(dp * sh.shard_bytes, bk.numel * int64_t(sizeof(float)));
+    }
+    EXPECT_EQ(gb.numel, expect_off);
+    if (backward_order) {
+      // within a buffer, later params (in forward order) come first
+      std::vector<std::pair<int64_t, int>> offs;
+      for (auto& bk : gb.buckets)
+        for (int p : bk.params) offs.push_back({L.place[p].offset, p});
+      for (size_t i = 1; i < offs.size(); ++i) EXPECT_LT(offs[i].second, offs[i - 1].second);
+    }
+  }
+  for (size_t p = 0; p < ps.size(); ++p) EXPECT_EQ(seen[p], 1) << "param in exactly one bucket";
+  auto fo = L.forward_order();
+  for (size_t i = 1; i < fo.size(); ++i)
+    EXPECT_LE(L.buffers[fo[i - 1].first].buckets[fo[i - 1].second].first_layer,
+              L.buffers[fo[i].first].buckets[fo[i].second].first_layer);
+}
+
+}  // namespace
+
+TEST(Layout, InvariantsOverRandomModels) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 400; ++trial) {
+    auto ps = random_model(rng);
+    const int dp = 1 + trial % 8;
+    const int64_t bucket = std::vector<int64_t>{1, 100, 1000, 5000, 1 << 20}[rng() % 5];
+    const WeightFormat lowp = WeightFormat(rng() % 3);
+    bool shuffled = rng() % 4 == 0;
+    std::vector<int> order;
+    if (shuffled) {
+      order.resize(ps.size());
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), rng);
+    }
+    Layout L = Layout::build(ps, lowp, bucket, dp, order);
+    SCOPED_TRACE("trial " + std::to_string(trial) + " dp " + std::to_string(dp));
+    check_layout(ps, L, lowp, bucket, dp, !shuffled);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+TEST(Layout, RejectsBadInput) {
+  std::vector<ParamSpec> ps = {{"a", {4, 32}, 0, true}};
+  EXPECT_THROW(Layout::build(ps, WeightFormat::Mxfp8, 0, 1), Error);
+  EXPECT_THROW(Layout::build(ps, WeightFormat::Mxfp8, 10, 0), Error);
+  EXPECT_THROW(Layout::build(ps, WeightFormat::Mxfp8, 10, 1, {1}), Error);
+  std::vector<ParamSpec> empty_param = {{"z", {0, 32}, 0, true}};
+  EXPECT_THROW(Layout::build(empty_param, WeightFormat::Mxfp8, 10, 1), Error);
+}
+
+TEST(Layout, PayloadSizes) {
+  // independent arithmetic: bf16 2 B/elem; mxfp8 1 + 1/32; nvfp4 1/2 + 1/16
+  EXPECT_EQ(payload_shape(WeightFormat::Bf16, 256).shard_bytes, 512);
+  EXPECT_EQ(payload_shape(WeightFormat::Mxfp8, 256).code_bytes, 256);
+  EXPECT_EQ(payload_shape(WeightFormat::Mxfp8, 256).scale_bytes, 8);
+  EXPECT_EQ(payload_shape(WeightFormat::Mxfp8, 256).shard_bytes, 512);
+  EXPECT_EQ(payload_shape(WeightFormat::Mxfp8, 8192).shard_bytes, 8192 + 256);
+  EXPECT_EQ(payload_shape(WeightFormat::Nvfp4, 8192).code_bytes, 4096);
+  EXPECT_EQ(payload_shape(WeightFormat::Nvfp4, 8192).scale_bytes, 512);
+  EXPECT_EQ(payload_shape(WeightFormat::Nvfp4, 8192).shard_bytes, 4608);
+}
