@@ -290,15 +290,13 @@ class NcclComm final : public Communicator {
     }
     failed_ = true;
     if (opts_.abort_on_timeout) {
-      std::fprintf(stderr, "mxdp: fatal: %s\n", msg.c_str());
-      std::fflush(stderr);
       // ncclCommAbort makes NCCL's kernels return; give it a few seconds, then
       // end the job whatever it does (a hung abort must not hang the job).
       std::atomic<bool>* done = new std::atomic<bool>(false);  // outlives a stuck thread
       std::thread([this, done] { abort_nccl(); *done = true; }).detach();
       const auto give_up = clock::now() + std::chrono::seconds(5);
       while (!done->load() && clock::now() < give_up) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      abort_job(msg);
+      abort_job(msg);  // prints msg
     }
     abort_nccl();
     MXDP_FAIL(msg);
