@@ -40,14 +40,6 @@ struct Reader {
 };
 }  // namespace
 
-uint64_t fnv1a64(const uint8_t* d, size_t n, uint64_t h) {
-  for (size_t i = 0; i < n; ++i) {
-    h ^= d[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
 std::vector<uint8_t> serialize_checkpoint(const CheckpointData& c) {
   nlohmann::json meta;
   meta["version"] = c.version;

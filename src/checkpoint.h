@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "hash.h"
+
 namespace mxdp {
 
 inline constexpr uint32_t kCheckpointVersion = 1;
@@ -47,6 +49,5 @@ CheckpointData deserialize_checkpoint(const std::vector<uint8_t>& bytes, const s
 void write_file_atomic(const std::string& path, const std::vector<uint8_t>& bytes);
 std::vector<uint8_t> read_file(const std::string& path);
 
-uint64_t fnv1a64(const uint8_t* data, size_t n, uint64_t h = 0xcbf29ce484222325ull);
 
 }  // namespace mxdp

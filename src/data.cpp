@@ -52,16 +52,6 @@ std::string ByteTokenizer::decode(std::span<const int32_t> tokens) { return deco
 
 // ---- shard files ------------------------------------------------------------
 
-uint64_t fnv1a64(const void* data, size_t bytes) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < bytes; ++i) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
 namespace {
 
 void put_u32(unsigned char* p, uint32_t v) {

@@ -50,6 +50,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "hash.h"
 #include "model.h"
 
 namespace mxdp {
@@ -70,8 +71,7 @@ inline constexpr char kShardMagic[8] = {'M', 'X', 'D', 'P', 'T', 'O', 'K', '1'};
 inline constexpr uint32_t kShardVersion = 1;
 inline constexpr size_t kShardHeaderBytes = 64;
 
-// FNV-1a 64-bit (offset basis 0xcbf29ce484222325, prime 0x100000001b3).
-uint64_t fnv1a64(const void* data, size_t bytes);
+
 
 // Writes a shard atomically: to `path` + ".tmp", then rename over `path`.
 void write_shard(const std::string& path, std::span<const uint16_t> tokens,

@@ -135,7 +135,7 @@ void DataParallel::stage(int f, int b) {
     switch (gb.format) {
       case WeightFormat::Bf16: {
         uint16_t* out = reinterpret_cast<uint16_t*>(slot);
-        for (int64_t i = 0; i < bk.shard_numel; ++i) out[i] = fmt::bf16_from_f32(x[i]);
+        for (int64_t i = 0; i < bk.shard_numel; ++i) out[i] = codec::bf16_from_f32(x[i]);
         break;
       }
       case WeightFormat::Mxfp8:
@@ -219,7 +219,7 @@ void DataParallel::unpack(int f, int b) {
       switch (gb.format) {
         case WeightFormat::Bf16: {
           const uint16_t* in = reinterpret_cast<const uint16_t*>(slot) + at;
-          for (int64_t i = 0; i < pc.len; ++i) w[i] = fmt::bf16_to_f32(in[i]);
+          for (int64_t i = 0; i < pc.len; ++i) w[i] = codec::bf16_to_f32(in[i]);
           break;
         }
         case WeightFormat::Mxfp8:
@@ -330,7 +330,7 @@ void DataParallel::start_reduce(int f, int b) {
     st.reduce = comm_.reduce_scatter_async(g, out, bk.shard_numel, DType::F32, RedOp::Avg);
   } else {
     uint16_t* g16 = bs.grad_bf16.data() + bk.offset;
-    for (int64_t i = 0; i < bk.numel; ++i) g16[i] = fmt::bf16_from_f32(g[i]);
+    for (int64_t i = 0; i < bk.numel; ++i) g16[i] = codec::bf16_from_f32(g[i]);
     st.reduce = comm_.reduce_scatter_async(g16, bs.shard_bf16.data() + bs.shard_off[b],
                                            bk.shard_numel, DType::BF16, RedOp::Avg);
   }
@@ -346,7 +346,7 @@ void DataParallel::finish_reduce(int f, int b) {
   float* out = bs.main_grad.data() + shard_local_off(f, b, rank_);
   if (opt_.grad_reduce_dtype == GradReduceDType::Bf16) {
     const uint16_t* in = bs.shard_bf16.data() + bs.shard_off[b];
-    for (int64_t i = 0; i < bk.shard_numel; ++i) out[i] = fmt::bf16_to_f32(in[i]);
+    for (int64_t i = 0; i < bk.shard_numel; ++i) out[i] = codec::bf16_to_f32(in[i]);
   }
   // Reference mode: every rank needs the whole reduced gradient.
   if (!opt_.distributed_optimizer && dp_ > 1)

@@ -29,7 +29,7 @@
 #define MXDP_HD inline
 #endif
 
-namespace mxdp::fmt {
+namespace mxdp::codec {
 
 static_assert(sizeof(float) == 4 && sizeof(uint32_t) == 4, "fp32 must be 32 bits");
 static_assert(FLT_MANT_DIG == 24 && FLT_MAX_EXP == 128, "fp32 must be IEEE binary32");
@@ -232,4 +232,4 @@ MXDP_HD float nvfp4_dequant(uint8_t nibble, uint8_t s_b, float s_dec) {
   return canonical_nan((e2m1_to_f32(nibble) * e4m3_to_f32(s_b)) * s_dec);
 }
 
-}  // namespace mxdp::fmt
+}  // namespace mxdp::codec

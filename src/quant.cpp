@@ -25,9 +25,9 @@ void check_ptr(const char* fn, const void* p, const char* name, int64_t rows, in
 // Encode n elements of one block with multiplier m.
 inline void encode_fp8_block(const float* x, int64_t n, float m, Fp8Kind k, uint8_t* out) {
   if (k == Fp8Kind::E4M3)
-    for (int64_t i = 0; i < n; ++i) out[i] = fmt::e4m3_from_f32(x[i] * m);
+    for (int64_t i = 0; i < n; ++i) out[i] = codec::e4m3_from_f32(x[i] * m);
   else
-    for (int64_t i = 0; i < n; ++i) out[i] = fmt::e5m2_from_f32(x[i] * m);
+    for (int64_t i = 0; i < n; ++i) out[i] = codec::e5m2_from_f32(x[i] * m);
 }
 
 }  // namespace
@@ -40,7 +40,7 @@ float amax(const float* x, int64_t n) {
   {
     float local = 0.0f;
 #pragma omp for schedule(static) nowait
-    for (int64_t i = 0; i < n; ++i) local = fmt::amax_fold(local, x[i]);
+    for (int64_t i = 0; i < n; ++i) local = codec::amax_fold(local, x[i]);
     // max of non-NaN values is exact and order-free: any combine order is the same bits.
 #pragma omp critical(mxdp_amax)
     result = std::max(result, local);
@@ -49,9 +49,9 @@ float amax(const float* x, int64_t n) {
 }
 
 Nvfp4TensorScale nvfp4_tensor_scale(float tensor_amax) {
-  MXDP_CHECK(!fmt::f32_isnan(tensor_amax) && tensor_amax >= 0.0f,
+  MXDP_CHECK(!codec::f32_isnan(tensor_amax) && tensor_amax >= 0.0f,
              "nvfp4_tensor_scale: tensor amax must be >= 0 and not NaN, got ", tensor_amax);
-  return fmt::nvfp4_tensor_scale_of(tensor_amax);
+  return codec::nvfp4_tensor_scale_of(tensor_amax);
 }
 
 // ---- MXFP8 -----------------------------------------------------------------
@@ -71,10 +71,10 @@ void mxfp8_quantize_rowwise(const float* x, int64_t rows, int64_t cols, Mxfp8Con
     const int64_t n = std::min<int64_t>(kMxfp8Block, cols - c0);
     const float* xb = x + r * cols + c0;
     float am = 0.0f;
-    for (int64_t i = 0; i < n; ++i) am = fmt::amax_fold(am, xb[i]);
-    const uint8_t s = fmt::mxfp8_scale_byte(am, cfg.elem, cfg.rounding);
+    for (int64_t i = 0; i < n; ++i) am = codec::amax_fold(am, xb[i]);
+    const uint8_t s = codec::mxfp8_scale_byte(am, cfg.elem, cfg.rounding);
     scales[b] = s;
-    encode_fp8_block(xb, n, fmt::e8m0_multiplier(s), cfg.elem, codes + r * cols + c0);
+    encode_fp8_block(xb, n, codec::e8m0_multiplier(s), cfg.elem, codes + r * cols + c0);
   }
 }
 
@@ -94,7 +94,7 @@ void mxfp8_dequantize_rowwise(const uint8_t* codes, const uint8_t* scales, int64
     const uint8_t s = scales[b];
     const uint8_t* cb = codes + r * cols + c0;
     float* yb = y + r * cols + c0;
-    for (int64_t i = 0; i < n; ++i) yb[i] = fmt::mxfp8_dequant(cb[i], s, elem);
+    for (int64_t i = 0; i < n; ++i) yb[i] = codec::mxfp8_dequant(cb[i], s, elem);
   }
 }
 
@@ -118,20 +118,20 @@ void mxfp8_quantize_colwise(const float* x, int64_t rows, int64_t cols, Mxfp8Con
     for (int64_t c = 0; c < nc; ++c) am[c] = 0.0f;
     for (int64_t i = 0; i < nr; ++i) {
       const float* xr = x + (r0 + i) * cols + c0;
-      for (int64_t c = 0; c < nc; ++c) am[c] = fmt::amax_fold(am[c], xr[c]);
+      for (int64_t c = 0; c < nc; ++c) am[c] = codec::amax_fold(am[c], xr[c]);
     }
     for (int64_t c = 0; c < nc; ++c) {
-      const uint8_t s = fmt::mxfp8_scale_byte(am[c], cfg.elem, cfg.rounding);
+      const uint8_t s = codec::mxfp8_scale_byte(am[c], cfg.elem, cfg.rounding);
       scales[rb * cols + c0 + c] = s;
-      mul[c] = fmt::e8m0_multiplier(s);
+      mul[c] = codec::e8m0_multiplier(s);
     }
     for (int64_t i = 0; i < nr; ++i) {
       const float* xr = x + (r0 + i) * cols + c0;
       uint8_t* cr = codes + (r0 + i) * cols + c0;
       if (cfg.elem == Fp8Kind::E4M3)
-        for (int64_t c = 0; c < nc; ++c) cr[c] = fmt::e4m3_from_f32(xr[c] * mul[c]);
+        for (int64_t c = 0; c < nc; ++c) cr[c] = codec::e4m3_from_f32(xr[c] * mul[c]);
       else
-        for (int64_t c = 0; c < nc; ++c) cr[c] = fmt::e5m2_from_f32(xr[c] * mul[c]);
+        for (int64_t c = 0; c < nc; ++c) cr[c] = codec::e5m2_from_f32(xr[c] * mul[c]);
     }
   }
 }
@@ -147,7 +147,7 @@ void mxfp8_dequantize_colwise(const uint8_t* codes, const uint8_t* scales, int64
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* sr = scales + (r / kMxfp8Block) * cols;
     for (int64_t c = 0; c < cols; ++c)
-      y[r * cols + c] = fmt::mxfp8_dequant(codes[r * cols + c], sr[c], elem);
+      y[r * cols + c] = codec::mxfp8_dequant(codes[r * cols + c], sr[c], elem);
   }
 }
 
@@ -169,14 +169,14 @@ void nvfp4_quantize_rowwise(const float* x, int64_t rows, int64_t cols, float te
     const int64_t n = std::min<int64_t>(kNvfp4Block, cols - c0);
     const float* xb = x + r * cols + c0;
     float am = 0.0f;
-    for (int64_t i = 0; i < n; ++i) am = fmt::amax_fold(am, xb[i]);
-    const uint8_t sb = fmt::nvfp4_block_scale(am, ts.s_enc);
+    for (int64_t i = 0; i < n; ++i) am = codec::amax_fold(am, xb[i]);
+    const uint8_t sb = codec::nvfp4_block_scale(am, ts.s_enc);
     scales[b] = sb;
-    const float m = fmt::nvfp4_block_multiplier(sb, ts.s_dec);
+    const float m = codec::nvfp4_block_multiplier(sb, ts.s_dec);
     uint8_t* cb = codes + r * row_bytes + c0 / 2;  // blocks start at even columns
     for (int64_t i = 0; i < n; i += 2) {
-      const uint8_t lo = fmt::e2m1_from_f32(xb[i] * m);
-      const uint8_t hi = i + 1 < n ? fmt::e2m1_from_f32(xb[i + 1] * m) : 0;  // row padding nibble: 0
+      const uint8_t lo = codec::e2m1_from_f32(xb[i] * m);
+      const uint8_t hi = i + 1 < n ? codec::e2m1_from_f32(xb[i + 1] * m) : 0;  // row padding nibble: 0
       cb[i / 2] = uint8_t(lo | (hi << 4));
     }
   }
@@ -196,7 +196,7 @@ void nvfp4_dequantize_rowwise(const uint8_t* codes, const uint8_t* scales, float
     for (int64_t c = 0; c < cols; ++c) {
       const uint8_t byte = codes[r * row_bytes + c / 2];
       const uint8_t nib = (c & 1) ? uint8_t(byte >> 4) : uint8_t(byte & 0xF);
-      y[r * cols + c] = fmt::nvfp4_dequant(nib, scales[r * nb + c / kNvfp4Block], s_dec);
+      y[r * cols + c] = codec::nvfp4_dequant(nib, scales[r * nb + c / kNvfp4Block], s_dec);
     }
   }
 }

@@ -101,11 +101,11 @@ __global__ void codec_sweep(unsigned long long* bad) {
   const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
   for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (uint64_t(1) << 32); i += stride) {
     const float x = __uint_as_float(uint32_t(i));
-    local[0] += fmt::e4m3_from_f32(x) != __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
-    local[1] += fmt::e5m2_from_f32(x) != __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2);
+    local[0] += codec::e4m3_from_f32(x) != __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+    local[1] += codec::e5m2_from_f32(x) != __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2);
     const uint8_t e2m1 = __nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest);
-    local[2] += (fmt::e2m1_from_f32(x) != e2m1) + (fmt::e2m1_from_f32_generic(x) != e2m1);
-    const uint16_t ours = fmt::bf16_from_f32(x);
+    local[2] += (codec::e2m1_from_f32(x) != e2m1) + (codec::e2m1_from_f32_generic(x) != e2m1);
+    const uint16_t ours = codec::bf16_from_f32(x);
     const uint16_t hw = __bfloat16_as_ushort(__float2bfloat16_rn(x));
     const bool nan = (uint32_t(i) & 0x7FFFFFFFu) > 0x7F800000u;
     local[3] += nan ? !((ours & 0x7FFF) > 0x7F80 && (hw & 0x7FFF) > 0x7F80) : ours != hw;

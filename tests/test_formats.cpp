@@ -97,14 +97,14 @@ uint16_t ref_bf16(float x) {
 }
 
 uint8_t enc(const SmallFormat& f, float x) {
-  if (f.exp_bits == 4) return fmt::e4m3_from_f32(x);
-  if (f.exp_bits == 5) return fmt::e5m2_from_f32(x);
-  return fmt::e2m1_from_f32(x);
+  if (f.exp_bits == 4) return codec::e4m3_from_f32(x);
+  if (f.exp_bits == 5) return codec::e5m2_from_f32(x);
+  return codec::e2m1_from_f32(x);
 }
 float dec(const SmallFormat& f, uint8_t c) {
-  if (f.exp_bits == 4) return fmt::e4m3_to_f32(c);
-  if (f.exp_bits == 5) return fmt::e5m2_to_f32(c);
-  return fmt::e2m1_to_f32(c);
+  if (f.exp_bits == 4) return codec::e4m3_to_f32(c);
+  if (f.exp_bits == 5) return codec::e5m2_to_f32(c);
+  return codec::e2m1_to_f32(c);
 }
 
 // Edge patterns: every upper half-word with lower halves that sit exactly on,
@@ -151,17 +151,17 @@ TEST(Fp8, AllE5M2CodesRoundTrip) { check_all_codes(kE5M2); }
 TEST(Fp4, AllE2M1CodesRoundTrip) { check_all_codes(kE2M1); }
 
 TEST(Fp8, KnownValues) {
-  EXPECT_EQ(fmt::e4m3_to_f32(0x7E), 448.0f);
-  EXPECT_EQ(fmt::e4m3_to_f32(0x01), std::ldexp(1.0f, -9));
-  EXPECT_EQ(fmt::e4m3_to_f32(0x38), 1.0f);
-  EXPECT_EQ(fmt::e5m2_to_f32(0x7B), 57344.0f);
-  EXPECT_EQ(fmt::e5m2_to_f32(0x01), std::ldexp(1.0f, -16));
-  EXPECT_EQ(fmt::e5m2_to_f32(0x3C), 1.0f);
-  EXPECT_TRUE(std::isinf(fmt::e5m2_to_f32(0xFC)) && fmt::e5m2_to_f32(0xFC) < 0);
+  EXPECT_EQ(codec::e4m3_to_f32(0x7E), 448.0f);
+  EXPECT_EQ(codec::e4m3_to_f32(0x01), std::ldexp(1.0f, -9));
+  EXPECT_EQ(codec::e4m3_to_f32(0x38), 1.0f);
+  EXPECT_EQ(codec::e5m2_to_f32(0x7B), 57344.0f);
+  EXPECT_EQ(codec::e5m2_to_f32(0x01), std::ldexp(1.0f, -16));
+  EXPECT_EQ(codec::e5m2_to_f32(0x3C), 1.0f);
+  EXPECT_TRUE(std::isinf(codec::e5m2_to_f32(0xFC)) && codec::e5m2_to_f32(0xFC) < 0);
   const float e2m1[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
   for (int i = 0; i < 8; ++i) {
-    EXPECT_EQ(fmt::e2m1_to_f32(uint8_t(i)), e2m1[i]);
-    EXPECT_EQ(fmt::e2m1_to_f32(uint8_t(i | 8)), -e2m1[i]);
+    EXPECT_EQ(codec::e2m1_to_f32(uint8_t(i)), e2m1[i]);
+    EXPECT_EQ(codec::e2m1_to_f32(uint8_t(i | 8)), -e2m1[i]);
   }
 }
 
@@ -185,40 +185,40 @@ TEST(Fp4, TiesToEvenE2M1) { check_ties(kE2M1); }
 
 TEST(Fp8, SaturationNaNInfNegZero) {
   for (float x : {448.0f, 449.0f, 464.0f, 479.0f, 480.0f, 1e6f, FLT_MAX, INFINITY}) {
-    EXPECT_EQ(fmt::e4m3_from_f32(x), 0x7E) << x;
-    EXPECT_EQ(fmt::e4m3_from_f32(-x), 0xFE) << x;
+    EXPECT_EQ(codec::e4m3_from_f32(x), 0x7E) << x;
+    EXPECT_EQ(codec::e4m3_from_f32(-x), 0xFE) << x;
   }
   for (float x : {57344.0f, 61439.0f, 61440.0f, 65536.0f, FLT_MAX, INFINITY}) {
-    EXPECT_EQ(fmt::e5m2_from_f32(x), 0x7B) << x;
-    EXPECT_EQ(fmt::e5m2_from_f32(-x), 0xFB) << x;
+    EXPECT_EQ(codec::e5m2_from_f32(x), 0x7B) << x;
+    EXPECT_EQ(codec::e5m2_from_f32(-x), 0xFB) << x;
   }
   for (float x : {6.0f, 7.0f, 100.0f, INFINITY}) {
-    EXPECT_EQ(fmt::e2m1_from_f32(x), 0x7) << x;
-    EXPECT_EQ(fmt::e2m1_from_f32(-x), 0xF) << x;
+    EXPECT_EQ(codec::e2m1_from_f32(x), 0x7) << x;
+    EXPECT_EQ(codec::e2m1_from_f32(-x), 0xF) << x;
   }
   for (uint32_t nan : {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFFFFFFFFu}) {
-    EXPECT_EQ(fmt::e4m3_from_f32(bits_f(nan)), 0x7F);
-    EXPECT_EQ(fmt::e5m2_from_f32(bits_f(nan)), 0x7F);
-    EXPECT_EQ(fmt::e2m1_from_f32(bits_f(nan)), 0x7);
+    EXPECT_EQ(codec::e4m3_from_f32(bits_f(nan)), 0x7F);
+    EXPECT_EQ(codec::e5m2_from_f32(bits_f(nan)), 0x7F);
+    EXPECT_EQ(codec::e2m1_from_f32(bits_f(nan)), 0x7);
   }
-  EXPECT_EQ(fmt::e4m3_from_f32(-0.0f), 0x80);
-  EXPECT_EQ(fmt::e5m2_from_f32(-0.0f), 0x80);
-  EXPECT_EQ(fmt::e2m1_from_f32(-0.0f), 0x8);
-  EXPECT_EQ(fmt::e4m3_from_f32(0.0f), 0x00);
-  EXPECT_TRUE(std::signbit(fmt::e4m3_to_f32(0x80)));
+  EXPECT_EQ(codec::e4m3_from_f32(-0.0f), 0x80);
+  EXPECT_EQ(codec::e5m2_from_f32(-0.0f), 0x80);
+  EXPECT_EQ(codec::e2m1_from_f32(-0.0f), 0x8);
+  EXPECT_EQ(codec::e4m3_from_f32(0.0f), 0x00);
+  EXPECT_TRUE(std::signbit(codec::e4m3_to_f32(0x80)));
 }
 
 TEST(Fp8, Fp32SubnormalInputs) {
   for (uint32_t m : {1u, 2u, 0x1234u, 0x400000u, 0x7FFFFFu}) {
-    EXPECT_EQ(fmt::e4m3_from_f32(bits_f(m)), 0x00);
-    EXPECT_EQ(fmt::e4m3_from_f32(bits_f(0x80000000u | m)), 0x80);
-    EXPECT_EQ(fmt::e5m2_from_f32(bits_f(m)), 0x00);
-    EXPECT_EQ(fmt::e2m1_from_f32(bits_f(0x80000000u | m)), 0x8);
+    EXPECT_EQ(codec::e4m3_from_f32(bits_f(m)), 0x00);
+    EXPECT_EQ(codec::e4m3_from_f32(bits_f(0x80000000u | m)), 0x80);
+    EXPECT_EQ(codec::e5m2_from_f32(bits_f(m)), 0x00);
+    EXPECT_EQ(codec::e2m1_from_f32(bits_f(0x80000000u | m)), 0x8);
   }
   // Smallest E4M3 subnormal 2^-9: half of it ties to 0, just above goes to 1.
-  EXPECT_EQ(fmt::e4m3_from_f32(std::ldexp(1.0f, -10)), 0x00);
-  EXPECT_EQ(fmt::e4m3_from_f32(std::nextafter(std::ldexp(1.0f, -10), 1.0f)), 0x01);
-  EXPECT_EQ(fmt::e4m3_from_f32(std::ldexp(3.0f, -10)), 0x02);  // 1.5 quanta ties up to 2
+  EXPECT_EQ(codec::e4m3_from_f32(std::ldexp(1.0f, -10)), 0x00);
+  EXPECT_EQ(codec::e4m3_from_f32(std::nextafter(std::ldexp(1.0f, -10), 1.0f)), 0x01);
+  EXPECT_EQ(codec::e4m3_from_f32(std::ldexp(3.0f, -10)), 0x02);  // 1.5 quanta ties up to 2
 }
 
 // Every edge pattern and a few million random fp32 patterns against the slow reference.
@@ -232,12 +232,12 @@ TEST(Fp8, MatchesSlowReference) {
   int64_t bad[4] = {0, 0, 0, 0};
   for (uint32_t p : pats) {
     const float x = bits_f(p);
-    bad[0] += fmt::e4m3_from_f32(x) != ref_encode(kE4M3, x);
-    bad[1] += fmt::e5m2_from_f32(x) != ref_encode(kE5M2, x);
-    bad[2] += fmt::e2m1_from_f32(x) != ref_encode(kE2M1, x);
-    bad[2] += fmt::e2m1_from_f32_generic(x) != ref_encode(kE2M1, x);
-    const uint16_t b = fmt::bf16_from_f32(x);
-    bad[3] += std::isnan(x) ? !std::isnan(fmt::bf16_to_f32(b)) : b != ref_bf16(x);
+    bad[0] += codec::e4m3_from_f32(x) != ref_encode(kE4M3, x);
+    bad[1] += codec::e5m2_from_f32(x) != ref_encode(kE5M2, x);
+    bad[2] += codec::e2m1_from_f32(x) != ref_encode(kE2M1, x);
+    bad[2] += codec::e2m1_from_f32_generic(x) != ref_encode(kE2M1, x);
+    const uint16_t b = codec::bf16_from_f32(x);
+    bad[3] += std::isnan(x) ? !std::isnan(codec::bf16_to_f32(b)) : b != ref_bf16(x);
   }
   EXPECT_EQ(bad[0], 0) << "E4M3 mismatches of " << pats.size();
   EXPECT_EQ(bad[1], 0) << "E5M2 mismatches of " << pats.size();
@@ -246,30 +246,30 @@ TEST(Fp8, MatchesSlowReference) {
 }
 
 TEST(Bf16, SpecialsAndRounding) {
-  EXPECT_EQ(fmt::bf16_from_f32(1.0f), 0x3F80);
-  EXPECT_EQ(fmt::bf16_from_f32(bits_f(0x3F808000u)), 0x3F80);  // tie, even stays
-  EXPECT_EQ(fmt::bf16_from_f32(bits_f(0x3F818000u)), 0x3F82);  // tie, odd rounds up
-  EXPECT_EQ(fmt::bf16_from_f32(bits_f(0x3F808001u)), 0x3F81);
-  EXPECT_EQ(fmt::bf16_from_f32(FLT_MAX), 0x7F80);  // RNE overflows to Inf
-  EXPECT_EQ(fmt::bf16_from_f32(-INFINITY), 0xFF80);
-  EXPECT_EQ(fmt::bf16_from_f32(-0.0f), 0x8000);
-  EXPECT_EQ(fmt::bf16_from_f32(bits_f(0x7F800001u)), 0x7FC0);  // signalling NaN made quiet
-  EXPECT_EQ(fmt::bf16_from_f32(bits_f(0xFFC00000u)), 0xFFC0);
-  EXPECT_EQ(fmt::bf16_from_f32(bits_f(0x00000001u)), 0x0000);  // subnormal, no FTZ needed
-  EXPECT_EQ(fmt::bf16_from_f32(bits_f(0x00018000u)), 0x0002);
-  EXPECT_EQ(fmt::bf16_to_f32(0x3F80), 1.0f);
+  EXPECT_EQ(codec::bf16_from_f32(1.0f), 0x3F80);
+  EXPECT_EQ(codec::bf16_from_f32(bits_f(0x3F808000u)), 0x3F80);  // tie, even stays
+  EXPECT_EQ(codec::bf16_from_f32(bits_f(0x3F818000u)), 0x3F82);  // tie, odd rounds up
+  EXPECT_EQ(codec::bf16_from_f32(bits_f(0x3F808001u)), 0x3F81);
+  EXPECT_EQ(codec::bf16_from_f32(FLT_MAX), 0x7F80);  // RNE overflows to Inf
+  EXPECT_EQ(codec::bf16_from_f32(-INFINITY), 0xFF80);
+  EXPECT_EQ(codec::bf16_from_f32(-0.0f), 0x8000);
+  EXPECT_EQ(codec::bf16_from_f32(bits_f(0x7F800001u)), 0x7FC0);  // signalling NaN made quiet
+  EXPECT_EQ(codec::bf16_from_f32(bits_f(0xFFC00000u)), 0xFFC0);
+  EXPECT_EQ(codec::bf16_from_f32(bits_f(0x00000001u)), 0x0000);  // subnormal, no FTZ needed
+  EXPECT_EQ(codec::bf16_from_f32(bits_f(0x00018000u)), 0x0002);
+  EXPECT_EQ(codec::bf16_to_f32(0x3F80), 1.0f);
 }
 
 // ---- E8M0 and scale bytes ---------------------------------------------------------
 TEST(E8M0, DecodeAndMultiplier) {
-  EXPECT_EQ(f_bits(fmt::e8m0_to_f32(0x00)), 0x00400000u);  // 2^-127 exactly
-  EXPECT_EQ(fmt::e8m0_to_f32(0x7F), 1.0f);
-  EXPECT_EQ(fmt::e8m0_to_f32(0xFE), std::ldexp(1.0f, 127));
-  EXPECT_TRUE(std::isnan(fmt::e8m0_to_f32(0xFF)));
+  EXPECT_EQ(f_bits(codec::e8m0_to_f32(0x00)), 0x00400000u);  // 2^-127 exactly
+  EXPECT_EQ(codec::e8m0_to_f32(0x7F), 1.0f);
+  EXPECT_EQ(codec::e8m0_to_f32(0xFE), std::ldexp(1.0f, 127));
+  EXPECT_TRUE(std::isnan(codec::e8m0_to_f32(0xFF)));
   for (int b = 0; b <= 254; ++b) {
     const double want_scale = std::ldexp(1.0, b - 127);
-    EXPECT_EQ(double(fmt::e8m0_to_f32(uint8_t(b))), want_scale) << b;
-    EXPECT_EQ(double(fmt::e8m0_multiplier(uint8_t(b))), 1.0 / want_scale) << b;
+    EXPECT_EQ(double(codec::e8m0_to_f32(uint8_t(b))), want_scale) << b;
+    EXPECT_EQ(double(codec::e8m0_multiplier(uint8_t(b))), 1.0 / want_scale) << b;
   }
 }
 
@@ -299,34 +299,34 @@ TEST(E8M0, ScaleBytesMatchLog2Definition) {
       amaxes.push_back(bits_f((uint32_t(e) << 23) | m));
   for (float a : amaxes) {
     if (std::isnan(a)) continue;
-    ASSERT_EQ(fmt::mxfp8_scale_byte(a, Fp8Kind::E4M3, ScaleRounding::RCeil), ref_rceil(a, 1.0f / 448.0f)) << a;
-    ASSERT_EQ(fmt::mxfp8_scale_byte(a, Fp8Kind::E5M2, ScaleRounding::RCeil), ref_rceil(a, 1.0f / 57344.0f)) << a;
-    ASSERT_EQ(fmt::mxfp8_scale_byte(a, Fp8Kind::E4M3, ScaleRounding::Floor), ref_floor(a, 8)) << a;
-    ASSERT_EQ(fmt::mxfp8_scale_byte(a, Fp8Kind::E5M2, ScaleRounding::Floor), ref_floor(a, 15)) << a;
+    ASSERT_EQ(codec::mxfp8_scale_byte(a, Fp8Kind::E4M3, ScaleRounding::RCeil), ref_rceil(a, 1.0f / 448.0f)) << a;
+    ASSERT_EQ(codec::mxfp8_scale_byte(a, Fp8Kind::E5M2, ScaleRounding::RCeil), ref_rceil(a, 1.0f / 57344.0f)) << a;
+    ASSERT_EQ(codec::mxfp8_scale_byte(a, Fp8Kind::E4M3, ScaleRounding::Floor), ref_floor(a, 8)) << a;
+    ASSERT_EQ(codec::mxfp8_scale_byte(a, Fp8Kind::E5M2, ScaleRounding::Floor), ref_floor(a, 15)) << a;
   }
-  EXPECT_EQ(fmt::mxfp8_scale_byte(448.0f, Fp8Kind::E4M3, ScaleRounding::RCeil), 127);
-  EXPECT_EQ(fmt::mxfp8_scale_byte(0.0f, Fp8Kind::E4M3, ScaleRounding::RCeil), 0);
-  EXPECT_EQ(fmt::mxfp8_scale_byte(INFINITY, Fp8Kind::E4M3, ScaleRounding::RCeil), 0xFE);
-  EXPECT_EQ(fmt::mxfp8_scale_byte(FLT_MAX, Fp8Kind::E4M3, ScaleRounding::RCeil), 0xF7);  // ceil(log2(~2^128/448)) + 127 = 120 + 127
-  EXPECT_EQ(fmt::mxfp8_scale_byte(1.0f, Fp8Kind::E4M3, ScaleRounding::Floor), 119);
-  EXPECT_EQ(fmt::e8m0_rceil(FLT_MAX), 0xFE);  // saturates
+  EXPECT_EQ(codec::mxfp8_scale_byte(448.0f, Fp8Kind::E4M3, ScaleRounding::RCeil), 127);
+  EXPECT_EQ(codec::mxfp8_scale_byte(0.0f, Fp8Kind::E4M3, ScaleRounding::RCeil), 0);
+  EXPECT_EQ(codec::mxfp8_scale_byte(INFINITY, Fp8Kind::E4M3, ScaleRounding::RCeil), 0xFE);
+  EXPECT_EQ(codec::mxfp8_scale_byte(FLT_MAX, Fp8Kind::E4M3, ScaleRounding::RCeil), 0xF7);  // ceil(log2(~2^128/448)) + 127 = 120 + 127
+  EXPECT_EQ(codec::mxfp8_scale_byte(1.0f, Fp8Kind::E4M3, ScaleRounding::Floor), 119);
+  EXPECT_EQ(codec::e8m0_rceil(FLT_MAX), 0xFE);  // saturates
 }
 
 TEST(Nvfp4, TensorScale) {
-  auto t = fmt::nvfp4_tensor_scale_of(0.0f);
+  auto t = codec::nvfp4_tensor_scale_of(0.0f);
   EXPECT_EQ(t.s_enc, 1.0f);
   EXPECT_EQ(t.s_dec, 1.0f);
-  t = fmt::nvfp4_tensor_scale_of(INFINITY);
+  t = codec::nvfp4_tensor_scale_of(INFINITY);
   EXPECT_EQ(t.s_enc, 1.0f);
-  t = fmt::nvfp4_tensor_scale_of(bits_f(1));  // 2688 / 2^-149 overflows
+  t = codec::nvfp4_tensor_scale_of(bits_f(1));  // 2688 / 2^-149 overflows
   EXPECT_EQ(t.s_enc, FLT_MAX);
   EXPECT_EQ(t.s_dec, float(1.0 / double(FLT_MAX)));  // a subnormal, kept
-  t = fmt::nvfp4_tensor_scale_of(2688.0f);
+  t = codec::nvfp4_tensor_scale_of(2688.0f);
   EXPECT_EQ(t.s_enc, 1.0f);
-  t = fmt::nvfp4_tensor_scale_of(3.0f);
+  t = codec::nvfp4_tensor_scale_of(3.0f);
   EXPECT_EQ(t.s_enc, 896.0f);
   EXPECT_EQ(t.s_dec, float(1.0 / 896.0));
-  EXPECT_EQ(fmt::nvfp4_block_multiplier(0, 1.0f), FLT_MAX);
+  EXPECT_EQ(codec::nvfp4_block_multiplier(0, 1.0f), FLT_MAX);
 }
 
 // ---- against CUDA's host conversions -------------------------------------------------
@@ -341,12 +341,12 @@ TEST(CudaHost, EncodersMatchCudaConversions) {
   int64_t bad[4] = {0, 0, 0, 0};
   for (uint32_t p : pats) {
     const float x = bits_f(p);
-    bad[0] += fmt::e4m3_from_f32(x) != __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
-    bad[1] += fmt::e5m2_from_f32(x) != __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2);
-    bad[2] += fmt::e2m1_from_f32(x) != __nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest);
+    bad[0] += codec::e4m3_from_f32(x) != __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+    bad[1] += codec::e5m2_from_f32(x) != __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2);
+    bad[2] += codec::e2m1_from_f32(x) != __nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest);
     const __nv_bfloat16_raw b = __nv_bfloat16_raw(__float2bfloat16_rn(x));
-    const uint16_t ours = fmt::bf16_from_f32(x);
-    bad[3] += std::isnan(x) ? !(std::isnan(fmt::bf16_to_f32(ours)) && std::isnan(fmt::bf16_to_f32(b.x)))
+    const uint16_t ours = codec::bf16_from_f32(x);
+    bad[3] += std::isnan(x) ? !(std::isnan(codec::bf16_to_f32(ours)) && std::isnan(codec::bf16_to_f32(b.x)))
                             : ours != b.x;
   }
   EXPECT_EQ(bad[0], 0) << "E4M3 mismatches vs __nv_cvt_float_to_fp8 of " << pats.size();
@@ -360,7 +360,7 @@ TEST(CudaHost, DecodersMatchCudaConversions) {
   for (int c = 0; c < 256; ++c) {
     const float a = half_to_float(__nv_cvt_fp8_to_halfraw(uint8_t(c), __NV_E4M3));
     const float b = half_to_float(__nv_cvt_fp8_to_halfraw(uint8_t(c), __NV_E5M2));
-    const float ours_a = fmt::e4m3_to_f32(uint8_t(c)), ours_b = fmt::e5m2_to_f32(uint8_t(c));
+    const float ours_a = codec::e4m3_to_f32(uint8_t(c)), ours_b = codec::e5m2_to_f32(uint8_t(c));
     if (std::isnan(a)) EXPECT_TRUE(std::isnan(ours_a)) << c;
     else EXPECT_EQ(f_bits(ours_a), f_bits(a)) << "E4M3 code " << c;
     if (std::isnan(b)) EXPECT_TRUE(std::isnan(ours_b)) << c;
@@ -368,7 +368,7 @@ TEST(CudaHost, DecodersMatchCudaConversions) {
   }
   for (int c = 0; c < 16; ++c) {
     const float a = half_to_float(__nv_cvt_fp4_to_halfraw(uint8_t(c), __NV_E2M1));
-    EXPECT_EQ(f_bits(fmt::e2m1_to_f32(uint8_t(c))), f_bits(a)) << "E2M1 code " << c;
+    EXPECT_EQ(f_bits(codec::e2m1_to_f32(uint8_t(c))), f_bits(a)) << "E2M1 code " << c;
   }
 }
 #else

@@ -67,8 +67,8 @@ __device__ __forceinline__ uint32_t encode4(float a, float b, float c, float d) 
     return lo | (hi << 16);
   }
 #endif
-  return uint32_t(fmt::fp8_from_f32(a, K)) | (uint32_t(fmt::fp8_from_f32(b, K)) << 8) |
-         (uint32_t(fmt::fp8_from_f32(c, K)) << 16) | (uint32_t(fmt::fp8_from_f32(d, K)) << 24);
+  return uint32_t(codec::fp8_from_f32(a, K)) | (uint32_t(codec::fp8_from_f32(b, K)) << 8) |
+         (uint32_t(codec::fp8_from_f32(c, K)) << 16) | (uint32_t(codec::fp8_from_f32(d, K)) << 24);
 }
 
 template <Fp8Kind K, detail::Fp8Encoder E>
@@ -77,12 +77,12 @@ __device__ __forceinline__ uint8_t encode1(float a) {
   if constexpr (E == detail::Fp8Encoder::Hardware)
     return __nv_cvt_float_to_fp8(a, __NV_SATFINITE, K == Fp8Kind::E4M3 ? __NV_E4M3 : __NV_E5M2);
 #endif
-  return fmt::fp8_from_f32(a, K);
+  return codec::fp8_from_f32(a, K);
 }
 constexpr detail::Fp8Encoder kEnc = detail::Fp8Encoder::Hardware;  // = kDefaultEncoder, at compile time
 
 __device__ __forceinline__ float fold4(float acc, float4 v) {
-  return fmt::amax_fold(fmt::amax_fold(fmt::amax_fold(fmt::amax_fold(acc, v.x), v.y), v.z), v.w);
+  return codec::amax_fold(codec::amax_fold(codec::amax_fold(codec::amax_fold(acc, v.x), v.y), v.z), v.w);
 }
 
 // ---- amax ---------------------------------------------------------------------
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const float* __restrict_
     for (int64_t i = tid; i < n4; i += stride) am = fold4(am, x4[i]);
     done = n4 * 4;
   }
-  for (int64_t i = done + tid; i < n; i += stride) am = fmt::amax_fold(am, x[i]);
+  for (int64_t i = done + tid; i < n; i += stride) am = codec::amax_fold(am, x[i]);
   am = warp_max(am, 32);
   __shared__ float part[kThreads / 32];
   if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = am;
@@ -132,8 +132,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < 4; ++j) {
     const int64_t i = base + j * 32;
     const float am = warp_max(fold4(0.0f, v[j]), 8);
-    const uint8_t s = fmt::mxfp8_scale_byte(am, K, R);
-    const float m = fmt::e8m0_multiplier(s);
+    const uint8_t s = codec::mxfp8_scale_byte(am, K, R);
+    const float m = codec::e8m0_multiplier(s);
     const uint32_t q = encode4<K, E>(v[j].x * m, v[j].y * m, v[j].z * m, v[j].w * m);
     if (i < n4) {  // whole blocks are in or out: n4 % 8 == 0
       codes[i] = q;
@@ -160,10 +160,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < 4; ++j) {
     const int64_t i = base + j * 32;
     float4 o;
-    o.x = fmt::mxfp8_dequant(uint8_t(q[j]), s[j], K);
-    o.y = fmt::mxfp8_dequant(uint8_t(q[j] >> 8), s[j], K);
-    o.z = fmt::mxfp8_dequant(uint8_t(q[j] >> 16), s[j], K);
-    o.w = fmt::mxfp8_dequant(uint8_t(q[j] >> 24), s[j], K);
+    o.x = codec::mxfp8_dequant(uint8_t(q[j]), s[j], K);
+    o.y = codec::mxfp8_dequant(uint8_t(q[j] >> 8), s[j], K);
+    o.z = codec::mxfp8_dequant(uint8_t(q[j] >> 16), s[j], K);
+    o.w = codec::mxfp8_dequant(uint8_t(q[j] >> 24), s[j], K);
     if (i < n4) y[i] = o;
   }
 }
@@ -180,9 +180,9 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t r = b / nb, c = (b % nb) * kMxfp8Block + lane;
     const bool present = c < cols;
     const float v = present ? x[r * cols + c] : 0.0f;
-    const float am = warp_max(fmt::amax_fold(0.0f, v), 32);
-    const uint8_t s = fmt::mxfp8_scale_byte(am, K, R);
-    if (present) codes[r * cols + c] = encode1<K, kEnc>(v * fmt::e8m0_multiplier(s));
+    const float am = warp_max(codec::amax_fold(0.0f, v), 32);
+    const uint8_t s = codec::mxfp8_scale_byte(am, K, R);
+    if (present) codes[r * cols + c] = encode1<K, kEnc>(v * codec::e8m0_multiplier(s));
     if (lane == 0) scales[b] = s;
   }
 }
@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const int64_t r = i / cols, c = i % cols;
-    y[i] = fmt::mxfp8_dequant(codes[i], scales[r * nb + c / kMxfp8Block], K);
+    y[i] = codec::mxfp8_dequant(codes[i], scales[r * nb + c / kMxfp8Block], K);
   }
 }
 
@@ -215,11 +215,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int i = 0; i < kMxfp8Block; ++i) {
       v[i] = i < nr ? x[(r0 + i) * cols + c] : 0.0f;
-      am = fmt::amax_fold(am, v[i]);
+      am = codec::amax_fold(am, v[i]);
     }
-    const uint8_t s = fmt::mxfp8_scale_byte(am, K, R);
+    const uint8_t s = codec::mxfp8_scale_byte(am, K, R);
     scales[t] = s;  // t == rb * cols + c
-    const float m = fmt::e8m0_multiplier(s);
+    const float m = codec::e8m0_multiplier(s);
 #pragma unroll
     for (int i = 0; i < kMxfp8Block; ++i)
       if (i < nr) codes[(r0 + i) * cols + c] = encode1<K, kEnc>(v[i] * m);
@@ -233,13 +233,13 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t n = rows * cols, stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const int64_t r = i / cols, c = i % cols;
-    y[i] = fmt::mxfp8_dequant(codes[i], scales[(r / kMxfp8Block) * cols + c], K);
+    y[i] = codec::mxfp8_dequant(codes[i], scales[(r / kMxfp8Block) * cols + c], K);
   }
 }
 
 // ---- NVFP4 --------------------------------------------------------------------------
 __device__ __forceinline__ Nvfp4TensorScale load_tensor_scale(const float* d_amax, float amax) {
-  return fmt::nvfp4_tensor_scale_of(d_amax ? *d_amax : amax);
+  return codec::nvfp4_tensor_scale_of(d_amax ? *d_amax : amax);
 }
 
 // Vectorized: n % 16 == 0, 16-byte aligned x. A 16-element block is 4 float4s = 4 lanes.
@@ -259,12 +259,12 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < 4; ++j) {
     const int64_t i = base + j * 32;
     const float am = warp_max(fold4(0.0f, v[j]), 4);
-    const uint8_t sb = fmt::nvfp4_block_scale(am, ts.s_enc);
-    const float m = fmt::nvfp4_block_multiplier(sb, ts.s_dec);
-    const uint32_t q = uint32_t(fmt::e2m1_from_f32(v[j].x * m)) |
-                       (uint32_t(fmt::e2m1_from_f32(v[j].y * m)) << 4) |
-                       (uint32_t(fmt::e2m1_from_f32(v[j].z * m)) << 8) |
-                       (uint32_t(fmt::e2m1_from_f32(v[j].w * m)) << 12);
+    const uint8_t sb = codec::nvfp4_block_scale(am, ts.s_enc);
+    const float m = codec::nvfp4_block_multiplier(sb, ts.s_dec);
+    const uint32_t q = uint32_t(codec::e2m1_from_f32(v[j].x * m)) |
+                       (uint32_t(codec::e2m1_from_f32(v[j].y * m)) << 4) |
+                       (uint32_t(codec::e2m1_from_f32(v[j].z * m)) << 8) |
+                       (uint32_t(codec::e2m1_from_f32(v[j].w * m)) << 12);
     if (i < n4) {  // n4 % 4 == 0: whole blocks
       codes[i] = uint16_t(q);
       if ((lane & 3) == 0) scales[i >> 2] = sb;
@@ -291,10 +291,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < 4; ++j) {
     const int64_t i = base + j * 32;
     float4 o;
-    o.x = fmt::nvfp4_dequant(uint8_t(q[j] & 0xF), s[j], s_dec);
-    o.y = fmt::nvfp4_dequant(uint8_t((q[j] >> 4) & 0xF), s[j], s_dec);
-    o.z = fmt::nvfp4_dequant(uint8_t((q[j] >> 8) & 0xF), s[j], s_dec);
-    o.w = fmt::nvfp4_dequant(uint8_t((q[j] >> 12) & 0xF), s[j], s_dec);
+    o.x = codec::nvfp4_dequant(uint8_t(q[j] & 0xF), s[j], s_dec);
+    o.y = codec::nvfp4_dequant(uint8_t((q[j] >> 4) & 0xF), s[j], s_dec);
+    o.z = codec::nvfp4_dequant(uint8_t((q[j] >> 8) & 0xF), s[j], s_dec);
+    o.w = codec::nvfp4_dequant(uint8_t((q[j] >> 12) & 0xF), s[j], s_dec);
     if (i < n4) y[i] = o;
   }
 }
@@ -315,10 +315,10 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t r = b / nb, c = (b % nb) * kNvfp4Block + hl;
     const bool present = valid && c < cols;
     const float v = present ? x[r * cols + c] : 0.0f;
-    const float am = warp_max(fmt::amax_fold(0.0f, v), 16);
-    const uint8_t sb = fmt::nvfp4_block_scale(am, ts.s_enc);
-    const float m = fmt::nvfp4_block_multiplier(sb, ts.s_dec);
-    const uint32_t q = present ? fmt::e2m1_from_f32(v * m) : 0u;
+    const float am = warp_max(codec::amax_fold(0.0f, v), 16);
+    const uint8_t sb = codec::nvfp4_block_scale(am, ts.s_enc);
+    const float m = codec::nvfp4_block_multiplier(sb, ts.s_dec);
+    const uint32_t q = present ? codec::e2m1_from_f32(v * m) : 0u;
     const uint32_t next = __shfl_down_sync(kFullMask, q, 1);
     if (present && (hl & 1) == 0) codes[r * row_bytes + c / 2] = uint8_t(q | (next << 4));
     if (valid && hl == 0) scales[b] = sb;
@@ -336,12 +336,12 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t r = i / cols, c = i % cols;
     const uint8_t byte = codes[r * row_bytes + c / 2];
     const uint8_t nib = (c & 1) ? uint8_t(byte >> 4) : uint8_t(byte & 0xF);
-    y[i] = fmt::nvfp4_dequant(nib, scales[r * nb + c / kNvfp4Block], s_dec);
+    y[i] = codec::nvfp4_dequant(nib, scales[r * nb + c / kNvfp4Block], s_dec);
   }
 }
 
 __global__ void nvfp4_tensor_scale_kernel(const float* d_amax, Nvfp4TensorScale* out) {
-  *out = fmt::nvfp4_tensor_scale_of(*d_amax);
+  *out = codec::nvfp4_tensor_scale_of(*d_amax);
 }
 
 // ---- dispatch helpers ---------------------------------------------------------------
@@ -482,7 +482,7 @@ void mxfp8_dequantize_colwise(const uint8_t* codes, const uint8_t* scales, int64
 void nvfp4_quantize_rowwise(const float* x, int64_t rows, int64_t cols, float tensor_amax,
                             uint8_t* codes, uint8_t* scales, cudaStream_t stream) {
   check_args("cuda::nvfp4_quantize_rowwise", rows, cols, x, codes, scales);
-  MXDP_CHECK(!fmt::f32_isnan(tensor_amax) && tensor_amax >= 0.0f,
+  MXDP_CHECK(!codec::f32_isnan(tensor_amax) && tensor_amax >= 0.0f,
              "cuda::nvfp4_quantize_rowwise: tensor amax must be >= 0 and not NaN, got ", tensor_amax);
   nvfp4_quantize_impl(x, rows, cols, nullptr, tensor_amax, codes, scales, stream);
 }

@@ -35,7 +35,7 @@ void mxfp8_dequantize_colwise(const uint8_t* codes, const uint8_t* scales, int64
 
 // ---- NVFP4 -----------------------------------------------------------------
 // tensor_amax: host value (see quant.h). S_enc / S_dec are derived from it with
-// the same function as on the CPU (fmt::nvfp4_tensor_scale_of).
+// the same function as on the CPU (codec::nvfp4_tensor_scale_of).
 void nvfp4_quantize_rowwise(const float* x, int64_t rows, int64_t cols, float tensor_amax,
                             uint8_t* codes, uint8_t* scales, cudaStream_t stream);
 // Same, with the tensor amax read from device memory (e.g. the output of
