@@ -17,12 +17,18 @@ namespace {
 // on|off switches, kept as text until the run so that CLI11 prints them as such.
 struct Switches {
   std::map<std::string, std::string> v;
-  void add(CLI::App* cmd, const std::string& flag, bool def, const std::string& help,
+  void add(CLI::App* cmd, const std::string& flag, const std::string& def, const std::string& help,
            const std::string& group) {
-    v[flag] = def ? "on" : "off";
-    cmd->add_option(flag, v[flag], help)->check(CLI::IsMember({"on", "off"}))->group(group);
+    v[flag] = def;
+    std::vector<std::string> allowed = {"on", "off"};
+    if (def == "auto") allowed.push_back("auto");
+    cmd->add_option(flag, v[flag], help)->check(CLI::IsMember(allowed))->group(group);
   }
-  bool get(const std::string& flag) const { return v.at(flag) == "on"; }
+  // "auto" resolves to `when_auto`.
+  bool get(const std::string& flag, bool when_auto = false) const {
+    const std::string& s = v.at(flag);
+    return s == "auto" ? when_auto : s == "on";
+  }
 };
 }  // namespace
 
@@ -36,6 +42,14 @@ void add_train_command(CLI::App& app, Runner& run) {
   TrainConfig& c = o->c;
   c.data = MXDP_DEFAULT_CORPUS;
   c.dp.lr_decay_steps = -1;  // = --steps
+  // Defaults of the training job: the tiny GPT on the shipped corpus learns
+  // clearly in a couple of minutes on two CPU ranks.
+  c.steps = 600;
+  c.seq_len = 128;
+  c.eval_every = 100;
+  c.dp.lr = 3e-3;
+  c.dp.min_lr = 3e-4;
+  c.dp.warmup_steps = 20;
   CLI::App* cmd = app.add_subcommand("train", "Train a GPT with data parallelism (run under mpirun for several ranks)");
   cmd->option_defaults()->always_capture_default();
 
@@ -69,14 +83,14 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_option("--sample-tokens", c.sample_tokens, "Tokens to generate at the end (0 = none)")->group(ev);
 
   auto core = "Data-parallel core";
-  o->sw.add(cmd, "--distributed-optimizer", true, "Shard fp32 masters + AdamW state over ranks (off = reference mode)", core);
+  o->sw.add(cmd, "--distributed-optimizer", "on", "Shard fp32 masters + AdamW state over ranks (off = reference mode)", core);
   cmd->add_option("--weight-format", o->weight_format, "Param gather format of 2-D weights")
       ->check(CLI::IsMember({"bf16", "mxfp8", "nvfp4"}))->group(core);
   cmd->add_option("--mxfp8-scale-rounding", o->rounding, "E8M0 scale rounding: rceil (TransformerEngine) or floor (OCP MX)")
       ->check(CLI::IsMember({"rceil", "floor"}))->group(core);
-  o->sw.add(cmd, "--overlap-param-gather", true, "Defer each bucket's all-gather to just before its first layer", core);
-  o->sw.add(cmd, "--overlap-grad-reduce", true, "Start each bucket's reduce-scatter as soon as its grads are in", core);
-  o->sw.add(cmd, "--reuse-grad-buf", true, "Put the MXFP8 gather payload in the idle grad buffer (mxfp8 only)", core);
+  o->sw.add(cmd, "--overlap-param-gather", "auto", "Defer each bucket's all-gather to just before its first layer (auto: on with the distributed optimizer)", core);
+  o->sw.add(cmd, "--overlap-grad-reduce", "on", "Start each bucket's reduce-scatter as soon as its grads are in", core);
+  o->sw.add(cmd, "--reuse-grad-buf", "auto", "Put the MXFP8 gather payload in the idle grad buffer (auto: on for mxfp8 with the distributed optimizer)", core);
   cmd->add_option("--bucket-size", c.dp.bucket_size, "Elements per bucket")->group(core);
   cmd->add_option("--grad-reduce-dtype", o->grad_dtype, "Reduce-scatter dtype")
       ->check(CLI::IsMember({"fp32", "bf16"}))->group(core);
@@ -91,19 +105,20 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_option("--warmup-steps", c.dp.warmup_steps, "Linear warmup steps")->group(optg);
   cmd->add_option("--lr-decay-steps", c.dp.lr_decay_steps, "Cosine decay ends here (-1 = --steps, 0 = no decay)")->group(optg);
   cmd->add_option("--weight-decay", c.dp.weight_decay, "Decoupled weight decay (never on 1-D params)")->group(optg);
-  cmd->add_option("--adam-beta1", c.dp.adam_beta1)->group(optg);
-  cmd->add_option("--adam-beta2", c.dp.adam_beta2)->group(optg);
-  cmd->add_option("--adam-eps", c.dp.adam_eps)->group(optg);
+  cmd->add_option("--adam-beta1", c.dp.adam_beta1, "AdamW first-moment decay")->group(optg);
+  cmd->add_option("--adam-beta2", c.dp.adam_beta2, "AdamW second-moment decay")->group(optg);
+  cmd->add_option("--adam-eps", c.dp.adam_eps, "AdamW epsilon")->group(optg);
   cmd->add_option("--clip-grad", c.dp.clip_grad, "Clip the global grad norm to this (0 = off)")->group(optg);
 
   cmd->callback([o, &run] {
     run = [o] {
       TrainConfig cfg = o->c;
-      cfg.dp.distributed_optimizer = o->sw.get("--distributed-optimizer");
-      cfg.dp.overlap_param_gather = o->sw.get("--overlap-param-gather");
-      cfg.dp.overlap_grad_reduce = o->sw.get("--overlap-grad-reduce");
-      cfg.dp.reuse_grad_buf = o->sw.get("--reuse-grad-buf");
       cfg.dp.weight_format = parse_weight_format(o->weight_format);
+      const bool dist = o->sw.get("--distributed-optimizer");
+      cfg.dp.distributed_optimizer = dist;
+      cfg.dp.overlap_param_gather = o->sw.get("--overlap-param-gather", dist);
+      cfg.dp.overlap_grad_reduce = o->sw.get("--overlap-grad-reduce");
+      cfg.dp.reuse_grad_buf = o->sw.get("--reuse-grad-buf", dist && cfg.dp.weight_format == WeightFormat::Mxfp8);
       cfg.dp.mxfp8_scale_rounding = parse_scale_rounding(o->rounding);
       cfg.dp.grad_reduce_dtype = parse_grad_reduce_dtype(o->grad_dtype);
       Communicator::Options co;
