@@ -28,5 +28,6 @@ JOBS=${MXDP_JOBS:-$(nproc)}
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${MXDP_CMAKE_ARGS:-}
 fi
-cmake --build "$BUILD_DIR" -j "$JOBS"
+# MXDP_TARGETS: build only these targets (the training job needs just `mxdp`).
+cmake --build "$BUILD_DIR" -j "$JOBS" ${MXDP_TARGETS:+--target $MXDP_TARGETS}
 export MXDP_BIN="$PWD/$BUILD_DIR/mxdp"

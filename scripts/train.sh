@@ -4,11 +4,12 @@
 # overlap and grad-buffer reuse, evals as it goes — then plot the loss curve.
 # Extra arguments go to `mxdp train` (e.g. --steps 100).
 set -euo pipefail
+export MXDP_TARGETS=${MXDP_TARGETS:-mxdp}  # the job needs only the executable
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 OUT=${MXDP_RUN_DIR:-runs/default}
 mkdir -p "$OUT"
 mpirun --oversubscribe --bind-to none -np "${MXDP_RANKS:-2}" "$MXDP_BIN" train \
-  --metrics "$OUT/metrics.jsonl" --save-dir "$OUT/ckpt" "$@"
+  --eval-first --metrics "$OUT/metrics.jsonl" --save-dir "$OUT/ckpt" "$@"
 "$MXDP_BIN" plot --metrics "$OUT/metrics.jsonl" --output "$OUT/loss.svg"
 echo "metrics: $OUT/metrics.jsonl   loss curve: $OUT/loss.svg   checkpoints: $OUT/ckpt/"

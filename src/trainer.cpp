@@ -192,7 +192,10 @@ int train(const TrainConfig& in, Communicator& comm) {
     line("eval_every", ::fmt::format("{} ({} batches, {} pass{}{})", cfg.eval_every, cfg.eval_batches,
                                      cfg.eval_passes, cfg.eval_passes > 1 ? "es" : "",
                                      cfg.eval_first ? ", also before the first step" : ""));
-    line("save", cfg.save_dir.empty() ? "off" : ::fmt::format("every {} steps to {}", cfg.save_every, cfg.save_dir));
+    line("save", cfg.save_dir.empty()  ? "off"
+                 : cfg.save_every == 0 ? ::fmt::format("after the last step to {}", cfg.save_dir)
+                                       : ::fmt::format("every {} steps and after the last to {}",
+                                                       cfg.save_every, cfg.save_dir));
     line("load", cfg.load.empty() ? "-" : cfg.load);
     line("metrics", cfg.metrics.empty() ? "-" : cfg.metrics);
     for (auto& [k, v] : cfg.dp.describe()) line(k.c_str(), v);

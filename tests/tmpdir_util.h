@@ -21,8 +21,12 @@ struct TempDir {
   fs::path path;
   TempDir() {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path = fs::temp_directory_path() /
-           (std::string("mxdp_") + info->test_suite_name() + "_" + info->name() + "_" + std::to_string(::getpid()));
+    // Parameterized tests have '/' in their names: keep the directory flat.
+    std::string name = std::string("mxdp_") + info->test_suite_name() + "_" + info->name() + "_" +
+                       std::to_string(::getpid());
+    for (char& c : name)
+      if (c == '/') c = '_';
+    path = fs::temp_directory_path() / name;
     fs::remove_all(path);
     fs::create_directories(path);
   }

@@ -44,7 +44,7 @@ void add_train_command(CLI::App& app, Runner& run) {
   c.dp.lr_decay_steps = -1;  // = --steps
   // Defaults of the training job: the tiny GPT on the shipped corpus learns
   // clearly in a couple of minutes on two CPU ranks.
-  c.steps = 600;
+  c.steps = 1200;
   c.seq_len = 128;
   c.eval_every = 100;
   c.dp.lr = 3e-3;
