@@ -63,16 +63,22 @@ DataParallel::DataParallel(Model& model, Communicator& comm, const DpOptions& op
     bs.m.assign(local, 0.0f);
     bs.v.assign(local, 0.0f);
     bs.main_grad.assign(local, 0.0f);
-    // The model's initial weights become the masters of the shards this rank owns.
-    for (int b = 0; b < int(gb.buckets.size()); ++b)
+  }
+  // The model's initial weights become the masters of the shards this rank owns.
+  for_each_owned_piece([&](int f, const Piece& pc, int64_t at) {
+    std::memcpy(buf_[f].master.data() + at, model_.weights(pc.param) + pc.param_begin, pc.len * sizeof(float));
+  });
+}
+
+template <class Fn>
+void DataParallel::for_each_owned_piece(Fn&& fn) {
+  for (int f = 0; f < int(buf_.size()); ++f)
+    for (int b = 0; b < int(buf_[f].st.size()); ++b)
       for (int s = 0; s < dp_; ++s) {
         if (!owns(s)) continue;
-        float* dst = bs.master.data() + shard_local_off(int(f), b, s);
-        for (const Piece& pc : gb.buckets[b].shards[s])
-          std::memcpy(dst + pc.shard_pos, model_.weights(pc.param) + pc.param_begin,
-                      pc.len * sizeof(float));
+        const int64_t off = shard_local_off(f, b, s);
+        for (const Piece& pc : layout_.buffers[f].buckets[b].shards[s]) fn(f, pc, off + pc.shard_pos);
       }
-  }
 }
 
 DataParallel::~DataParallel() {
@@ -448,23 +454,13 @@ StepResult DataParallel::optimizer_step() {
         for (float& g : bs.main_grad) g *= c;
     }
   }
-  for (size_t f = 0; f < buf_.size(); ++f) {
+  for_each_owned_piece([&](int f, const Piece& pc, int64_t at) {
     BufferState& bs = buf_[f];
-    for (size_t b = 0; b < bs.st.size(); ++b) {
-      const Bucket& bk = layout_.buffers[f].buckets[b];
-      for (int s = 0; s < dp_; ++s) {
-        if (!owns(s)) continue;
-        const int64_t off = shard_local_off(int(f), int(b), s);
-        for (const Piece& pc : bk.shards[s]) {
-          const int64_t at = off + pc.shard_pos;
-          AdamWParams a{float(r.lr), float(opt_.adam_beta1), float(opt_.adam_beta2), float(opt_.adam_eps),
+    const AdamWParams a{float(r.lr), float(opt_.adam_beta1), float(opt_.adam_beta2), float(opt_.adam_eps),
                         params_[pc.param].decay ? float(opt_.weight_decay) : 0.0f, version_ + 1};
-          adamw_update(bs.master.data() + at, bs.m.data() + at, bs.v.data() + at,
-                       bs.main_grad.data() + at, pc.len, a);
-        }
-      }
-    }
-  }
+    adamw_update(bs.master.data() + at, bs.m.data() + at, bs.v.data() + at, bs.main_grad.data() + at,
+                 pc.len, a);
+  });
   ++version_;
   r.version = version_;
 
@@ -623,26 +619,19 @@ nlohmann::json DataParallel::load_checkpoint(const std::string& path) {
     MXDP_CHECK(c.params[p].name == params_[p].name && c.params[p].shape == params_[p].shape, path,
                ": param ", p, " is '", c.params[p].name, "' in the checkpoint but '", params_[p].name,
                "' in the model (or their shapes differ)");
-  for (size_t f = 0; f < buf_.size(); ++f) {
-    BufferState& bs = buf_[f];
+  for (BufferState& bs : buf_) {
     std::fill(bs.master.begin(), bs.master.end(), 0.0f);
     std::fill(bs.m.begin(), bs.m.end(), 0.0f);
     std::fill(bs.v.begin(), bs.v.end(), 0.0f);
-    for (size_t b = 0; b < bs.st.size(); ++b) {
-      const Bucket& bk = layout_.buffers[f].buckets[b];
-      for (int s = 0; s < dp_; ++s) {
-        if (!owns(s)) continue;
-        const int64_t off = shard_local_off(int(f), int(b), s);
-        for (const Piece& pc : bk.shards[s]) {
-          const ParamState& ps = c.params[pc.param];
-          std::copy_n(ps.master.data() + pc.param_begin, pc.len, bs.master.data() + off + pc.shard_pos);
-          std::copy_n(ps.m.data() + pc.param_begin, pc.len, bs.m.data() + off + pc.shard_pos);
-          std::copy_n(ps.v.data() + pc.param_begin, pc.len, bs.v.data() + off + pc.shard_pos);
-        }
-      }
-      bs.st[b] = BucketState{};  // nothing derived from the old masters survives
-    }
+    for (BucketState& st : bs.st) st = BucketState{};  // nothing derived from the old masters survives
   }
+  for_each_owned_piece([&](int f, const Piece& pc, int64_t at) {
+    BufferState& bs = buf_[f];
+    const ParamState& ps = c.params[pc.param];
+    std::copy_n(ps.master.data() + pc.param_begin, pc.len, bs.master.data() + at);
+    std::copy_n(ps.m.data() + pc.param_begin, pc.len, bs.m.data() + at);
+    std::copy_n(ps.v.data() + pc.param_begin, pc.len, bs.v.data() + at);
+  });
   version_ = c.version;
   iteration_ = c.iteration;
   micro_ = 0;

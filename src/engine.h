@@ -131,6 +131,10 @@ class DataParallel final : private ModelHooks {
   int64_t shard_local_off(int f, int b, int s) const;
   bool owns(int s) const { return !opt_.distributed_optimizer || s == rank_; }
   bool reused(int f) const;  // buffer f's payload lives in its grad buffer
+  // fn(buffer, piece, offset of the piece in master/m/v/main_grad) for every
+  // param piece of every shard this rank owns.
+  template <class Fn>
+  void for_each_owned_piece(Fn&& fn);
   std::vector<float> full_bucket(const std::vector<float>& local, int f, int b);  // collective
   void drop_inflight();
 
