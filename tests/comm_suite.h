@@ -310,6 +310,9 @@ TEST_P(CommTest, OutstandingOpsCompletedOutOfOrder) {
   works.push_back(c->all_reduce_async(ar.get(), ar.get(), count, DType::BF16, RedOp::Max, s()));
   works.push_back(c->broadcast_async(bc.get(), count, root, s()));
   for (auto it = works.rbegin(); it != works.rend(); ++it) (*it)->wait();
+  // On the GPU wait() only orders the caller's stream; the host learns of
+  // completion once that stream has drained (on the CPU this is a no-op).
+  m->sync();
   for (auto& w : works) EXPECT_TRUE(w->test());  // done, and wait() again is free
   for (auto& w : works) w->wait();
   std::vector<uint8_t> got = ag_out.fetch();

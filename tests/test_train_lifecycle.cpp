@@ -431,8 +431,10 @@ TEST_F(TrainCli, InvalidCombinationFailsWithReason) {
   EXPECT_NE(j.res.exit_code, 124) << "timed out (hang?)" << j.describe();
   EXPECT_TRUE(mt::contains(j.res.output, "reuse_grad_buf")) << j.describe();
   EXPECT_TRUE(mt::contains(j.res.output, "needs weight_format mxfp8, got nvfp4")) << j.describe();
-  // Reference mode with the (default-on) overlap left on: no gather exists to overlap.
-  Job k = mpirun_train(2, common + " --steps 2 --distributed-optimizer off --reuse-grad-buf off", tmp / "ref_overlap");
+  // Reference mode with overlap asked for: no gather exists to overlap. (Left at
+  // its default, auto, overlap follows the distributed optimizer and turns off.)
+  Job k = mpirun_train(2, common + " --steps 2 --distributed-optimizer off --overlap-param-gather on --reuse-grad-buf off",
+                       tmp / "ref_overlap");
   EXPECT_NE(k.res.exit_code, 0) << k.describe();
   EXPECT_TRUE(mt::contains(k.res.output, "overlap_param_gather needs distributed_optimizer")) << k.describe();
   EXPECT_FALSE(fs::exists(j.metrics_path())) << "no metrics file from a refused run";
