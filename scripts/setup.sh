@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what mxdp needs (Debian/Ubuntu packages, only those missing),
+# Installs what mxdp needs (Debian/Ubuntu packages, only those missing;
+# librsvg2-bin only lets a test render the loss plot),
 # configures and builds into ./build. Sourced by scripts/train.sh and
 # scripts/test.sh; safe to run again (does nothing that is already done).
 set -euo pipefail
@@ -8,7 +9,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 for p in cmake ninja-build g++ libopenmpi-dev openmpi-bin libgtest-dev libbenchmark-dev \
-         libcli11-dev nlohmann-json3-dev libfmt-dev python3; do
+         libcli11-dev nlohmann-json3-dev libfmt-dev python3 librsvg2-bin; do
   have_pkg "$p" || need+=("$p")
 done
 if ((${#need[@]})); then
