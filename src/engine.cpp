@@ -20,6 +20,53 @@ double sum_squares(const float* x, int64_t n) {
 }
 }  // namespace
 
+MemoryPlan plan_memory(const std::vector<ParamSpec>& params, const Layout& layout, const DpOptions& opt) {
+  MemoryPlan m;
+  const int dp = layout.dp;
+  for (const auto& p : params) m.params += p.numel();
+  for (const GatherBuffer& gb : layout.buffers) {
+    m.laid_out += gb.numel;
+    m.grad_bytes += gb.numel * int64_t(sizeof(float));
+    const bool reused = opt.reuse_grad_buf && gb.format == WeightFormat::Mxfp8;
+    for (const Bucket& b : gb.buckets) {
+      const int64_t owned = opt.distributed_optimizer ? b.shard_numel : b.numel;
+      m.master_bytes += owned * int64_t(sizeof(float));
+      m.adam_bytes += 2 * owned * int64_t(sizeof(float));
+      m.main_grad_bytes += owned * int64_t(sizeof(float));
+      const int64_t payload = dp * payload_shape(gb.format, b.shard_numel).shard_bytes;
+      if (!reused) m.payload_bytes += payload;
+      if (opt.distributed_optimizer) m.gather_bytes += payload;
+      if (opt.grad_reduce_dtype == GradReduceDType::Bf16) {
+        m.grad_reduce_bytes += (b.numel + b.shard_numel) * 2;
+        m.reduce_bytes += b.numel * 2;
+      } else {
+        m.reduce_bytes += b.numel * int64_t(sizeof(float));
+      }
+      // Reference mode gathers the reduced fp32 gradients instead of parameters.
+      if (!opt.distributed_optimizer && dp > 1) m.gather_bytes += b.numel * int64_t(sizeof(float));
+    }
+  }
+  return m;
+}
+
+MemoryPlan DataParallel::allocated() const {
+  MemoryPlan m;
+  for (const auto& p : params_) m.params += p.numel();
+  for (size_t f = 0; f < buf_.size(); ++f) {
+    const BufferState& bs = buf_[f];
+    m.laid_out += layout_.buffers[f].numel;
+    m.master_bytes += int64_t(bs.master.size() * sizeof(float));
+    m.adam_bytes += int64_t((bs.m.size() + bs.v.size()) * sizeof(float));
+    m.main_grad_bytes += int64_t(bs.main_grad.size() * sizeof(float));
+    m.grad_bytes += int64_t(bs.grad.size() * sizeof(float));
+    m.grad_reduce_bytes += int64_t((bs.grad_bf16.size() + bs.shard_bf16.size()) * sizeof(uint16_t));
+    m.payload_bytes += int64_t(bs.payload.size());
+  }
+  m.gather_bytes = last_step_gather_bytes_;
+  m.reduce_bytes = last_step_reduce_bytes_;
+  return m;
+}
+
 DataParallel::DataParallel(Model& model, Communicator& comm, const DpOptions& opt)
     : model_(model), comm_(comm), opt_(opt), rank_(comm.rank()), dp_(comm.size()) {
   opt_.validate(dp_);
@@ -194,6 +241,7 @@ void DataParallel::start_gather(int f, int b) {
   const PayloadShape ps = payload_shape(layout_.buffers[f].format, layout_.buffers[f].buckets[b].shard_numel);
   uint8_t* base = payload_ptr(f, b);
   st.gather = comm_.all_gather_async(base + rank_ * ps.shard_bytes, base, ps.shard_bytes);
+  gather_bytes_ += dp_ * ps.shard_bytes;
   st.gather_v = st.staged_v;
   st.gather_done = false;
 }
@@ -332,6 +380,7 @@ void DataParallel::start_reduce(int f, int b) {
   MXDP_CHECK(!st.reduce, "bucket ", b, " reduce-scatter started twice");
   float* g = bs.grad.data() + bk.offset;
   float* out = bs.main_grad.data() + shard_local_off(f, b, rank_);
+  reduce_bytes_ += bk.numel * (opt_.grad_reduce_dtype == GradReduceDType::Fp32 ? 4 : 2);
   if (opt_.grad_reduce_dtype == GradReduceDType::Fp32) {
     st.reduce = comm_.reduce_scatter_async(g, out, bk.shard_numel, DType::F32, RedOp::Avg);
   } else {
@@ -355,8 +404,10 @@ void DataParallel::finish_reduce(int f, int b) {
     for (int64_t i = 0; i < bk.shard_numel; ++i) out[i] = codec::bf16_to_f32(in[i]);
   }
   // Reference mode: every rank needs the whole reduced gradient.
-  if (!opt_.distributed_optimizer && dp_ > 1)
+  if (!opt_.distributed_optimizer && dp_ > 1) {
     comm_.all_gather(out, bs.main_grad.data() + bs.local_off[b], bk.shard_numel * sizeof(float));
+    gather_bytes_ += bk.numel * int64_t(sizeof(float));
+  }
   if (reused(f)) st.region = Region::Idle;  // grads consumed: the region may take a payload
 }
 
@@ -444,6 +495,7 @@ StepResult DataParallel::optimizer_step() {
     ++skipped_steps_;
     r.skipped = true;
     r.version = version_;
+    close_traffic_window();
     return r;
   }
   if (opt_.clip_grad > 0) {
@@ -478,7 +530,14 @@ StepResult DataParallel::optimizer_step() {
   } else if (!fwd_order_.empty()) {
     start_gather(fwd_order_[0].first, fwd_order_[0].second);
   }
+  close_traffic_window();
   return r;
+}
+
+void DataParallel::close_traffic_window() {
+  last_step_gather_bytes_ = gather_bytes_;
+  last_step_reduce_bytes_ = reduce_bytes_;
+  gather_bytes_ = reduce_bytes_ = 0;
 }
 
 StepResult DataParallel::train_step(const std::vector<Batch>& micro_batches) {

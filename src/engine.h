@@ -43,6 +43,30 @@ struct StepResult {
   int64_t version = 0;    // optimizer updates applied after this step
 };
 
+// What the engine allocates on one rank, and what it moves per optimizer step.
+// plan_memory() predicts it from the layout alone (for `mxdp plan`, before any
+// memory exists); DataParallel::allocated() measures the real buffers, and the
+// tests hold the two equal.
+struct MemoryPlan {
+  int64_t params = 0;           // real parameter elements
+  int64_t laid_out = 0;         // elements in the buffers, padding included
+  int64_t master_bytes = 0;     // fp32 master weights held by this rank
+  int64_t adam_bytes = 0;       // AdamW m and v held by this rank
+  int64_t main_grad_bytes = 0;  // reduced fp32 gradients of what this rank updates
+  int64_t grad_bytes = 0;       // grad buffer (fp32, where backward accumulates)
+  int64_t grad_reduce_bytes = 0;  // bf16 reduce-scatter staging (grad_reduce_dtype bf16)
+  int64_t payload_bytes = 0;    // gathered parameter payloads outside the grad buffer
+  // Traffic of one optimizer step (allocated(): measured over the last step, from
+  // the end of the previous optimizer step to the end of this one).
+  int64_t gather_bytes = 0;     // all-gathered payload (every rank's slices; reference: fp32 grads)
+  int64_t reduce_bytes = 0;     // reduce-scatter input of this rank
+  int64_t total_bytes() const {
+    return master_bytes + adam_bytes + main_grad_bytes + grad_bytes + grad_reduce_bytes + payload_bytes;
+  }
+  bool operator==(const MemoryPlan&) const = default;
+};
+MemoryPlan plan_memory(const std::vector<ParamSpec>& params, const Layout& layout, const DpOptions& opt);
+
 class DataParallel final : private ModelHooks {
  public:
   // The model's weights must already be initialised (identically on every rank):
@@ -81,6 +105,8 @@ class DataParallel final : private ModelHooks {
   int64_t iteration() const { return iteration_; }
   int64_t skipped_steps() const { return skipped_steps_; }
   const Layout& layout() const { return layout_; }
+  // The buffers this rank holds right now (see MemoryPlan).
+  MemoryPlan allocated() const;
   const DpOptions& options() const { return opt_; }
   Communicator& comm() { return comm_; }
   // Test only: how many times a fault switch changed what the engine did.
@@ -150,6 +176,9 @@ class DataParallel final : private ModelHooks {
   std::vector<float> param_amax_;               // NVFP4 tensor amax of each param (last stage)
 
   int64_t version_ = 0, iteration_ = 0, skipped_steps_ = 0, faults_fired_ = 0;
+  int64_t gather_bytes_ = 0, reduce_bytes_ = 0;  // since the last optimizer step
+  int64_t last_step_gather_bytes_ = 0, last_step_reduce_bytes_ = 0;
+  void close_traffic_window();
   int micro_ = 0;               // micro-batches accumulated in this step
   double micro_loss_sum_ = 0;   // this rank's sum of micro-batch losses
   size_t cursor_ = 0;           // next bucket (forward order) the running forward will need

@@ -273,3 +273,41 @@ int main(int argc, char** argv) {
   if (world().rank() == 0) std::filesystem::remove_all(scratch());
   return rc;
 }
+
+TEST(Lifecycle, MemoryAndTrafficMatchThePlan) {
+  // plan_memory() (what `mxdp plan` prints) equals the buffers the engine really
+  // holds and the bytes its collectives really moved in a steady-state step.
+  std::map<std::string, MemoryPlan> seen;
+  for (const Config& c : configs())
+    for (const DpOptions& o : {c.opt, c.opt.reference()}) {
+      ToyModel m;
+      m.init_weights(1);
+      DataParallel dp(m, world(), o);
+      for (int s = 0; s < 3; ++s) dp.train_step({make_batch(s, 0, world().rank(), false).batch});
+      const MemoryPlan plan = plan_memory(m.params(), dp.layout(), o);
+      const MemoryPlan got = dp.allocated();
+      EXPECT_EQ(got.master_bytes, plan.master_bytes) << c.name;
+      EXPECT_EQ(got.adam_bytes, plan.adam_bytes) << c.name;
+      EXPECT_EQ(got.main_grad_bytes, plan.main_grad_bytes) << c.name;
+      EXPECT_EQ(got.grad_bytes, plan.grad_bytes) << c.name;
+      EXPECT_EQ(got.grad_reduce_bytes, plan.grad_reduce_bytes) << c.name;
+      EXPECT_EQ(got.payload_bytes, plan.payload_bytes) << c.name;
+      EXPECT_EQ(got.gather_bytes, plan.gather_bytes) << c.name << (o.distributed_optimizer ? "" : " (reference)");
+      EXPECT_EQ(got.reduce_bytes, plan.reduce_bytes) << c.name;
+      if (o.distributed_optimizer) seen[c.name] = got;
+    }
+  const int dp = world().size();
+  // Sharding divides the optimizer state; reuse removes the MXFP8 payload buffer.
+  ToyModel m;
+  Layout L = Layout::build(m.params(), WeightFormat::Mxfp8, 3000, dp);
+  EXPECT_EQ(seen["mxfp8"].master_bytes * dp, plan_memory(m.params(), L, base_options().reference()).master_bytes);
+  int64_t mxfp8_payload = 0;  // the MXFP8 buffer's gathered payloads, from the layout
+  for (const GatherBuffer& gb : L.buffers)
+    if (gb.format == WeightFormat::Mxfp8)
+      for (const Bucket& b : gb.buckets) mxfp8_payload += dp * payload_shape(gb.format, b.shard_numel).shard_bytes;
+  EXPECT_GT(mxfp8_payload, 0);
+  EXPECT_EQ(seen["mxfp8+reuse"].payload_bytes, seen["mxfp8"].payload_bytes - mxfp8_payload)
+      << "reuse moves the whole MXFP8 payload into the grad buffer";
+  EXPECT_EQ(seen["mxfp8+reuse"].grad_bytes, seen["mxfp8"].grad_bytes) << "and the grad buffer does not grow";
+  EXPECT_LT(seen["mxfp8+reuse"].payload_bytes, seen["mxfp8"].payload_bytes);
+}

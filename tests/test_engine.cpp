@@ -9,6 +9,7 @@
 #include "check.h"
 #include "comm.h"
 #include "engine.h"
+#include "gpt.h"
 #include "lifecycle.h"
 #include "toy_model.h"
 
@@ -155,4 +156,33 @@ TEST(Engine, MisuseIsAClearError) {
     EXPECT_NE(std::string(e.what()).find("needs weight_format mxfp8"), std::string::npos) << e.what();
   }
   EXPECT_THROW(dp.load_checkpoint("/nonexistent/ckpt"), Error);
+}
+
+TEST(MemoryPlan, Gpt2OnEightRanks) {
+  // GPT-2 124M at dp 8, Megatron's default 40M-element buckets: the payload per
+  // element is 2 bytes (bf16), 1 + 1/32 (mxfp8), 1/2 + 1/16 (nvfp4), plus the
+  // 1-D params that always travel in bf16 and the padding.
+  const auto params = gpt_param_specs(gpt_config("gpt2-124m"));
+  auto plan = [&](WeightFormat f, bool dist, bool reuse) {
+    DpOptions o;
+    o.weight_format = f;
+    o.distributed_optimizer = dist;
+    o.overlap_param_gather = dist;
+    o.reuse_grad_buf = reuse;
+    o.bucket_size = 40'000'000;
+    return plan_memory(params, Layout::build(params, f, o.bucket_size, 8), o);
+  };
+  const MemoryPlan ref = plan(WeightFormat::Bf16, false, false);
+  const MemoryPlan bf16 = plan(WeightFormat::Bf16, true, false);
+  const MemoryPlan mx = plan(WeightFormat::Mxfp8, true, false);
+  const MemoryPlan mx_reuse = plan(WeightFormat::Mxfp8, true, true);
+  const MemoryPlan nv = plan(WeightFormat::Nvfp4, true, false);
+  EXPECT_EQ(ref.params, 124475904);
+  EXPECT_LT(double(ref.laid_out) / ref.params, 1.01) << "padding stays small";
+  EXPECT_NEAR(double(bf16.master_bytes + bf16.adam_bytes) / (ref.master_bytes + ref.adam_bytes), 1.0 / 8, 1e-3);
+  EXPECT_NEAR(double(mx.gather_bytes) / bf16.gather_bytes, (1 + 1.0 / 32) / 2, 0.01);
+  EXPECT_NEAR(double(nv.gather_bytes) / bf16.gather_bytes, (0.5 + 1.0 / 16) / 2, 0.01);
+  EXPECT_EQ(mx_reuse.grad_bytes, mx.grad_bytes);
+  EXPECT_LT(double(mx_reuse.payload_bytes), 0.01 * mx.payload_bytes) << "only the 1-D bf16 params keep a payload buffer";
+  EXPECT_LT(mx_reuse.total_bytes(), mx.total_bytes());
 }

@@ -15,5 +15,6 @@ void add_prepare_command(CLI::App& app, Runner& run);    // prepare (cmd_prepare
 void add_train_command(CLI::App& app, Runner& run);      // train (cmd_train.cpp)
 void add_sample_command(CLI::App& app, Runner& run);     // sample (cmd_sample.cpp)
 void add_plot_command(CLI::App& app, Runner& run);       // plot (cmd_plot.cpp)
+void add_plan_command(CLI::App& app, Runner& run);       // plan (cmd_plan.cpp)
 
 }  // namespace mxdp::cli
