@@ -10,6 +10,6 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 OUT=${MXDP_RUN_DIR:-runs/default}
 mkdir -p "$OUT"
 mpirun --oversubscribe --bind-to none -np "${MXDP_RANKS:-2}" "$MXDP_BIN" train \
-  --eval-first --metrics "$OUT/metrics.jsonl" --save-dir "$OUT/ckpt" "$@"
+  --eval-first --sample-prompt "And God said" --metrics "$OUT/metrics.jsonl" --save-dir "$OUT/ckpt" "$@"
 "$MXDP_BIN" plot --metrics "$OUT/metrics.jsonl" --output "$OUT/loss.svg"
 echo "metrics: $OUT/metrics.jsonl   loss curve: $OUT/loss.svg   checkpoints: $OUT/ckpt/"

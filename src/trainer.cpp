@@ -317,7 +317,7 @@ int train(const TrainConfig& in, Communicator& comm) {
       so.tokens = cfg.sample_tokens;
       so.seed = cfg.seed;
       std::printf("sample (%d tokens, temperature %.1f, top-k %d):\n%s\n", so.tokens, so.temperature,
-                  so.top_k, generate(model, "And God said", so).c_str());
+                  so.top_k, (cfg.sample_prompt + generate(model, cfg.sample_prompt, so)).c_str());
     }
   }
   if (metrics) std::fclose(metrics);

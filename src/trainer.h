@@ -41,6 +41,7 @@ struct TrainConfig {
   std::string progress = "auto";  // bar (one updating line), lines, or auto: bar on a terminal
                                   // unless under mpirun (which gives ranks a pty even when piped)
   int sample_tokens = 200;  // generated at the end (0 = none)
+  std::string sample_prompt; // text the sample continues (empty: a new line)
   int threads = 0;          // OpenMP threads per rank (0 = cores / local ranks)
   double comm_timeout = 300;
   // the data-parallel core

@@ -81,6 +81,7 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_option("--progress", c.progress, "bar (one updating line), lines, or auto (bar on a terminal, lines under mpirun)")
       ->check(CLI::IsMember({"auto", "bar", "lines"}))->group(ev);
   cmd->add_option("--sample-tokens", c.sample_tokens, "Tokens to generate at the end (0 = none)")->group(ev);
+  cmd->add_option("--sample-prompt", c.sample_prompt, "Text the final sample continues (empty: a new line)")->group(ev);
 
   auto core = "Data-parallel core";
   o->sw.add(cmd, "--distributed-optimizer", "on", "Shard fp32 masters + AdamW state over ranks (off = reference mode)", core);
