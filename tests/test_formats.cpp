@@ -4,6 +4,8 @@
 // (cuda_fp8.h, cuda_fp4.h, cuda_bf16.h), when that header is on the include path.
 #include <gtest/gtest.h>
 
+#include <bit>
+
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -27,16 +29,6 @@ namespace {
 
 using namespace mxdp;
 
-float bits_f(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-uint32_t f_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
 
 // ---- slow, independent reference -----------------------------------------------
 struct SmallFormat {
@@ -82,9 +74,9 @@ int ref_encode(const SmallFormat& f, float x) {
   return sign | k;
 }
 uint16_t ref_bf16(float x) {
-  const uint32_t u = f_bits(x);
+  const uint32_t u = std::bit_cast<uint32_t>(x);
   if (std::isnan(x)) return uint16_t((u >> 16) | 0x40);
-  const float lo = bits_f(u & 0xFFFF0000u);
+  const float lo = std::bit_cast<float>(u & 0xFFFF0000u);
   const double a = x, l = lo;
   if (std::isinf(x)) return uint16_t(u >> 16);
   // one bf16 ulp at lo: 2^(exponent - 7), subnormals share exponent -126
@@ -197,9 +189,9 @@ TEST(Fp8, SaturationNaNInfNegZero) {
     EXPECT_EQ(codec::e2m1_from_f32(-x), 0xF) << x;
   }
   for (uint32_t nan : {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFFFFFFFFu}) {
-    EXPECT_EQ(codec::e4m3_from_f32(bits_f(nan)), 0x7F);
-    EXPECT_EQ(codec::e5m2_from_f32(bits_f(nan)), 0x7F);
-    EXPECT_EQ(codec::e2m1_from_f32(bits_f(nan)), 0x7);
+    EXPECT_EQ(codec::e4m3_from_f32(std::bit_cast<float>(nan)), 0x7F);
+    EXPECT_EQ(codec::e5m2_from_f32(std::bit_cast<float>(nan)), 0x7F);
+    EXPECT_EQ(codec::e2m1_from_f32(std::bit_cast<float>(nan)), 0x7);
   }
   EXPECT_EQ(codec::e4m3_from_f32(-0.0f), 0x80);
   EXPECT_EQ(codec::e5m2_from_f32(-0.0f), 0x80);
@@ -210,10 +202,10 @@ TEST(Fp8, SaturationNaNInfNegZero) {
 
 TEST(Fp8, Fp32SubnormalInputs) {
   for (uint32_t m : {1u, 2u, 0x1234u, 0x400000u, 0x7FFFFFu}) {
-    EXPECT_EQ(codec::e4m3_from_f32(bits_f(m)), 0x00);
-    EXPECT_EQ(codec::e4m3_from_f32(bits_f(0x80000000u | m)), 0x80);
-    EXPECT_EQ(codec::e5m2_from_f32(bits_f(m)), 0x00);
-    EXPECT_EQ(codec::e2m1_from_f32(bits_f(0x80000000u | m)), 0x8);
+    EXPECT_EQ(codec::e4m3_from_f32(std::bit_cast<float>(m)), 0x00);
+    EXPECT_EQ(codec::e4m3_from_f32(std::bit_cast<float>(0x80000000u | m)), 0x80);
+    EXPECT_EQ(codec::e5m2_from_f32(std::bit_cast<float>(m)), 0x00);
+    EXPECT_EQ(codec::e2m1_from_f32(std::bit_cast<float>(0x80000000u | m)), 0x8);
   }
   // Smallest E4M3 subnormal 2^-9: half of it ties to 0, just above goes to 1.
   EXPECT_EQ(codec::e4m3_from_f32(std::ldexp(1.0f, -10)), 0x00);
@@ -228,10 +220,10 @@ TEST(Fp8, MatchesSlowReference) {
   for (int i = 0; i < (1 << 19); ++i) pats.push_back(rng());
   // Random values in the interesting range of each format (|x| < 2^17).
   std::uniform_real_distribution<float> u(-70000.0f, 70000.0f);
-  for (int i = 0; i < (1 << 19); ++i) pats.push_back(f_bits(u(rng) * std::ldexp(1.0f, -int(rng() % 24))));
+  for (int i = 0; i < (1 << 19); ++i) pats.push_back(std::bit_cast<uint32_t>(u(rng) * std::ldexp(1.0f, -int(rng() % 24))));
   int64_t bad[4] = {0, 0, 0, 0};
   for (uint32_t p : pats) {
-    const float x = bits_f(p);
+    const float x = std::bit_cast<float>(p);
     bad[0] += codec::e4m3_from_f32(x) != ref_encode(kE4M3, x);
     bad[1] += codec::e5m2_from_f32(x) != ref_encode(kE5M2, x);
     bad[2] += codec::e2m1_from_f32(x) != ref_encode(kE2M1, x);
@@ -247,22 +239,22 @@ TEST(Fp8, MatchesSlowReference) {
 
 TEST(Bf16, SpecialsAndRounding) {
   EXPECT_EQ(codec::bf16_from_f32(1.0f), 0x3F80);
-  EXPECT_EQ(codec::bf16_from_f32(bits_f(0x3F808000u)), 0x3F80);  // tie, even stays
-  EXPECT_EQ(codec::bf16_from_f32(bits_f(0x3F818000u)), 0x3F82);  // tie, odd rounds up
-  EXPECT_EQ(codec::bf16_from_f32(bits_f(0x3F808001u)), 0x3F81);
+  EXPECT_EQ(codec::bf16_from_f32(std::bit_cast<float>(0x3F808000u)), 0x3F80);  // tie, even stays
+  EXPECT_EQ(codec::bf16_from_f32(std::bit_cast<float>(0x3F818000u)), 0x3F82);  // tie, odd rounds up
+  EXPECT_EQ(codec::bf16_from_f32(std::bit_cast<float>(0x3F808001u)), 0x3F81);
   EXPECT_EQ(codec::bf16_from_f32(FLT_MAX), 0x7F80);  // RNE overflows to Inf
   EXPECT_EQ(codec::bf16_from_f32(-INFINITY), 0xFF80);
   EXPECT_EQ(codec::bf16_from_f32(-0.0f), 0x8000);
-  EXPECT_EQ(codec::bf16_from_f32(bits_f(0x7F800001u)), 0x7FC0);  // signalling NaN made quiet
-  EXPECT_EQ(codec::bf16_from_f32(bits_f(0xFFC00000u)), 0xFFC0);
-  EXPECT_EQ(codec::bf16_from_f32(bits_f(0x00000001u)), 0x0000);  // subnormal, no FTZ needed
-  EXPECT_EQ(codec::bf16_from_f32(bits_f(0x00018000u)), 0x0002);
+  EXPECT_EQ(codec::bf16_from_f32(std::bit_cast<float>(0x7F800001u)), 0x7FC0);  // signalling NaN made quiet
+  EXPECT_EQ(codec::bf16_from_f32(std::bit_cast<float>(0xFFC00000u)), 0xFFC0);
+  EXPECT_EQ(codec::bf16_from_f32(std::bit_cast<float>(0x00000001u)), 0x0000);  // subnormal, no FTZ needed
+  EXPECT_EQ(codec::bf16_from_f32(std::bit_cast<float>(0x00018000u)), 0x0002);
   EXPECT_EQ(codec::bf16_to_f32(0x3F80), 1.0f);
 }
 
 // ---- E8M0 and scale bytes ---------------------------------------------------------
 TEST(E8M0, DecodeAndMultiplier) {
-  EXPECT_EQ(f_bits(codec::e8m0_to_f32(0x00)), 0x00400000u);  // 2^-127 exactly
+  EXPECT_EQ(std::bit_cast<uint32_t>(codec::e8m0_to_f32(0x00)), 0x00400000u);  // 2^-127 exactly
   EXPECT_EQ(codec::e8m0_to_f32(0x7F), 1.0f);
   EXPECT_EQ(codec::e8m0_to_f32(0xFE), std::ldexp(1.0f, 127));
   EXPECT_TRUE(std::isnan(codec::e8m0_to_f32(0xFF)));
@@ -290,13 +282,13 @@ int ref_floor(float amax, int emax) {
 }
 
 TEST(E8M0, ScaleBytesMatchLog2Definition) {
-  std::vector<float> amaxes = {0.0f, bits_f(1), bits_f(0x00400000u), bits_f(0x00400001u), FLT_MIN,
+  std::vector<float> amaxes = {0.0f, std::bit_cast<float>(1), std::bit_cast<float>(0x00400000u), std::bit_cast<float>(0x00400001u), FLT_MIN,
                                1.0f, 448.0f, 449.0f, 57344.0f, FLT_MAX, INFINITY};
   std::mt19937 rng(7);
-  for (int i = 0; i < 200000; ++i) amaxes.push_back(bits_f(rng() & 0x7FFFFFFFu));
+  for (int i = 0; i < 200000; ++i) amaxes.push_back(std::bit_cast<float>(uint32_t(rng() & 0x7FFFFFFFu)));
   for (int e = 0; e < 255; ++e)
     for (uint32_t m : {0u, 1u, 0x400000u, 0x5FFFFFu, 0x600000u, 0x600001u, 0x7FFFFFu})
-      amaxes.push_back(bits_f((uint32_t(e) << 23) | m));
+      amaxes.push_back(std::bit_cast<float>((uint32_t(e) << 23) | m));
   for (float a : amaxes) {
     if (std::isnan(a)) continue;
     ASSERT_EQ(codec::mxfp8_scale_byte(a, Fp8Kind::E4M3, ScaleRounding::RCeil), ref_rceil(a, 1.0f / 448.0f)) << a;
@@ -318,7 +310,7 @@ TEST(Nvfp4, TensorScale) {
   EXPECT_EQ(t.s_dec, 1.0f);
   t = codec::nvfp4_tensor_scale_of(INFINITY);
   EXPECT_EQ(t.s_enc, 1.0f);
-  t = codec::nvfp4_tensor_scale_of(bits_f(1));  // 2688 / 2^-149 overflows
+  t = codec::nvfp4_tensor_scale_of(std::bit_cast<float>(1));  // 2688 / 2^-149 overflows
   EXPECT_EQ(t.s_enc, FLT_MAX);
   EXPECT_EQ(t.s_dec, float(1.0 / double(FLT_MAX)));  // a subnormal, kept
   t = codec::nvfp4_tensor_scale_of(2688.0f);
@@ -340,7 +332,7 @@ TEST(CudaHost, EncodersMatchCudaConversions) {
     pats.push_back((rng() & 0x80FFFFFFu) | (uint32_t(100 + rng() % 48) << 23));
   int64_t bad[4] = {0, 0, 0, 0};
   for (uint32_t p : pats) {
-    const float x = bits_f(p);
+    const float x = std::bit_cast<float>(p);
     bad[0] += codec::e4m3_from_f32(x) != __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
     bad[1] += codec::e5m2_from_f32(x) != __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2);
     bad[2] += codec::e2m1_from_f32(x) != __nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest);
@@ -362,13 +354,13 @@ TEST(CudaHost, DecodersMatchCudaConversions) {
     const float b = half_to_float(__nv_cvt_fp8_to_halfraw(uint8_t(c), __NV_E5M2));
     const float ours_a = codec::e4m3_to_f32(uint8_t(c)), ours_b = codec::e5m2_to_f32(uint8_t(c));
     if (std::isnan(a)) EXPECT_TRUE(std::isnan(ours_a)) << c;
-    else EXPECT_EQ(f_bits(ours_a), f_bits(a)) << "E4M3 code " << c;
+    else EXPECT_EQ(std::bit_cast<uint32_t>(ours_a), std::bit_cast<uint32_t>(a)) << "E4M3 code " << c;
     if (std::isnan(b)) EXPECT_TRUE(std::isnan(ours_b)) << c;
-    else EXPECT_EQ(f_bits(ours_b), f_bits(b)) << "E5M2 code " << c;
+    else EXPECT_EQ(std::bit_cast<uint32_t>(ours_b), std::bit_cast<uint32_t>(b)) << "E5M2 code " << c;
   }
   for (int c = 0; c < 16; ++c) {
     const float a = half_to_float(__nv_cvt_fp4_to_halfraw(uint8_t(c), __NV_E2M1));
-    EXPECT_EQ(f_bits(codec::e2m1_to_f32(uint8_t(c))), f_bits(a)) << "E2M1 code " << c;
+    EXPECT_EQ(std::bit_cast<uint32_t>(codec::e2m1_to_f32(uint8_t(c))), std::bit_cast<uint32_t>(a)) << "E2M1 code " << c;
   }
 }
 #else

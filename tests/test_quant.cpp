@@ -4,6 +4,8 @@
 // operation (amax * fl(1/448), the NVFP4 scale chain). No code under test is
 // used to produce expected values.
 #include <gtest/gtest.h>
+
+#include <bit>
 #include <omp.h>
 
 #include <algorithm>
@@ -21,16 +23,6 @@ namespace {
 
 using namespace mxdp;
 
-uint32_t f_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float bits_f(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 // ---- reference element formats -------------------------------------------------
 struct RefFormat {
@@ -112,8 +104,8 @@ std::vector<float> make_input(int64_t rows, int64_t cols, uint32_t seed, bool sp
     }
   }
   if (specials && !x.empty()) {
-    const float sp[] = {NAN, -NAN, INFINITY, -INFINITY, -0.0f, bits_f(1), bits_f(0x807FFFFFu),
-                        FLT_MAX, -FLT_MAX, FLT_MIN, 448.0f, 464.0f, 57344.0f, 1.75f, bits_f(0x3FE00001u)};
+    const float sp[] = {NAN, -NAN, INFINITY, -INFINITY, -0.0f, std::bit_cast<float>(1), std::bit_cast<float>(0x807FFFFFu),
+                        FLT_MAX, -FLT_MAX, FLT_MIN, 448.0f, 464.0f, 57344.0f, 1.75f, std::bit_cast<float>(0x3FE00001u)};
     for (int i = 0; i < int(x.size() / 50) + 2; ++i) x[rng() % x.size()] = sp[rng() % std::size(sp)];
   }
   return x;
@@ -144,7 +136,7 @@ void check_mxfp8_rowwise(const std::vector<float>& x, int64_t rows, int64_t cols
       const double v = ref_decode(f, codes[r * cols + c], cfg.elem == Fp8Kind::E5M2);
       const float want = float(std::ldexp(v, scales[r * nb + c / 32] - 127));
       const float got = y[r * cols + c];
-      bad_d += std::isnan(want) ? !std::isnan(got) : f_bits(got) != f_bits(want);
+      bad_d += std::isnan(want) ? !std::isnan(got) : std::bit_cast<uint32_t>(got) != std::bit_cast<uint32_t>(want);
     }
   EXPECT_EQ(bad_d, 0) << "dequant mismatches, " << rows << "x" << cols;
 }
@@ -172,7 +164,7 @@ void check_mxfp8_colwise(const std::vector<float>& x, int64_t rows, int64_t cols
       const double v = ref_decode(f, codes[r * cols + c], cfg.elem == Fp8Kind::E5M2);
       const float want = float(std::ldexp(v, scales[(r / 32) * cols + c] - 127));
       const float got = y[r * cols + c];
-      bad_d += std::isnan(want) ? !std::isnan(got) : f_bits(got) != f_bits(want);
+      bad_d += std::isnan(want) ? !std::isnan(got) : std::bit_cast<uint32_t>(got) != std::bit_cast<uint32_t>(want);
     }
   EXPECT_EQ(bad_d, 0) << "colwise dequant mismatches, " << rows << "x" << cols;
 }
@@ -293,8 +285,8 @@ void check_nvfp4(const std::vector<float>& x, int64_t rows, int64_t cols, float 
   nvfp4_quantize_rowwise(x.data(), rows, cols, tensor_amax, codes.data(), scales.data());
   const RefNvfp4 ts = ref_tensor_scale(tensor_amax);
   const Nvfp4TensorScale got_ts = nvfp4_tensor_scale(tensor_amax);
-  EXPECT_EQ(f_bits(got_ts.s_enc), f_bits(ts.s_enc));
-  EXPECT_EQ(f_bits(got_ts.s_dec), f_bits(ts.s_dec));
+  EXPECT_EQ(std::bit_cast<uint32_t>(got_ts.s_enc), std::bit_cast<uint32_t>(ts.s_enc));
+  EXPECT_EQ(std::bit_cast<uint32_t>(got_ts.s_dec), std::bit_cast<uint32_t>(ts.s_dec));
   int64_t bad_s = 0, bad_c = 0, bad_d = 0;
   std::vector<int> want_nib(size_t(rows * cols));
   for (int64_t r = 0; r < rows; ++r)
@@ -325,7 +317,7 @@ void check_nvfp4(const std::vector<float>& x, int64_t rows, int64_t cols, float 
       const double e = ref_decode(ref_e2m1(), want_nib[r * cols + c]);
       const double sb = ref_e4m3().values[scales[r * nb + c / 16] & 0x7F];
       const float want = float(double(float(e * sb)) * double(ts.s_dec));
-      bad_d += f_bits(y[r * cols + c]) != f_bits(want);
+      bad_d += std::bit_cast<uint32_t>(y[r * cols + c]) != std::bit_cast<uint32_t>(want);
     }
   EXPECT_EQ(bad_d, 0) << "nvfp4 dequant mismatches, " << rows << "x" << cols;
 }
@@ -358,8 +350,8 @@ TEST(Nvfp4, SpecialTensors) {
   nvfp4_quantize_rowwise(x.data(), 1, 32, INFINITY, codes.data(), scales.data());
   EXPECT_EQ(codes[0], 0x77);   // NaN -> 0x7 in both nibbles
   EXPECT_EQ(scales[1], 0x7E);  // Inf block amax saturates the E4M3 scale to 448
-  std::vector<float> tiny(16, bits_f(3));
-  check_nvfp4(tiny, 1, 16, bits_f(3));  // S_enc overflows -> FLT_MAX
+  std::vector<float> tiny(16, std::bit_cast<float>(3));
+  check_nvfp4(tiny, 1, 16, std::bit_cast<float>(3));  // S_enc overflows -> FLT_MAX
 }
 
 TEST(Nvfp4, DequantErrorBound) {
