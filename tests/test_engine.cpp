@@ -83,10 +83,9 @@ TEST(Engine, NonFiniteGradientsSkipTheStepAndKeepTheWeights) {
 }
 
 TEST(Engine, ClippingBoundsTheUpdate) {
-  // With a tiny clip the first Adam update is still lr-sized (Adam normalises),
-  // so check clipping through the reported norm and a weight-decay-free SGD-like
-  // consequence: clipped and unclipped runs diverge, and the grad norm is the
-  // pre-clip norm in both.
+  // Adam normalises the update, so a clipped first step looks like an unclipped
+  // one; clipping shows from the second step on (the moments then mix clipped
+  // and earlier gradients). The reported norm is the pre-clip norm in both runs.
   auto run = [](double clip) {
     auto comm = self();
     ToyModel m;
