@@ -12,14 +12,6 @@
 
 namespace mxdp {
 
-namespace {
-double sum_squares(const float* x, int64_t n) {
-  double s = 0;  // fixed, sequential order: the parity contract depends on it
-  for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
-  return s;
-}
-}  // namespace
-
 MemoryPlan plan_memory(const std::vector<ParamSpec>& params, const Layout& layout, const DpOptions& opt) {
   MemoryPlan m;
   const int dp = layout.dp;
@@ -67,11 +59,18 @@ MemoryPlan DataParallel::allocated() const {
   return m;
 }
 
-DataParallel::DataParallel(Model& model, Communicator& comm, const DpOptions& opt)
-    : model_(model), comm_(comm), opt_(opt), rank_(comm.rank()), dp_(comm.size()) {
+DataParallel::DataParallel(Model& model, Communicator& comm, const DpOptions& opt, EngineOps* ops)
+    : model_(model),
+      comm_(comm),
+      own_ops_(ops ? nullptr : make_cpu_ops()),
+      ops_(ops ? ops : own_ops_.get()),
+      opt_(opt),
+      rank_(comm.rank()),
+      dp_(comm.size()) {
   opt_.validate(dp_);
-  MXDP_CHECK(!comm.device_memory(),
-             "the CPU engine needs a host-memory communicator (MPI or self), got a device one");
+  MXDP_CHECK(ops_->device_memory() == comm.device_memory(), "the engine's ops work on ",
+             ops_->device_memory() ? "device" : "host", " memory but the communicator on ",
+             comm.device_memory() ? "device" : "host", " memory");
   params_ = model.params();
   MXDP_CHECK(!params_.empty(), "the model has no parameters");
   const int np = int(params_.size());
@@ -90,7 +89,7 @@ DataParallel::DataParallel(Model& model, Communicator& comm, const DpOptions& op
   for (size_t f = 0; f < buf_.size(); ++f) {
     const GatherBuffer& gb = layout_.buffers[f];
     BufferState& bs = buf_[f];
-    bs.grad.assign(gb.numel, 0.0f);
+    bs.grad = DeviceArray<float>(*ops_, gb.numel);
     bs.st.resize(gb.buckets.size());
     int64_t local = 0, shard_total = 0, payload = 0;
     for (const Bucket& b : gb.buckets) {
@@ -102,18 +101,18 @@ DataParallel::DataParallel(Model& model, Communicator& comm, const DpOptions& op
       payload += dp_ * payload_shape(gb.format, b.shard_numel).shard_bytes;
     }
     if (opt_.grad_reduce_dtype == GradReduceDType::Bf16) {
-      bs.grad_bf16.assign(gb.numel, 0);
-      bs.shard_bf16.assign(shard_total, 0);
+      bs.grad_bf16 = DeviceArray<uint16_t>(*ops_, gb.numel);
+      bs.shard_bf16 = DeviceArray<uint16_t>(*ops_, shard_total);
     }
-    if (!reused(int(f))) bs.payload.assign(payload, 0);
-    bs.master.assign(local, 0.0f);
-    bs.m.assign(local, 0.0f);
-    bs.v.assign(local, 0.0f);
-    bs.main_grad.assign(local, 0.0f);
+    if (!reused(int(f))) bs.payload = DeviceArray<uint8_t>(*ops_, payload);
+    bs.master = DeviceArray<float>(*ops_, local);
+    bs.m = DeviceArray<float>(*ops_, local);
+    bs.v = DeviceArray<float>(*ops_, local);
+    bs.main_grad = DeviceArray<float>(*ops_, local);
   }
   // The model's initial weights become the masters of the shards this rank owns.
   for_each_owned_piece([&](int f, const Piece& pc, int64_t at) {
-    std::memcpy(buf_[f].master.data() + at, model_.weights(pc.param) + pc.param_begin, pc.len * sizeof(float));
+    ops_->copy(buf_[f].master.data() + at, model_.weights(pc.param) + pc.param_begin, pc.len * sizeof(float));
   });
 }
 
@@ -173,11 +172,10 @@ void DataParallel::stage(int f, int b) {
       const float* x = bs.master.data() + shard_local_off(f, b, s);
       for (const Piece& pc : bk.shards[s]) {
         size_t i = std::find(bk.params.begin(), bk.params.end(), pc.param) - bk.params.begin();
-        am[i] = std::max(am[i], amax(x + pc.shard_pos, pc.len));
+        am[i] = std::max(am[i], ops_->amax(x + pc.shard_pos, pc.len));
       }
     }
-    if (opt_.distributed_optimizer && dp_ > 1)
-      comm_.all_reduce(am.data(), am.data(), am.size(), DType::F32, RedOp::Max);
+    if (opt_.distributed_optimizer && dp_ > 1) host_all_reduce_max(am.data(), am.size());
     for (size_t i = 0; i < am.size(); ++i) param_amax_[bk.params[i]] = am[i];
   }
 
@@ -185,34 +183,24 @@ void DataParallel::stage(int f, int b) {
     if (!owns(s)) continue;
     const float* x = bs.master.data() + shard_local_off(f, b, s);
     uint8_t* slot = base + s * ps.shard_bytes;
-    switch (gb.format) {
-      case WeightFormat::Bf16: {
-        uint16_t* out = reinterpret_cast<uint16_t*>(slot);
-        for (int64_t i = 0; i < bk.shard_numel; ++i) out[i] = codec::bf16_from_f32(x[i]);
-        break;
-      }
-      case WeightFormat::Mxfp8:
-        mxfp8_quantize_rowwise(x, 1, bk.shard_numel, {Fp8Kind::E4M3, opt_.mxfp8_scale_rounding},
-                               slot, slot + ps.code_bytes);
-        break;
-      case WeightFormat::Nvfp4: {
-        // Segments of the shard: each piece with its param's tensor amax, the
-        // padding between them as zeros (amax 0).
-        int64_t pos = 0;
-        auto quant = [&](int64_t at, int64_t len, float tensor_amax) {
-          if (len > 0)
-            nvfp4_quantize_rowwise(x + at, 1, len, tensor_amax, slot + at / 2,
-                                   slot + ps.code_bytes + at / kNvfp4Block);
-        };
-        for (const Piece& pc : bk.shards[s]) {
-          quant(pos, pc.shard_pos - pos, 0.0f);
-          quant(pc.shard_pos, pc.len, param_amax_[pc.param]);
-          pos = pc.shard_pos + pc.len;
-        }
-        quant(pos, bk.shard_numel - pos, 0.0f);
-        break;
-      }
+    if (gb.format != WeightFormat::Nvfp4) {
+      ops_->quantize(gb.format, opt_.mxfp8_scale_rounding, x, bk.shard_numel, 0.0f, slot, slot + ps.code_bytes);
+      continue;
     }
+    // NVFP4: segments of the shard, each piece with its param's tensor amax,
+    // the padding between them as zeros (amax 0).
+    auto quant = [&](int64_t at, int64_t len, float tensor_amax) {
+      if (len > 0)
+        ops_->quantize(WeightFormat::Nvfp4, opt_.mxfp8_scale_rounding, x + at, len, tensor_amax, slot + at / 2,
+                       slot + ps.code_bytes + at / kNvfp4Block);
+    };
+    int64_t pos = 0;
+    for (const Piece& pc : bk.shards[s]) {
+      quant(pos, pc.shard_pos - pos, 0.0f);
+      quant(pc.shard_pos, pc.len, param_amax_[pc.param]);
+      pos = pc.shard_pos + pc.len;
+    }
+    quant(pos, bk.shard_numel - pos, 0.0f);
   }
   st.staged_v = version_;
   if (reused(f)) st.region = Region::Payload;
@@ -240,7 +228,7 @@ void DataParallel::start_gather(int f, int b) {
   if (!opt_.distributed_optimizer) return;
   const PayloadShape ps = payload_shape(layout_.buffers[f].format, layout_.buffers[f].buckets[b].shard_numel);
   uint8_t* base = payload_ptr(f, b);
-  st.gather = comm_.all_gather_async(base + rank_ * ps.shard_bytes, base, ps.shard_bytes);
+  st.gather = comm_.all_gather_async(base + rank_ * ps.shard_bytes, base, ps.shard_bytes, ops_->stream());
   gather_bytes_ += dp_ * ps.shard_bytes;
   st.gather_v = st.staged_v;
   st.gather_done = false;
@@ -271,18 +259,15 @@ void DataParallel::unpack(int f, int b) {
       float* w = model_.weights(pc.param) + pc.param_begin;
       const int64_t at = pc.shard_pos;
       switch (gb.format) {
-        case WeightFormat::Bf16: {
-          const uint16_t* in = reinterpret_cast<const uint16_t*>(slot) + at;
-          for (int64_t i = 0; i < pc.len; ++i) w[i] = codec::bf16_to_f32(in[i]);
+        case WeightFormat::Bf16:
+          ops_->dequantize(gb.format, slot + 2 * at, nullptr, pc.len, 0.0f, w);
           break;
-        }
         case WeightFormat::Mxfp8:
-          mxfp8_dequantize_rowwise(slot + at, slot + ps.code_bytes + at / kMxfp8Block, 1, pc.len,
-                                   Fp8Kind::E4M3, w);
+          ops_->dequantize(gb.format, slot + at, slot + ps.code_bytes + at / kMxfp8Block, pc.len, 0.0f, w);
           break;
         case WeightFormat::Nvfp4:
-          nvfp4_dequantize_rowwise(slot + at / 2, slot + ps.code_bytes + at / kNvfp4Block,
-                                   nvfp4_tensor_scale(param_amax_[pc.param]).s_dec, 1, pc.len, w);
+          ops_->dequantize(gb.format, slot + at / 2, slot + ps.code_bytes + at / kNvfp4Block, pc.len,
+                           param_amax_[pc.param], w);
           break;
       }
     }
@@ -349,7 +334,7 @@ void DataParallel::begin_backward() {
                  " whose weights (version ", st.weights_v, ") were never unpacked for version ", version_);
       MXDP_CHECK(!st.reduce, "bucket ", b, " still has a reduce-scatter in flight");
       const Bucket& bk = layout_.buffers[f].buckets[b];
-      std::fill_n(buf_[f].grad.data() + bk.offset, bk.numel, 0.0f);
+      ops_->zero(buf_[f].grad.data() + bk.offset, bk.numel * sizeof(float));
       if (reused(int(f))) {
         st.region = Region::Grads;
         st.staged_v = -1;  // rank r's staged slice is gone with the zeroing
@@ -382,12 +367,12 @@ void DataParallel::start_reduce(int f, int b) {
   float* out = bs.main_grad.data() + shard_local_off(f, b, rank_);
   reduce_bytes_ += bk.numel * (opt_.grad_reduce_dtype == GradReduceDType::Fp32 ? 4 : 2);
   if (opt_.grad_reduce_dtype == GradReduceDType::Fp32) {
-    st.reduce = comm_.reduce_scatter_async(g, out, bk.shard_numel, DType::F32, RedOp::Avg);
+    st.reduce = comm_.reduce_scatter_async(g, out, bk.shard_numel, DType::F32, RedOp::Avg, ops_->stream());
   } else {
     uint16_t* g16 = bs.grad_bf16.data() + bk.offset;
-    for (int64_t i = 0; i < bk.numel; ++i) g16[i] = codec::bf16_from_f32(g[i]);
-    st.reduce = comm_.reduce_scatter_async(g16, bs.shard_bf16.data() + bs.shard_off[b],
-                                           bk.shard_numel, DType::BF16, RedOp::Avg);
+    ops_->to_bf16(g, g16, bk.numel);
+    st.reduce = comm_.reduce_scatter_async(g16, bs.shard_bf16.data() + bs.shard_off[b], bk.shard_numel,
+                                           DType::BF16, RedOp::Avg, ops_->stream());
   }
 }
 
@@ -400,12 +385,11 @@ void DataParallel::finish_reduce(int f, int b) {
   st.reduce.reset();
   float* out = bs.main_grad.data() + shard_local_off(f, b, rank_);
   if (opt_.grad_reduce_dtype == GradReduceDType::Bf16) {
-    const uint16_t* in = bs.shard_bf16.data() + bs.shard_off[b];
-    for (int64_t i = 0; i < bk.shard_numel; ++i) out[i] = codec::bf16_to_f32(in[i]);
+    ops_->from_bf16(bs.shard_bf16.data() + bs.shard_off[b], out, bk.shard_numel);
   }
   // Reference mode: every rank needs the whole reduced gradient.
   if (!opt_.distributed_optimizer && dp_ > 1) {
-    comm_.all_gather(out, bs.main_grad.data() + bs.local_off[b], bk.shard_numel * sizeof(float));
+    comm_.all_gather(out, bs.main_grad.data() + bs.local_off[b], bk.shard_numel * sizeof(float), ops_->stream());
     gather_bytes_ += bk.numel * int64_t(sizeof(float));
   }
   if (reused(f)) st.region = Region::Idle;  // grads consumed: the region may take a payload
@@ -450,7 +434,7 @@ StepResult DataParallel::optimizer_step() {
   {
     std::vector<double> losses(dp_);
     losses[rank_] = micro_loss_sum_;
-    comm_.all_gather(&losses[rank_], losses.data(), sizeof(double));
+    host_all_gather(losses.data(), sizeof(double));
     double sum = 0;
     for (double l : losses) sum += l;
     r.loss = sum / (double(dp_) * opt_.micro_batches);
@@ -463,8 +447,7 @@ StepResult DataParallel::optimizer_step() {
   // Averaged over ranks by the reduce-scatter; over micro-batches here.
   if (opt_.micro_batches > 1) {
     const float inv = float(1.0 / opt_.micro_batches);
-    for (auto& bs : buf_)
-      for (float& g : bs.main_grad) g *= inv;
+    for (auto& bs : buf_) ops_->scale(bs.main_grad.data(), int64_t(bs.main_grad.size()), inv);
   }
 
   // Global grad norm from per-(bucket, shard) partial sums, added in a fixed
@@ -479,10 +462,9 @@ StepResult DataParallel::optimizer_step() {
         for (int s = 0; s < dp_; ++s)
           if (owns(s))
             partial[size_t(s) * nb + gi] =
-                sum_squares(buf_[f].main_grad.data() + shard_local_off(int(f), int(b), s),
-                            layout_.buffers[f].buckets[b].shard_numel);
-    if (opt_.distributed_optimizer && dp_ > 1)
-      comm_.all_gather(&partial[size_t(rank_) * nb], partial.data(), nb * sizeof(double));
+                ops_->sum_squares(buf_[f].main_grad.data() + shard_local_off(int(f), int(b), s),
+                                  layout_.buffers[f].buckets[b].shard_numel);
+    if (opt_.distributed_optimizer && dp_ > 1) host_all_gather(partial.data(), nb * sizeof(double));
   }
   double total = 0;
   for (int gi = 0; gi < nb; ++gi)
@@ -501,17 +483,14 @@ StepResult DataParallel::optimizer_step() {
   if (opt_.clip_grad > 0) {
     const double coeff = opt_.clip_grad / (r.grad_norm + 1e-6);
     if (coeff < 1.0) {
-      const float c = float(coeff);
-      for (auto& bs : buf_)
-        for (float& g : bs.main_grad) g *= c;
+      for (auto& bs : buf_) ops_->scale(bs.main_grad.data(), int64_t(bs.main_grad.size()), float(coeff));
     }
   }
   for_each_owned_piece([&](int f, const Piece& pc, int64_t at) {
     BufferState& bs = buf_[f];
     const AdamWParams a{float(r.lr), float(opt_.adam_beta1), float(opt_.adam_beta2), float(opt_.adam_eps),
                         params_[pc.param].decay ? float(opt_.weight_decay) : 0.0f, version_ + 1};
-    adamw_update(bs.master.data() + at, bs.m.data() + at, bs.v.data() + at, bs.main_grad.data() + at,
-                 pc.len, a);
+    ops_->adamw(bs.master.data() + at, bs.m.data() + at, bs.v.data() + at, bs.main_grad.data() + at, pc.len, a);
   });
   ++version_;
   r.version = version_;
@@ -567,7 +546,7 @@ double DataParallel::eval(const std::vector<Batch>& batches) {
   in_eval_ = false;
   std::vector<double> losses(dp_);
   losses[rank_] = sum / double(batches.size());
-  comm_.all_gather(&losses[rank_], losses.data(), sizeof(double));
+  host_all_gather(losses.data(), sizeof(double));
   double total = 0;
   for (double l : losses) total += l;
   return total / dp_;
@@ -585,17 +564,54 @@ void DataParallel::drop_inflight() {
     }
 }
 
-std::vector<float> DataParallel::full_bucket(const std::vector<float>& local, int f, int b) {
+std::vector<float> DataParallel::full_bucket(const DeviceArray<float>& local, int f, int b) {
   const Bucket& bk = layout_.buffers[f].buckets[b];
-  std::vector<float> full(bk.numel);
+  DeviceArray<float> full(*ops_, bk.numel);
   const float* mine = local.data() + buf_[f].local_off[b];
   if (!opt_.distributed_optimizer) {
-    std::copy_n(mine, bk.numel, full.data());
+    ops_->copy(full.data(), mine, bk.numel * sizeof(float));
   } else {
-    std::copy_n(mine, bk.shard_numel, full.data() + rank_ * bk.shard_numel);
-    comm_.all_gather(full.data() + rank_ * bk.shard_numel, full.data(), bk.shard_numel * sizeof(float));
+    float* slot = full.data() + rank_ * bk.shard_numel;
+    ops_->copy(slot, mine, bk.shard_numel * sizeof(float));
+    comm_.all_gather(slot, full.data(), bk.shard_numel * sizeof(float), ops_->stream());
   }
-  return full;
+  std::vector<float> host(bk.numel);
+  ops_->copy_to_host(host.data(), full.data(), full.bytes());
+  return host;
+}
+
+void DataParallel::host_all_gather(void* host, size_t b) {
+  uint8_t* h = static_cast<uint8_t*>(host);
+  if (!comm_.device_memory()) {
+    comm_.all_gather(h + rank_ * b, h, b);
+    return;
+  }
+  DeviceArray<uint8_t> d(*ops_, dp_ * b);
+  ops_->copy_from_host(d.data() + rank_ * b, h + rank_ * b, b);
+  comm_.all_gather(d.data() + rank_ * b, d.data(), b, ops_->stream());
+  ops_->copy_to_host(h, d.data(), d.bytes());
+}
+
+void DataParallel::host_all_reduce_max(float* host, size_t n) {
+  if (!comm_.device_memory()) {
+    comm_.all_reduce(host, host, n, DType::F32, RedOp::Max);
+    return;
+  }
+  DeviceArray<float> d(*ops_, n);
+  ops_->copy_from_host(d.data(), host, n * sizeof(float));
+  comm_.all_reduce(d.data(), d.data(), n, DType::F32, RedOp::Max, ops_->stream());
+  ops_->copy_to_host(host, d.data(), d.bytes());
+}
+
+void DataParallel::host_broadcast(void* host, size_t bytes, int root) {
+  if (!comm_.device_memory()) {
+    comm_.broadcast(host, bytes, root);
+    return;
+  }
+  DeviceArray<uint8_t> d(*ops_, bytes);
+  ops_->copy_from_host(d.data(), host, bytes);
+  comm_.broadcast(d.data(), bytes, root, ops_->stream());
+  ops_->copy_to_host(host, d.data(), bytes);
 }
 
 std::vector<float> DataParallel::full_master(int p) {
@@ -641,9 +657,9 @@ void DataParallel::save_checkpoint(const std::string& path, const nlohmann::json
     }
   }
   uint64_t len = err.size();
-  comm_.broadcast(&len, sizeof len, 0);
+  host_broadcast(&len, sizeof len, 0);
   err.resize(len);
-  if (len) comm_.broadcast(err.data(), len, 0);
+  if (len) host_broadcast(err.data(), len, 0);
   if (len) MXDP_FAIL("saving checkpoint '", path, "' failed on rank 0: ", err);
 }
 
@@ -661,15 +677,15 @@ nlohmann::json DataParallel::load_checkpoint(const std::string& path) {
     }
   }
   uint64_t hdr[2] = {err.size(), bytes.size()};
-  comm_.broadcast(hdr, sizeof hdr, 0);
+  host_broadcast(hdr, sizeof hdr, 0);
   if (hdr[0]) {
     err.resize(hdr[0]);
-    comm_.broadcast(err.data(), hdr[0], 0);
+    host_broadcast(err.data(), hdr[0], 0);
     MXDP_FAIL("loading checkpoint failed on rank 0: ", err);
   }
   bytes.resize(hdr[1]);
   for (uint64_t off = 0; off < hdr[1]; off += (1u << 30))
-    comm_.broadcast(bytes.data() + off, std::min<uint64_t>(1u << 30, hdr[1] - off), 0);
+    host_broadcast(bytes.data() + off, std::min<uint64_t>(1u << 30, hdr[1] - off), 0);
   CheckpointData c = deserialize_checkpoint(bytes, path);
 
   MXDP_CHECK(c.params.size() == params_.size(), path, ": checkpoint holds ", c.params.size(),
@@ -679,17 +695,16 @@ nlohmann::json DataParallel::load_checkpoint(const std::string& path) {
                ": param ", p, " is '", c.params[p].name, "' in the checkpoint but '", params_[p].name,
                "' in the model (or their shapes differ)");
   for (BufferState& bs : buf_) {
-    std::fill(bs.master.begin(), bs.master.end(), 0.0f);
-    std::fill(bs.m.begin(), bs.m.end(), 0.0f);
-    std::fill(bs.v.begin(), bs.v.end(), 0.0f);
+    for (auto* a : {&bs.master, &bs.m, &bs.v}) ops_->zero(a->data(), a->bytes());
     for (BucketState& st : bs.st) st = BucketState{};  // nothing derived from the old masters survives
   }
   for_each_owned_piece([&](int f, const Piece& pc, int64_t at) {
     BufferState& bs = buf_[f];
     const ParamState& ps = c.params[pc.param];
-    std::copy_n(ps.master.data() + pc.param_begin, pc.len, bs.master.data() + at);
-    std::copy_n(ps.m.data() + pc.param_begin, pc.len, bs.m.data() + at);
-    std::copy_n(ps.v.data() + pc.param_begin, pc.len, bs.v.data() + at);
+    const size_t n = pc.len * sizeof(float);
+    ops_->copy_from_host(bs.master.data() + at, ps.master.data() + pc.param_begin, n);
+    ops_->copy_from_host(bs.m.data() + at, ps.m.data() + pc.param_begin, n);
+    ops_->copy_from_host(bs.v.data() + at, ps.v.data() + pc.param_begin, n);
   });
   version_ = c.version;
   iteration_ = c.iteration;

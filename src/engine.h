@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "comm.h"
+#include "engine_ops.h"
 #include "layout.h"
 #include "model.h"
 #include "options.h"
@@ -70,8 +71,9 @@ MemoryPlan plan_memory(const std::vector<ParamSpec>& params, const Layout& layou
 class DataParallel final : private ModelHooks {
  public:
   // The model's weights must already be initialised (identically on every rank):
-  // they become the fp32 masters.
-  DataParallel(Model& model, Communicator& comm, const DpOptions& opt);
+  // they become the fp32 masters. `ops` does the memory work in the model's and
+  // the communicator's memory space (nullptr: the CPU ops, owned by the engine).
+  DataParallel(Model& model, Communicator& comm, const DpOptions& opt, EngineOps* ops = nullptr);
   ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -123,15 +125,15 @@ class DataParallel final : private ModelHooks {
     Region region = Region::Idle;   // what the bucket's grad region holds (reuse)
     int grads_pending = 0;          // params whose grads are not yet complete
   };
-  struct BufferState {
-    std::vector<float> grad;          // numel: where backward accumulates
-    std::vector<uint16_t> grad_bf16;  // numel, only with grad_reduce_dtype bf16
-    std::vector<uint16_t> shard_bf16; // largest shard, bf16 reduce output
-    std::vector<uint8_t> payload;     // gathered payloads (unless reuse)
-    std::vector<int64_t> payload_off; // per bucket: byte offset in payload
-    std::vector<int64_t> local_off;   // per bucket: offset of its owned range in master/m/v/main_grad
-    std::vector<int64_t> shard_off;   // per bucket: offset of its shard in shard_bf16
-    std::vector<float> master, m, v, main_grad;
+  struct BufferState {  // arrays live in ops_'s memory space
+    DeviceArray<float> grad;           // numel: where backward accumulates
+    DeviceArray<uint16_t> grad_bf16;   // numel, only with grad_reduce_dtype bf16
+    DeviceArray<uint16_t> shard_bf16;  // all shards, bf16 reduce output
+    DeviceArray<uint8_t> payload;      // gathered payloads (unless reuse)
+    std::vector<int64_t> payload_off;  // per bucket: byte offset in payload
+    std::vector<int64_t> local_off;    // per bucket: offset of its owned range in master/m/v/main_grad
+    std::vector<int64_t> shard_off;    // per bucket: offset of its shard in shard_bf16
+    DeviceArray<float> master, m, v, main_grad;
     std::vector<BucketState> st;
   };
 
@@ -161,11 +163,18 @@ class DataParallel final : private ModelHooks {
   // param piece of every shard this rank owns.
   template <class Fn>
   void for_each_owned_piece(Fn&& fn);
-  std::vector<float> full_bucket(const std::vector<float>& local, int f, int b);  // collective
+  std::vector<float> full_bucket(const DeviceArray<float>& local, int f, int b);  // collective, to host
   void drop_inflight();
+  // Collectives on small host values, staged through ops_ memory when the
+  // communicator works on device memory.
+  void host_all_gather(void* host, size_t bytes_per_rank);
+  void host_all_reduce_max(float* host, size_t count);
+  void host_broadcast(void* host, size_t bytes, int root);
 
   Model& model_;
   Communicator& comm_;
+  std::unique_ptr<EngineOps> own_ops_;
+  EngineOps* ops_;
   DpOptions opt_;
   int rank_, dp_;
   std::vector<ParamSpec> params_;

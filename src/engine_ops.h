@@ -1,0 +1,87 @@
+// EngineOps: everything the data-parallel engine does to memory, behind one
+// narrow interface, so that the engine's logic (layout, freshness chain,
+// collective order, checkpoints) is the same code on the CPU and on a GPU.
+//
+// Pointers are in the ops' memory space (host for the CPU ops, device memory
+// for CUDA ops); the model's weights() live there too. Operations are ordered
+// on stream() (nullptr on the CPU); copy_to_host and the host-valued results
+// (amax, sum_squares) are complete on return. Every operation is deterministic:
+// the same inputs give the same bits run to run (fixed reduction order).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <utility>
+
+#include "optimizer.h"
+#include "options.h"
+
+namespace mxdp {
+
+class EngineOps {
+ public:
+  virtual ~EngineOps() = default;
+  virtual bool device_memory() const = 0;
+  virtual void* stream() { return nullptr; }
+
+  virtual void* alloc(size_t bytes) = 0;  // zero-filled; nullptr for 0 bytes
+  virtual void release(void* p) = 0;
+  virtual void zero(void* p, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // within the memory space
+  virtual void copy_to_host(void* host, const void* src, size_t bytes) = 0;
+  virtual void copy_from_host(void* dst, const void* host, size_t bytes) = 0;
+
+  // max |x|, NaN ignored (quant.h's amax).
+  virtual float amax(const float* x, int64_t n) = 0;
+  // A flat range of n elements, n a multiple of the format's block, into codes
+  // and scales laid out as in a gather payload (bf16: codes only, 2 bytes each).
+  // tensor_amax is used by NVFP4 only.
+  virtual void quantize(WeightFormat f, ScaleRounding r, const float* x, int64_t n, float tensor_amax,
+                        uint8_t* codes, uint8_t* scales) = 0;
+  virtual void dequantize(WeightFormat f, const uint8_t* codes, const uint8_t* scales, int64_t n,
+                          float tensor_amax, float* y) = 0;
+  virtual void to_bf16(const float* x, uint16_t* y, int64_t n) = 0;
+  virtual void from_bf16(const uint16_t* x, float* y, int64_t n) = 0;
+  virtual void scale(float* x, int64_t n, float c) = 0;
+  virtual double sum_squares(const float* x, int64_t n) = 0;
+  virtual void adamw(float* p, float* m, float* v, const float* g, int64_t n, const AdamWParams& a) = 0;
+};
+
+// Host memory, fp32, the reference every other implementation is compared with.
+std::unique_ptr<EngineOps> make_cpu_ops();
+
+// An owning array in an EngineOps' memory space.
+template <class T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  DeviceArray(EngineOps& ops, size_t n) : ops_(&ops), n_(n), p_(static_cast<T*>(ops.alloc(n * sizeof(T)))) {}
+  DeviceArray(DeviceArray&& o) noexcept { swap(o); }
+  DeviceArray& operator=(DeviceArray&& o) noexcept {
+    DeviceArray tmp(std::move(o));
+    swap(tmp);
+    return *this;
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  ~DeviceArray() {
+    if (ops_ && p_) ops_->release(p_);
+  }
+  T* data() { return p_; }
+  const T* data() const { return p_; }
+  size_t size() const { return n_; }
+  size_t bytes() const { return n_ * sizeof(T); }
+
+ private:
+  void swap(DeviceArray& o) noexcept {
+    std::swap(ops_, o.ops_);
+    std::swap(n_, o.n_);
+    std::swap(p_, o.p_);
+  }
+  EngineOps* ops_ = nullptr;
+  size_t n_ = 0;
+  T* p_ = nullptr;
+};
+
+}  // namespace mxdp

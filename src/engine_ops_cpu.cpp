@@ -1,0 +1,76 @@
+// The CPU implementation of EngineOps: host memory, the quant.h reference
+// quantizers, sequential reductions.
+#include <cstdlib>
+#include <cstring>
+
+#include "check.h"
+#include "engine_ops.h"
+#include "formats.h"
+#include "quant.h"
+
+namespace mxdp {
+
+namespace {
+
+class CpuOps final : public EngineOps {
+ public:
+  bool device_memory() const override { return false; }
+  void* alloc(size_t bytes) override {
+    if (!bytes) return nullptr;
+    void* p = std::calloc(1, bytes);
+    MXDP_CHECK(p, "out of host memory allocating ", bytes, " bytes");
+    return p;
+  }
+  void release(void* p) override { std::free(p); }
+  void zero(void* p, size_t bytes) override {
+    if (bytes) std::memset(p, 0, bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memmove(dst, src, bytes);
+  }
+  void copy_to_host(void* host, const void* src, size_t bytes) override { copy(host, src, bytes); }
+  void copy_from_host(void* dst, const void* host, size_t bytes) override { copy(dst, host, bytes); }
+  float amax(const float* x, int64_t n) override { return mxdp::amax(x, n); }
+
+  void quantize(WeightFormat f, ScaleRounding r, const float* x, int64_t n, float tensor_amax,
+                uint8_t* codes, uint8_t* scales) override {
+    switch (f) {
+      case WeightFormat::Bf16: to_bf16(x, reinterpret_cast<uint16_t*>(codes), n); break;
+      case WeightFormat::Mxfp8: mxfp8_quantize_rowwise(x, 1, n, {Fp8Kind::E4M3, r}, codes, scales); break;
+      case WeightFormat::Nvfp4: nvfp4_quantize_rowwise(x, 1, n, tensor_amax, codes, scales); break;
+    }
+  }
+  void dequantize(WeightFormat f, const uint8_t* codes, const uint8_t* scales, int64_t n, float tensor_amax,
+                  float* y) override {
+    switch (f) {
+      case WeightFormat::Bf16: from_bf16(reinterpret_cast<const uint16_t*>(codes), y, n); break;
+      case WeightFormat::Mxfp8: mxfp8_dequantize_rowwise(codes, scales, 1, n, Fp8Kind::E4M3, y); break;
+      case WeightFormat::Nvfp4:
+        nvfp4_dequantize_rowwise(codes, scales, nvfp4_tensor_scale(tensor_amax).s_dec, 1, n, y);
+        break;
+    }
+  }
+  void to_bf16(const float* x, uint16_t* y, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) y[i] = codec::bf16_from_f32(x[i]);
+  }
+  void from_bf16(const uint16_t* x, float* y, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) y[i] = codec::bf16_to_f32(x[i]);
+  }
+  void scale(float* x, int64_t n, float c) override {
+    for (int64_t i = 0; i < n; ++i) x[i] *= c;
+  }
+  double sum_squares(const float* x, int64_t n) override {
+    double s = 0;  // fixed, sequential order: the parity contract depends on it
+    for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
+    return s;
+  }
+  void adamw(float* p, float* m, float* v, const float* g, int64_t n, const AdamWParams& a) override {
+    adamw_update(p, m, v, g, n, a);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<EngineOps> make_cpu_ops() { return std::make_unique<CpuOps>(); }
+
+}  // namespace mxdp
