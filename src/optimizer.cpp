@@ -4,23 +4,22 @@
 
 namespace mxdp {
 
-void adamw_update(float* p, float* m, float* v, const float* g, int64_t n, const AdamWParams& a) {
-  // torch.optim.AdamW (foreach=False): decay first, then the Adam step with
-  // step_size = lr / bc1 and denom = sqrt(v) / sqrt(bc2) + eps.
+AdamWScalars adamw_scalars(const AdamWParams& a) {
+  AdamWScalars s;
   const float bc1 = 1.0f - std::pow(a.beta1, float(a.t));
-  const float bc2_sqrt = std::sqrt(1.0f - std::pow(a.beta2, float(a.t)));
-  const float step_size = a.lr / bc1;
-  const float decay = 1.0f - a.lr * a.weight_decay;
-  for (int64_t i = 0; i < n; ++i) {
-    float gi = g[i];
-    float pi = p[i] * decay;
-    float mi = m[i] + (gi - m[i]) * (1.0f - a.beta1);
-    float vi = v[i] * a.beta2 + (1.0f - a.beta2) * gi * gi;
-    float denom = std::sqrt(vi) / bc2_sqrt + a.eps;
-    p[i] = pi - step_size * (mi / denom);
-    m[i] = mi;
-    v[i] = vi;
-  }
+  s.bc2_sqrt = std::sqrt(1.0f - std::pow(a.beta2, float(a.t)));
+  s.step_size = a.lr / bc1;
+  s.decay = 1.0f - a.lr * a.weight_decay;
+  s.one_minus_b1 = 1.0f - a.beta1;
+  s.b2 = a.beta2;
+  s.one_minus_b2 = 1.0f - a.beta2;
+  s.eps = a.eps;
+  return s;
+}
+
+void adamw_update(float* p, float* m, float* v, const float* g, int64_t n, const AdamWParams& a) {
+  const AdamWScalars s = adamw_scalars(a);
+  for (int64_t i = 0; i < n; ++i) adamw_element(p[i], m[i], v[i], g[i], s);
 }
 
 double lr_at(int64_t it, double lr, double min_lr, int64_t warmup, int64_t decay_steps) {

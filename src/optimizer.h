@@ -4,6 +4,7 @@
 // whole buffer), so both runs make bitwise the same update for each element.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 namespace mxdp {
@@ -14,6 +15,38 @@ struct AdamWParams {
   float weight_decay;  // already 0 for params that take no decay
   int64_t t;           // 1-based count of applied updates (bias correction)
 };
+
+// The per-step scalars of the update, computed once on the host so that every
+// device applies the same fp32 values.
+struct AdamWScalars {
+  float step_size;     // lr / (1 - beta1^t)
+  float decay;         // 1 - lr * weight_decay
+  float one_minus_b1;  // 1 - beta1
+  float b2, one_minus_b2;
+  float bc2_sqrt;      // sqrt(1 - beta2^t)
+  float eps;
+};
+AdamWScalars adamw_scalars(const AdamWParams& a);
+
+#if defined(__CUDACC__)
+#define MXDP_OPT_HD __host__ __device__ inline
+#else
+#define MXDP_OPT_HD inline
+#endif
+
+// One element of torch.optim.AdamW (foreach=False): decay first, then the Adam
+// step with denom = sqrt(v) / sqrt(1 - beta2^t) + eps. Written once for host
+// and device; in device code it must be compiled without FMA contraction
+// (-fmad=false) to give the host's bits.
+MXDP_OPT_HD void adamw_element(float& p, float& m, float& v, float g, const AdamWScalars& s) {
+  const float pi = p * s.decay;
+  const float mi = m + (g - m) * s.one_minus_b1;
+  const float vi = v * s.b2 + s.one_minus_b2 * g * g;
+  const float denom = sqrtf(vi) / s.bc2_sqrt + s.eps;
+  p = pi - s.step_size * (mi / denom);
+  m = mi;
+  v = vi;
+}
 
 // p, m, v, g: n elements each. g is the (clipped) gradient.
 void adamw_update(float* p, float* m, float* v, const float* g, int64_t n, const AdamWParams& a);

@@ -66,12 +66,19 @@ struct Runner {
   std::string save_path;  // where 'S' writes
   std::string load_path;  // what 'L' reads
   uint64_t seed = 1234;
+  EngineOps* engine_ops = nullptr;  // the engine's memory work (nullptr: CPU)
+  // The model, and how to read its compute weights back to the host (a model
+  // on a GPU keeps them in device memory).
+  std::function<std::unique_ptr<Model>()> make_model = [] { return std::make_unique<ToyModel>(); };
+  std::function<std::vector<float>(Model&, int)> read_weights = [](Model& m, int p) {
+    return std::vector<float>(m.weights(p), m.weights(p) + m.params()[p].numel());
+  };
 
   RunResult run(const std::string& ops) const {
     RunResult r;
-    auto model = std::make_unique<ToyModel>();
+    std::unique_ptr<Model> model = make_model();
     model->init_weights(seed);
-    auto dp = std::make_unique<DataParallel>(*model, comm, opt);
+    auto dp = std::make_unique<DataParallel>(*model, comm, opt, engine_ops);
     const int rank = comm.rank();
     int micro = 0;  // micro-batches of the current step taken by 'M'
     auto eval = [&] {
@@ -115,9 +122,9 @@ struct Runner {
             break;
           case 'L':
             dp.reset();
-            model = std::make_unique<ToyModel>();
+            model = make_model();
             model->init_weights(seed + 1);  // different init: only the checkpoint may matter
-            dp = std::make_unique<DataParallel>(*model, comm, opt);
+            dp = std::make_unique<DataParallel>(*model, comm, opt, engine_ops);
             dp->load_checkpoint(load_path);
             break;
           default:
@@ -126,7 +133,7 @@ struct Runner {
       }
       for (int p = 0; p < int(model->params().size()); ++p) {
         r.masters.push_back(dp->full_master(p));
-        r.weights.emplace_back(model->weights(p), model->weights(p) + model->params()[p].numel());
+        r.weights.push_back(read_weights(*model, p));
       }
     } catch (const Error& e) {
       r.error = e.what();
@@ -135,6 +142,86 @@ struct Runner {
     return r;
   }
 };
+
+// ---- the matrix the lifecycle tests run -----------------------------------------
+
+struct Config {
+  std::string name;
+  DpOptions opt;
+};
+
+inline DpOptions base_options() {
+  DpOptions o;
+  o.lr = 2e-2;
+  o.min_lr = 2e-3;
+  o.warmup_steps = 2;
+  o.lr_decay_steps = 8;
+  o.clip_grad = 0.5;
+  o.weight_decay = 0.1;
+  o.bucket_size = 3000;
+  return o;
+}
+
+inline std::vector<Config> configs() {
+  std::vector<Config> out;
+  struct F {
+    const char* name;
+    WeightFormat f;
+    ScaleRounding r;
+  };
+  for (F fm : {F{"bf16", WeightFormat::Bf16, ScaleRounding::RCeil},
+               F{"mxfp8", WeightFormat::Mxfp8, ScaleRounding::RCeil},
+               F{"mxfp8-floor", WeightFormat::Mxfp8, ScaleRounding::Floor},
+               F{"nvfp4", WeightFormat::Nvfp4, ScaleRounding::RCeil}})
+    for (bool ovl : {false, true})
+      for (bool reuse : {false, true}) {
+        if (reuse && fm.f != WeightFormat::Mxfp8) continue;
+        Config c{std::string(fm.name) + (ovl ? "+overlap" : "") + (reuse ? "+reuse" : ""), base_options()};
+        c.opt.weight_format = fm.f;
+        c.opt.mxfp8_scale_rounding = fm.r;
+        c.opt.overlap_param_gather = ovl;
+        c.opt.overlap_grad_reduce = ovl;
+        c.opt.reuse_grad_buf = reuse;
+        // bf16 gradient reduction in some configs, fp32 in the rest
+        c.opt.grad_reduce_dtype = (fm.f == WeightFormat::Nvfp4 || (fm.f == WeightFormat::Bf16 && ovl))
+                                      ? GradReduceDType::Bf16
+                                      : GradReduceDType::Fp32;
+        out.push_back(c);
+      }
+  return out;
+}
+
+struct Sequence {
+  std::string name;
+  std::string ops;
+  int micro_batches = 1;
+  bool odd_buckets = false;  // g: forward-order layout, one param per bucket
+  bool needs_checkpoint = false;
+};
+
+inline const std::vector<Sequence>& sequences() {
+  static const std::vector<Sequence> s = {
+      {"a_train_eval_each_step", "TETETETETETEX"},
+      {"b_eval_before_first_step", "ETTTX"},
+      {"c_two_evals_between_steps", "TEETTX"},
+      {"d_save_at_3_continue", "TTTSTTTX"},
+      {"d_load_in_fresh_job", "LTTTX", 1, false, true},
+      {"e_load_eval_first", "LETTTX", 1, false, true},
+      {"f_micro_batches_eval_between", "MEMMOETEMMMOX", 3},
+      {"g_bucket_order_tiny_buckets", "TETETTX", 1, true},
+  };
+  return s;
+}
+
+inline DpOptions for_sequence(DpOptions o, const Sequence& s) {
+  o.micro_batches = s.micro_batches;
+  if (s.odd_buckets) {
+    o.bucket_size = 1;
+    o.layout_order.clear();
+    for (int p = 0; p < 7; ++p) o.layout_order.push_back(p);  // forward order, not backward
+  }
+  return o;
+}
 
 // "" when bitwise equal, else where they first differ.
 inline std::string compare(const RunResult& a, const RunResult& ref) {

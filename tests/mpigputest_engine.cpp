@@ -1,0 +1,202 @@
+// The data-parallel engine on GPUs: NCCL communicator, CUDA EngineOps, and a
+// model whose weights and gradients live in device memory. The lifecycle
+// sequences of mpitest_lifecycle.cpp run on it, and the parity contract must
+// hold there too: sharded + low-precision gather BITWISE equal to the reference
+// mode on the same GPUs. Against the CPU engine the losses agree within
+// rounding (the device's grad-norm reduction tree differs, which moves the clip
+// coefficient by an ulp or so).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+
+#include "cuda/engine_ops_cuda.h"
+#include "cuda_check.h"
+#include "lifecycle.h"
+
+using namespace mxdp;
+using namespace mxdp::testing;
+
+namespace {
+
+int gpu_count() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+int ranks_on_host() {
+  const char* s = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  return s ? std::atoi(s) : 1;
+}
+std::string skip_reason() {
+  const int g = gpu_count();
+  if (g == 0) return "no GPU";
+  if (ranks_on_host() > g) return std::to_string(ranks_on_host()) + " ranks on this host but " + std::to_string(g) + " GPUs";
+  return "";
+}
+
+// ToyModel computing on the host, its weights and gradients in device memory:
+// what the engine sees is exactly a GPU model (device pointers everywhere).
+class DeviceToy final : public Model {
+ public:
+  DeviceToy() {
+    for (const auto& p : host_.params()) {
+      float* d = nullptr;
+      MXDP_CUDA_CHECK(cudaMalloc(&d, p.numel() * sizeof(float)));
+      dev_.push_back(d);
+    }
+  }
+  ~DeviceToy() override {
+    for (float* d : dev_) cudaFree(d);
+  }
+  const std::vector<ParamSpec>& params() const override { return host_.params(); }
+  int num_layers() const override { return host_.num_layers(); }
+  float* weights(int p) override { return dev_[p]; }
+  void init_weights(uint64_t seed) override {
+    host_.init_weights(seed);
+    for (size_t p = 0; p < dev_.size(); ++p) upload(dev_[p], host_.weights(int(p)), numel(int(p)));
+  }
+  float forward(const Batch& b, ModelHooks& hooks) override {
+    Proxy px(*this, hooks);
+    return host_.forward(b, px);
+  }
+  void backward(ModelHooks& hooks) override {
+    Proxy px(*this, hooks);
+    host_.backward(px);
+  }
+  std::vector<float> read(int p) {
+    std::vector<float> h(numel(p));
+    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
+    MXDP_CUDA_CHECK(cudaMemcpy(h.data(), dev_[p], h.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+  }
+
+ private:
+  int64_t numel(int p) const { return host_.params()[p].numel(); }
+  static void upload(float* d, const float* h, int64_t n) {
+    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
+    MXDP_CUDA_CHECK(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  // Between the host model and the engine: weights come down after the engine
+  // made them fresh; gradients go up when a layer's are complete.
+  struct Proxy final : ModelHooks {
+    DeviceToy& m;
+    ModelHooks& in;
+    std::map<int, std::vector<float>> grads;
+    Proxy(DeviceToy& mm, ModelHooks& h) : m(mm), in(h) {}
+    void before_layer(int layer) override {
+      in.before_layer(layer);
+      for (size_t p = 0; p < m.dev_.size(); ++p)
+        if (m.host_.params()[p].layer == layer) {
+          auto w = m.read(int(p));
+          std::copy(w.begin(), w.end(), m.host_.weights(int(p)));
+        }
+    }
+    float* grad(int p) override {
+      auto it = grads.find(p);
+      if (it == grads.end()) {  // accumulate onto what the engine holds
+        std::vector<float> h(m.numel(p));
+        MXDP_CUDA_CHECK(cudaDeviceSynchronize());
+        MXDP_CUDA_CHECK(cudaMemcpy(h.data(), in.grad(p), h.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        it = grads.emplace(p, std::move(h)).first;
+      }
+      return it->second.data();
+    }
+    void after_layer_backward(int layer) override {
+      for (auto& [p, h] : grads)
+        if (m.host_.params()[p].layer == layer) upload(in.grad(p), h.data(), int64_t(h.size()));
+      in.after_layer_backward(layer);
+    }
+  };
+  ToyModel host_;
+  std::vector<float*> dev_;
+};
+
+struct Gpu {
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<EngineOps> ops;
+};
+Gpu& gpu() {
+  static Gpu g = [] {
+    Gpu g;
+    Communicator::Options o;
+    o.backend = Backend::Nccl;
+    o.timeout_s = 120;
+    g.comm = make_communicator(o);  // chooses this rank's device
+    g.ops = cuda::make_cuda_ops();
+    return g;
+  }();
+  return g;
+}
+Communicator& cpu_world() {
+  static std::unique_ptr<Communicator> c = make_communicator();
+  return *c;
+}
+
+std::string scratch() {
+  static std::string dir = [] {
+    char buf[256] = {};
+    if (cpu_world().rank() == 0) {
+      std::string t = (std::filesystem::temp_directory_path() / "mxdp_gpu_engine_XXXXXX").string();
+      MXDP_CHECK(::mkdtemp(t.data()), "mkdtemp failed");
+      std::snprintf(buf, sizeof buf, "%s", t.c_str());
+    }
+    cpu_world().broadcast(buf, sizeof buf, 0);
+    return std::string(buf);
+  }();
+  return dir;
+}
+
+Runner gpu_runner(const DpOptions& o, const std::string& ckpt) {
+  Runner r{*gpu().comm, o, ckpt, ckpt};
+  r.engine_ops = gpu().ops.get();
+  r.make_model = [] { return std::make_unique<DeviceToy>(); };
+  r.read_weights = [](Model& m, int p) { return static_cast<DeviceToy&>(m).read(p); };
+  return r;
+}
+
+struct SkipMarker : ::testing::Environment {
+  void SetUp() override {
+    const std::string why = skip_reason();
+    if (!why.empty()) std::printf("mxdp-gpu-tests-skipped: %s\n", why.c_str());
+  }
+};
+const auto* const kSkipMarker = ::testing::AddGlobalTestEnvironment(new SkipMarker);
+
+}  // namespace
+
+TEST(GpuEngine, LifecycleBitwiseEqualToReference) {
+  const std::string why = skip_reason();
+  if (!why.empty()) GTEST_SKIP() << why;
+  int compared = 0;
+  for (const Config& cfg : configs())
+    for (const Sequence& s : sequences()) {
+      const DpOptions o = for_sequence(cfg.opt, s);
+      const std::string key = cfg.name + "/" + s.name;
+      const std::string base = scratch() + "/" + cfg.name;
+      RunResult dist = gpu_runner(o, base + "-dist.ckpt").run(s.ops);
+      RunResult ref = gpu_runner(o.reference(), base + "-ref.ckpt").run(s.ops);
+      EXPECT_EQ(compare(dist, ref), "") << "GPU dp=" << gpu().comm->size() << " " << key;
+      // The CPU engine (MPI, CPU ops) on the same sequence: equal within rounding.
+      Runner cpu{cpu_world(), o, base + "-cpu.ckpt", base + "-cpu.ckpt"};
+      RunResult c = cpu.run(s.ops);
+      ASSERT_EQ(c.error, "") << key;
+      ASSERT_EQ(c.losses.size(), dist.losses.size()) << key;
+      for (size_t i = 0; i < c.losses.size(); ++i)
+        EXPECT_NEAR(dist.losses[i], c.losses[i], 1e-5 * std::abs(c.losses[i])) << key << " " << dist.tags[i];
+      ++compared;
+    }
+  EXPECT_EQ(compared, 12 * 8);
+}
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  cpu_world();
+  int rc = RUN_ALL_TESTS();
+  cpu_world().barrier();
+  if (cpu_world().rank() == 0 && !scratch().empty()) std::filesystem::remove_all(scratch());
+  return rc;
+}
