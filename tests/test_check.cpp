@@ -8,7 +8,7 @@ TEST(Check, CarriesFileAndLine) {
     FAIL() << "no throw";
   } catch (const mxdp::Error& e) {
     std::string msg = e.what();
-    EXPECT_NE(msg.find("test_smoke.cpp:"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("test_check.cpp:"), std::string::npos) << msg;
     EXPECT_NE(msg.find("arithmetic, got 2"), std::string::npos) << msg;
   }
 }
