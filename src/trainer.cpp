@@ -212,6 +212,14 @@ int train(const TrainConfig& in, Communicator& comm) {
     std::fprintf(metrics, "%s\n", j.dump().c_str());
     std::fflush(metrics);
   };
+  {
+    // First line of a run (and of each resumed part): what produced the lines below.
+    json opts = json::object();
+    for (auto& [k, v] : cfg.dp.describe()) opts[k] = v;
+    emit({{"kind", "config"}, {"step", engine.iteration()}, {"ranks", dp}, {"model", model_json(mc)},
+          {"data", data_dir}, {"batch_size", cfg.batch_size}, {"seq_len", cfg.seq_len}, {"seed", cfg.seed},
+          {"steps", cfg.steps}, {"options", opts}});
+  }
   MXDP_CHECK(cfg.progress == "auto" || cfg.progress == "bar" || cfg.progress == "lines",
              "--progress must be auto, bar or lines, got '", cfg.progress, "'");
   const bool tty = lead && (cfg.progress == "bar" ||

@@ -147,6 +147,7 @@ std::string parse_metrics(const std::string& path, std::vector<Line>& out) {
     try {
       json j = json::parse(s);
       l.kind = j.at("kind").get<std::string>();
+      if (l.kind == "config") continue;  // the run's options, first line of each run
       l.step = j.at("step").get<int64_t>();
       if (!j.at("loss").is_number()) return path + ": non-numeric loss in: " + s;
       l.loss = j.at("loss").get<double>();
