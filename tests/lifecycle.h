@@ -51,7 +51,7 @@ inline BatchData make_batch(uint64_t step, int micro, int rank, bool eval, int B
 // One operation of a sequence.
 //   T train step   E eval   S save   L fresh job: new model + engine, load
 //   M one micro-batch (forward + backward)   O optimizer step   X end (final eval)
-struct RunResult {
+struct SequenceResult {
   std::vector<double> losses;               // in order of the ops that produce one
   std::vector<std::string> tags;            // "T3", "E3", ... for messages
   std::vector<std::vector<float>> masters;  // full fp32 masters per param at the end
@@ -74,8 +74,8 @@ struct Runner {
     return std::vector<float>(m.weights(p), m.weights(p) + m.params()[p].numel());
   };
 
-  RunResult run(const std::string& ops) const {
-    RunResult r;
+  SequenceResult run(const std::string& ops) const {
+    SequenceResult r;
     std::unique_ptr<Model> model = make_model();
     model->init_weights(seed);
     auto dp = std::make_unique<DataParallel>(*model, comm, opt, engine_ops);
@@ -224,7 +224,7 @@ inline DpOptions for_sequence(DpOptions o, const Sequence& s) {
 }
 
 // "" when bitwise equal, else where they first differ.
-inline std::string compare(const RunResult& a, const RunResult& ref) {
+inline std::string compare(const SequenceResult& a, const SequenceResult& ref) {
   if (!a.error.empty()) return "run failed: " + a.error;
   if (!ref.error.empty()) return "reference failed: " + ref.error;
   if (a.losses.size() != ref.losses.size()) return "different number of losses";

@@ -177,12 +177,12 @@ TEST(GpuEngine, LifecycleBitwiseEqualToReference) {
       const DpOptions o = for_sequence(cfg.opt, s);
       const std::string key = cfg.name + "/" + s.name;
       const std::string base = scratch() + "/" + cfg.name;
-      RunResult dist = gpu_runner(o, base + "-dist.ckpt").run(s.ops);
-      RunResult ref = gpu_runner(o.reference(), base + "-ref.ckpt").run(s.ops);
+      SequenceResult dist = gpu_runner(o, base + "-dist.ckpt").run(s.ops);
+      SequenceResult ref = gpu_runner(o.reference(), base + "-ref.ckpt").run(s.ops);
       EXPECT_EQ(compare(dist, ref), "") << "GPU dp=" << gpu().comm->size() << " " << key;
       // The CPU engine (MPI, CPU ops) on the same sequence: equal within rounding.
       Runner cpu{cpu_world(), o, base + "-cpu.ckpt", base + "-cpu.ckpt"};
-      RunResult c = cpu.run(s.ops);
+      SequenceResult c = cpu.run(s.ops);
       ASSERT_EQ(c.error, "") << key;
       ASSERT_EQ(c.losses.size(), dist.losses.size()) << key;
       for (size_t i = 0; i < c.losses.size(); ++i)

@@ -45,7 +45,7 @@ std::string ckpt(const std::string& cfg, bool reference) {
 
 // Results of the clean runs, shared by the tests below.
 struct Clean {
-  std::map<std::string, RunResult> dist, ref;  // key: config/sequence
+  std::map<std::string, SequenceResult> dist, ref;  // key: config/sequence
 };
 Clean& clean() {
   static Clean c = [] {
@@ -80,8 +80,8 @@ TEST(Lifecycle, BitwiseEqualToReference) {
 
 TEST(Lifecycle, ResumeGivesTheUninterruptedLosses) {
   for (const Config& cfg : configs()) {
-    const RunResult& full = clean().dist.at(cfg.name + "/d_save_at_3_continue");
-    const RunResult& resumed = clean().dist.at(cfg.name + "/d_load_in_fresh_job");
+    const SequenceResult& full = clean().dist.at(cfg.name + "/d_save_at_3_continue");
+    const SequenceResult& resumed = clean().dist.at(cfg.name + "/d_load_in_fresh_job");
     ASSERT_EQ(full.error, "");
     ASSERT_EQ(resumed.error, "");
     ASSERT_EQ(full.losses.size(), 7u);
@@ -98,8 +98,8 @@ TEST(Lifecycle, ResumeGivesTheUninterruptedLosses) {
 TEST(Lifecycle, LossesMove) {
   // Guard against a vacuous comparison: training must change the loss and the
   // low-precision formats must differ from each other.
-  const RunResult& a = clean().dist.at("mxfp8/a_train_eval_each_step");
-  const RunResult& b = clean().dist.at("nvfp4/a_train_eval_each_step");
+  const SequenceResult& a = clean().dist.at("mxfp8/a_train_eval_each_step");
+  const SequenceResult& b = clean().dist.at("nvfp4/a_train_eval_each_step");
   ASSERT_EQ(a.error, "");
   EXPECT_NE(a.losses.front(), a.losses.back());
   EXPECT_LT(a.losses.back(), a.losses[1]) << "eval loss after training should fall";
@@ -119,7 +119,7 @@ TEST_P(Faults, EveryAffectedSequenceFails) {
       o.faults.skip_unpack = which == 1;
       o.faults.skip_deferred_reset_after_eval = which == 2;
       Runner faulty{world(), o, scratch() + "/faulty.ckpt", ckpt(cfg.name, false)};
-      RunResult r = faulty.run(s.ops);
+      SequenceResult r = faulty.run(s.ops);
       if (r.faults_fired == 0) continue;  // the fault never changed what the engine did
       ++fired_runs;
       std::string diff = compare(r, clean().ref.at(key));
@@ -164,8 +164,8 @@ TEST(Lifecycle, CheckpointReshardsAcrossDpSizes) {
   for (const Config& c : configs()) {
     if (c.name != cfg) continue;
     Runner r{world(), c.opt, scratch() + "/unused.ckpt", at_1};
-    RunResult resumed = r.run("LTTTX");
-    const RunResult& full = clean().dist.at(cfg + "/d_save_at_3_continue");
+    SequenceResult resumed = r.run("LTTTX");
+    const SequenceResult& full = clean().dist.at(cfg + "/d_save_at_3_continue");
     ASSERT_EQ(resumed.error, "");
     for (size_t i = 0; i < 4; ++i) EXPECT_EQ(full.losses[3 + i], resumed.losses[i]);
   }
@@ -177,7 +177,7 @@ TEST(Lifecycle, StaleReadIsALoudError) {
   o.faults.skip_deferred_reset_after_eval = true;
   o.overlap_param_gather = true;
   Runner r{world(), o, scratch() + "/stale.ckpt", ""};
-  RunResult res = r.run("TETX");
+  SequenceResult res = r.run("TETX");
   EXPECT_NE(res.error.find("stale weights"), std::string::npos) << res.error;
   // Without overlap the gather runs right after the step and is checked there;
   // an eval consumes a gather only before the first step.

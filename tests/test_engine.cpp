@@ -11,6 +11,7 @@
 #include "engine.h"
 #include "gpt.h"
 #include "lifecycle.h"
+#include "tmpdir_util.h"
 #include "toy_model.h"
 
 using namespace mxdp;
@@ -184,4 +185,16 @@ TEST(MemoryPlan, Gpt2OnEightRanks) {
   EXPECT_EQ(mx_reuse.grad_bytes, mx.grad_bytes);
   EXPECT_LT(double(mx_reuse.payload_bytes), 0.01 * mx.payload_bytes) << "only the 1-D bf16 params keep a payload buffer";
   EXPECT_LT(mx_reuse.total_bytes(), mx.total_bytes());
+}
+
+TEST(MemoryPlan, CliPrintsEveryModeAndRefusesBadInput) {
+  mxdp::testing::TempDir d;
+  auto ok = mxdp::testing::run_mxdp("plan --model gpt2-124m --dp 8", d / "plan.txt");
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  for (const char* row : {"reference", "bf16 gather", "mxfp8 gather", "mxfp8 + grad-buf reuse", "nvfp4 gather"})
+    EXPECT_TRUE(mxdp::testing::contains(ok.output, row)) << row << "\n" << ok.output;
+  EXPECT_TRUE(mxdp::testing::contains(ok.output, "0.516x")) << "mxfp8 moves (1 + 1/32) / 2 of bf16\n" << ok.output;
+  auto bad = mxdp::testing::run_mxdp("plan --model gpt9", d / "bad.txt");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_TRUE(mxdp::testing::contains(bad.output, "gpt9")) << bad.output;
 }
