@@ -316,8 +316,9 @@ int train(const TrainConfig& in, Communicator& comm) {
   if (progress_open) println("");
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (lead && cfg.steps >= first)
-    std::printf("done: %lld steps in %s, final train loss %.4f, final eval loss %.4f\n",
-                (long long)(cfg.steps - first + 1), human_time(total).c_str(), last_loss, last_eval);
+    std::printf("done: %lld steps in %s, final train loss %.4f%s\n", (long long)(cfg.steps - first + 1),
+                human_time(total).c_str(), last_loss,
+                std::isnan(last_eval) ? "" : ::fmt::format(", final eval loss {:.4f}", last_eval).c_str());
   if (cfg.sample_tokens > 0) {
     engine.sync_weights();  // collective: the model now holds the latest weights
     if (lead) {
