@@ -154,4 +154,24 @@ std::unique_ptr<Communicator> make_communicator(const Communicator::Options& in)
   MXDP_FAIL("unknown Backend ", int(opts.backend));
 }
 
+void on_rank0(Communicator& comm, const std::function<void()>& fn,
+              const std::function<void(void*, size_t)>& broadcast) {
+  auto bcast = [&](void* p, size_t n) { broadcast ? broadcast(p, n) : comm.broadcast(p, n, 0); };
+  std::string err;
+  if (comm.rank() == 0) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      err = e.what();
+      if (err.empty()) err = "unknown error";
+    }
+  }
+  uint64_t n = err.size();
+  bcast(&n, sizeof n);
+  if (!n) return;
+  err.resize(n);
+  bcast(err.data(), n);
+  throw Error(err);
+}
+
 }  // namespace mxdp

@@ -37,6 +37,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -133,5 +134,12 @@ class Communicator {
 // Auto: Self when not launched by mpirun or when the job has one rank, else
 // MPI. Nccl must be asked for (it needs GPU buffers).
 std::unique_ptr<Communicator> make_communicator(const Communicator::Options& opts = {});
+
+// Runs fn on rank 0 only. Then every rank returns normally, or throws the error
+// fn threw on rank 0, so that no rank goes on alone into a collective the others
+// never reach. `broadcast(host_ptr, bytes)` moves host bytes from rank 0 to all;
+// empty means comm.broadcast (host-memory communicators).
+void on_rank0(Communicator& comm, const std::function<void()>& fn,
+              const std::function<void(void*, size_t)>& broadcast = {});
 
 }  // namespace mxdp

@@ -648,44 +648,32 @@ void DataParallel::save_checkpoint(const std::string& path, const nlohmann::json
       }
     }
   // Rank 0 writes; every rank learns whether it worked, so none hangs or goes on alone.
-  std::string err;
-  if (rank_ == 0) {
+  on_rank0(comm_, [&] {
     try {
       write_file_atomic(path, serialize_checkpoint(c));
     } catch (const std::exception& e) {
-      err = e.what();
+      MXDP_FAIL("saving checkpoint '", path, "' failed on rank 0: ", e.what());
     }
-  }
-  uint64_t len = err.size();
-  host_broadcast(&len, sizeof len, 0);
-  err.resize(len);
-  if (len) host_broadcast(err.data(), len, 0);
-  if (len) MXDP_FAIL("saving checkpoint '", path, "' failed on rank 0: ", err);
+  }, [&](void* p, size_t n) { host_broadcast(p, n, 0); });
 }
 
 nlohmann::json DataParallel::load_checkpoint(const std::string& path) {
   drop_inflight();
   // Rank 0 reads and validates; the bytes (or the error) go to every rank.
   std::vector<uint8_t> bytes;
-  std::string err;
-  if (rank_ == 0) {
+  on_rank0(comm_, [&] {
     try {
       bytes = read_file(path);
       deserialize_checkpoint(bytes, path);
     } catch (const std::exception& e) {
-      err = e.what();
+      MXDP_FAIL("loading checkpoint failed on rank 0: ", e.what());
     }
-  }
-  uint64_t hdr[2] = {err.size(), bytes.size()};
-  host_broadcast(hdr, sizeof hdr, 0);
-  if (hdr[0]) {
-    err.resize(hdr[0]);
-    host_broadcast(err.data(), hdr[0], 0);
-    MXDP_FAIL("loading checkpoint failed on rank 0: ", err);
-  }
-  bytes.resize(hdr[1]);
-  for (uint64_t off = 0; off < hdr[1]; off += (1u << 30))
-    host_broadcast(bytes.data() + off, std::min<uint64_t>(1u << 30, hdr[1] - off), 0);
+  }, [&](void* p, size_t n) { host_broadcast(p, n, 0); });
+  uint64_t size = bytes.size();
+  host_broadcast(&size, sizeof size, 0);
+  bytes.resize(size);
+  for (uint64_t off = 0; off < size; off += (1u << 30))
+    host_broadcast(bytes.data() + off, std::min<uint64_t>(1u << 30, size - off), 0);
   CheckpointData c = deserialize_checkpoint(bytes, path);
 
   MXDP_CHECK(c.params.size() == params_.size(), path, ": checkpoint holds ", c.params.size(),

@@ -57,26 +57,6 @@ json model_json(const GptConfig& m) {
           {"n_layer", m.n_layer}, {"n_head", m.n_head}, {"d_model", m.d_model}};
 }
 
-// Runs fn on rank 0 only; every rank returns normally or throws rank 0's error,
-// so no rank goes on alone into a collective the others never reach.
-void on_rank0(Communicator& comm, const std::function<void()>& fn) {
-  std::string err;
-  if (comm.rank() == 0) {
-    try {
-      fn();
-    } catch (const std::exception& e) {
-      err = e.what();
-      if (err.empty()) err = "unknown error";
-    }
-  }
-  uint64_t n = err.size();
-  comm.broadcast(&n, sizeof n, 0);
-  if (!n) return;
-  err.resize(n);
-  comm.broadcast(err.data(), n, 0);
-  throw Error(err);
-}
-
 // A data argument that names a text file is prepared next to it, once.
 std::string resolve_data(const std::string& data, Communicator& comm) {
   MXDP_CHECK(!data.empty(), "no training data: pass --data DIR (made by `mxdp prepare`) or a text file");
