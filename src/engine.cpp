@@ -19,7 +19,7 @@ MemoryPlan plan_memory(const std::vector<ParamSpec>& params, const Layout& layou
   for (const GatherBuffer& gb : layout.buffers) {
     m.laid_out += gb.numel;
     m.grad_bytes += gb.numel * int64_t(sizeof(float));
-    const bool reused = opt.reuse_grad_buf && gb.format == WeightFormat::Mxfp8;
+    const bool reused = opt.payload_in_grad_buffer(gb.format);
     for (const Bucket& b : gb.buckets) {
       const int64_t owned = opt.distributed_optimizer ? b.shard_numel : b.numel;
       m.master_bytes += owned * int64_t(sizeof(float));
@@ -135,7 +135,7 @@ DataParallel::~DataParallel() {
 }
 
 bool DataParallel::reused(int f) const {
-  return opt_.reuse_grad_buf && layout_.buffers[f].format == WeightFormat::Mxfp8;
+  return opt_.payload_in_grad_buffer(layout_.buffers[f].format);
 }
 
 int64_t DataParallel::shard_local_off(int f, int b, int s) const {

@@ -62,6 +62,8 @@ struct DpOptions {
   std::vector<std::pair<std::string, std::string>> describe() const;
   // The reference run of these options: replicated optimizer, no param gather.
   DpOptions reference() const;
+  // Whether the gather payload of a buffer in format f lives in its grad buffer.
+  bool payload_in_grad_buffer(WeightFormat f) const { return reuse_grad_buf && f == WeightFormat::Mxfp8; }
 };
 
 }  // namespace mxdp
