@@ -460,29 +460,36 @@ float* Gpt::weights(int param) {
   return w(param);
 }
 
-void Gpt::init_weights(uint64_t seed) {
-  const float resid_std = 0.02f / std::sqrt(2.f * cfg_.n_layer);
-  for (size_t p = 0; p < specs_.size(); ++p) {
-    const ParamSpec& s = specs_[p];
-    float* x = w(int(p));
-    const int64_t n = s.numel();
-    const std::string& nm = s.name;
-    auto ends_with = [&](const char* suf) {
-      const size_t k = std::strlen(suf);
-      return nm.size() >= k && nm.compare(nm.size() - k, k, suf) == 0;
-    };
-    if (s.shape.size() == 2) {
-      const float std = ends_with("proj.w") ? resid_std : 0.02f;
-      const uint64_t key = splitmix64(seed ^ splitmix64(p + 1));
-      int64_t n_init = n;
-      if (int(p) == wte_) n_init = int64_t(cfg_.vocab) * cfg_.d_model;  // padding rows stay 0
+void gpt_init_param(const GptConfig& cfg, const std::vector<ParamSpec>& specs, uint64_t seed, int p, float* x) {
+  MXDP_CHECK(p >= 0 && p < int(specs.size()), "param index ", p, " out of range");
+  const float resid_std = 0.02f / std::sqrt(2.f * cfg.n_layer);
+  const ParamSpec& s = specs[p];
+  const int64_t n = s.numel();
+  const std::string& nm = s.name;
+  auto ends_with = [&](const char* suf) {
+    const size_t k = std::strlen(suf);
+    return nm.size() >= k && nm.compare(nm.size() - k, k, suf) == 0;
+  };
+  if (s.shape.size() == 2) {
+    const float std = ends_with("proj.w") ? resid_std : 0.02f;
+    const uint64_t key = splitmix64(seed ^ splitmix64(uint64_t(p) + 1));
+    int64_t n_init = n;
+    if (nm == "wte") n_init = int64_t(cfg.vocab) * cfg.d_model;  // padding rows stay 0
 #pragma omp parallel for schedule(static) if(n >= kParallelMinWork)
-      for (int64_t j = 0; j < n; ++j) x[j] = j < n_init ? std * normal_at(key, uint64_t(j)) : 0.f;
-    } else {
-      const float v = ends_with("ln1.w") || ends_with("ln2.w") || nm == "lnf.w" ? 1.f : 0.f;
-      std::fill(x, x + n, v);
-    }
+    for (int64_t j = 0; j < n; ++j) x[j] = j < n_init ? std * normal_at(key, uint64_t(j)) : 0.f;
+  } else {
+    const float v = ends_with("ln1.w") || ends_with("ln2.w") || nm == "lnf.w" ? 1.f : 0.f;
+    std::fill(x, x + n, v);
   }
+}
+
+void Gpt::init_weights(uint64_t seed) {
+  for (size_t p = 0; p < specs_.size(); ++p) gpt_init_param(cfg_, specs_, seed, int(p), w(int(p)));
+}
+
+void Gpt::set_weights(int param, const float* host) {
+  const float* src = host;
+  std::copy(src, src + specs_.at(size_t(param)).numel(), weights(param));
 }
 
 void Gpt::ensure_activations(int B, int T) {

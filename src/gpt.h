@@ -73,11 +73,31 @@ class NullHooks : public ModelHooks {
   void after_layer_backward(int layer) override;
 };
 
-class Gpt : public Model {
+// A GPT on any device: what the trainer and the sampler need beyond Model.
+// Gpt (below) is the CPU model; cuda/gpt_cuda.h has the GPU one. Both have the
+// same parameter list (gpt_param_specs) and the same init (gpt_init_param).
+class GptModel : public Model {
+ public:
+  virtual const GptConfig& config() const = 0;
+  // Inference: forward without targets; fills the logits of every position.
+  virtual void forward_logits(const int32_t* tokens, int B, int T, ModelHooks& hooks) = 0;
+  // The `vocab` real logits of position T-1 of sequence b of the last forward
+  // (a host copy, fp32).
+  virtual std::vector<float> logits_last(int b = 0) const = 0;
+  // Sets param i's compute weights from fp32 host values (e.g. a checkpoint's
+  // masters), converted to the compute dtype (bf16: round to nearest even).
+  virtual void set_weights(int param, const float* host) = 0;
+};
+
+// Writes param p's initial fp32 values (GPT-2 init, see Gpt::init_weights) into
+// out (host memory, numel floats). The one definition both devices use.
+void gpt_init_param(const GptConfig& cfg, const std::vector<ParamSpec>& specs, uint64_t seed, int p, float* out);
+
+class Gpt : public GptModel {
  public:
   explicit Gpt(const GptConfig& cfg);
 
-  const GptConfig& config() const { return cfg_; }
+  const GptConfig& config() const override { return cfg_; }
   const std::vector<ParamSpec>& params() const override { return specs_; }
   int num_layers() const override { return cfg_.n_layer + 2; }
   float* weights(int param) override;
@@ -98,13 +118,14 @@ class Gpt : public Model {
 
   // Inference: forward without targets (no loss, no backward possible). Fills
   // the logits of every position; read them with logits().
-  void forward_logits(const int32_t* tokens, int B, int T, ModelHooks& hooks);
+  void forward_logits(const int32_t* tokens, int B, int T, ModelHooks& hooks) override;
   // Logits of sequence b, position t of the last forward: padded_vocab floats,
   // of which the first vocab are meaningful. Valid until the next forward or
   // backward (backward turns them into gradients).
   const float* logits(int b, int t) const;
   // The `vocab` real logits of position T-1 of sequence b (what a sampler needs).
-  std::vector<float> logits_last(int b = 0) const;
+  std::vector<float> logits_last(int b = 0) const override;
+  void set_weights(int param, const float* host) override;
 
  private:
   struct BlockParams {  // param indices of one block

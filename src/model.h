@@ -15,6 +15,12 @@
 //     after_layer_backward(L) all gradient contributions to every param whose
 //                            `layer` is L are in; the engine may reduce them now.
 //
+// Compute dtype: the CPU models compute in fp32 and expose weights(i) as
+// float*; GPU models keep bf16 compute weights (compute_weights(i), written by
+// the engine's unpack in that dtype) and hand the engine their fp32 initial
+// values through initial_weights(i), which the engine copies into its masters
+// once, at construction.
+//
 // Layers are numbered 0 .. num_layers()-1 in forward order; forward calls
 // before_layer for each of them in increasing order, backward calls
 // after_layer_backward for each in decreasing order. A param read by several
@@ -52,6 +58,10 @@ struct Batch {
   int T = 0;
 };
 
+// The dtype a model computes with and keeps its compute weights in.
+enum class ComputeDType : uint8_t { F32, BF16 };
+inline const char* to_string(ComputeDType t) { return t == ComputeDType::F32 ? "fp32" : "bf16"; }
+
 class ModelHooks {
  public:
   virtual ~ModelHooks() = default;
@@ -65,7 +75,17 @@ class Model {
   virtual ~Model() = default;
   virtual const std::vector<ParamSpec>& params() const = 0;
   virtual int num_layers() const = 0;
+  // fp32 compute weights of param i (models whose compute_dtype() is not F32
+  // throw: their weights are reached through compute_weights()).
   virtual float* weights(int param) = 0;
+  virtual ComputeDType compute_dtype() const { return ComputeDType::F32; }
+  // Param i's compute weights, in compute_dtype(), in the engine ops' memory space.
+  virtual void* compute_weights(int param) { return weights(param); }
+  // fp32 values the engine starts its masters from (after init_weights), in the
+  // ops' memory space. Valid until release_initial_weights().
+  virtual const float* initial_weights(int param) { return weights(param); }
+  // The engine has taken the initial values (a GPU model frees its fp32 copy).
+  virtual void release_initial_weights() {}
   // Deterministic initialisation of the compute weights from a seed.
   virtual void init_weights(uint64_t seed) = 0;
   // Mean cross-entropy over the B*T targets. Keeps what backward needs.

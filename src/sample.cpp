@@ -9,7 +9,7 @@
 
 namespace mxdp {
 
-std::string generate(Gpt& model, const std::string& prompt, const SampleOptions& opt) {
+std::string generate(GptModel& model, const std::string& prompt, const SampleOptions& opt) {
   MXDP_CHECK(opt.tokens >= 0, "sample: tokens must be >= 0, got ", opt.tokens);
   MXDP_CHECK(opt.temperature >= 0 && std::isfinite(opt.temperature),
              "sample: temperature must be >= 0, got ", opt.temperature);

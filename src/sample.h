@@ -18,6 +18,6 @@ struct SampleOptions {
 // Continues `prompt` (an empty prompt starts from a newline) and returns only
 // the generated text. Uses the model's current compute weights; the context is
 // cropped to the model's max_seq. Deterministic for a given seed.
-std::string generate(Gpt& model, const std::string& prompt, const SampleOptions& opt);
+std::string generate(GptModel& model, const std::string& prompt, const SampleOptions& opt);
 
 }  // namespace mxdp

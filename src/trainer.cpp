@@ -18,6 +18,7 @@
 #include "checkpoint.h"
 #include "data.h"
 #include "engine.h"
+#include "runtime.h"
 #include "sample.h"
 
 namespace mxdp {
@@ -138,9 +139,12 @@ int train(const TrainConfig& in, Communicator& comm) {
   }
   EvalLoader eval_loader(val_ds, cfg.batch_size, cfg.seq_len, rank, dp, cfg.eval_batches);
 
-  Gpt model(mc);
+  const Device device = resolve_device(cfg.device);
+  std::unique_ptr<EngineOps> ops = make_engine_ops(device);
+  std::unique_ptr<GptModel> model_ptr = make_gpt(device, mc, *ops);
+  GptModel& model = *model_ptr;
   model.init_weights(cfg.seed);
-  DataParallel engine(model, comm, cfg.dp);
+  DataParallel engine(model, comm, cfg.dp, ops.get());
 
   if (!cfg.load.empty()) {
     const std::string path = resolve_checkpoint(cfg.load);
@@ -154,12 +158,14 @@ int train(const TrainConfig& in, Communicator& comm) {
   }
 
   if (lead) {
-    std::printf("mxdp train: %d rank%s (%s), %d thread%s per rank\n", dp, dp > 1 ? "s" : "",
-                comm.backend() == Backend::Mpi ? "mpi" : comm.backend() == Backend::Self ? "self" : "nccl",
-                cfg.threads, cfg.threads > 1 ? "s" : "");
+    if (device == Device::Cuda)
+      std::printf("mxdp train: %d rank%s (%s), one GPU per rank\n", dp, dp > 1 ? "s" : "", backend_name(comm.backend()));
+    else
+      std::printf("mxdp train: %d rank%s (%s), %d thread%s per rank\n", dp, dp > 1 ? "s" : "",
+                  backend_name(comm.backend()), cfg.threads, cfg.threads > 1 ? "s" : "");
     std::printf("  %-22s = %s (n_layer %d, n_head %d, d_model %d, max_seq %d, vocab %d): %lld params\n",
                 "model", cfg.model.c_str(), mc.n_layer, mc.n_head, mc.d_model, mc.max_seq, mc.vocab,
-                (long long)model.num_parameters());
+                (long long)gpt_num_parameters(mc));
     std::printf("  %-22s = %s (train %zu tokens, val %zu tokens)\n", "data", data_dir.c_str(),
                 train_ds.size(), val_ds.size());
     auto line = [](const char* k, const std::string& v) { std::printf("  %-22s = %s\n", k, v.c_str()); };

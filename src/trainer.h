@@ -15,6 +15,8 @@
 namespace mxdp {
 
 struct TrainConfig {
+  // where: "cpu", "cuda" or "auto" (resolved by the caller, runtime.h)
+  std::string device = "cpu";
   // model
   std::string model = "tiny";  // named config; the four fields below override it when > 0
   int n_layer = 0, n_head = 0, d_model = 0, max_seq = 0;
@@ -48,7 +50,8 @@ struct TrainConfig {
   DpOptions dp;
 };
 
-// Runs the job on `comm`'s ranks. Returns the process exit code.
+// Runs the job on `comm`'s ranks, on cfg.device ("cpu" or "cuda"; comm must
+// be the communicator make_job_communicator() gives for it). Returns the exit code.
 int train(const TrainConfig& cfg, Communicator& comm);
 
 // The model config a TrainConfig names (named config plus overrides), validated.

@@ -5,6 +5,7 @@
 #include "check.h"
 #include "checkpoint.h"
 #include "cli/commands.h"
+#include "runtime.h"
 #include "sample.h"
 #include "trainer.h"
 
@@ -12,7 +13,7 @@ namespace mxdp::cli {
 
 void add_sample_command(CLI::App& app, Runner& run) {
   struct Opts {
-    std::string load, prompt = "And God said";
+    std::string load, prompt = "And God said", device = "auto";
     SampleOptions s;
   };
   auto o = std::make_shared<Opts>();
@@ -25,6 +26,8 @@ void add_sample_command(CLI::App& app, Runner& run) {
   cmd->add_option("--temperature", o->s.temperature, "Softmax temperature (0 = greedy)");
   cmd->add_option("--top-k", o->s.top_k, "Sample among the k most likely tokens (0 = all)");
   cmd->add_option("--seed", o->s.seed, "Sampling seed");
+  cmd->add_option("--device", o->device, "Where the model runs: cuda, cpu, or auto (cuda where a GPU is present)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->callback([o, &run] {
     run = [o] {
       const std::string path = resolve_checkpoint(o->load);
@@ -34,13 +37,16 @@ void add_sample_command(CLI::App& app, Runner& run) {
       GptConfig cfg{m.at("vocab"), m.at("padded_vocab"), m.at("max_seq"), m.at("n_layer"), m.at("n_head"),
                     m.at("d_model")};
       validate(cfg);
-      Gpt model(cfg);
+      const Device device = resolve_device(o->device);
+      auto ops = make_engine_ops(device);
+      auto model_ptr = make_gpt(device, cfg, *ops);
+      GptModel& model = *model_ptr;
       MXDP_CHECK(c.params.size() == model.params().size(), path, ": ", c.params.size(),
                  " params in the checkpoint, the model has ", model.params().size());
       for (size_t p = 0; p < c.params.size(); ++p) {
         MXDP_CHECK(c.params[p].shape == model.params()[p].shape, path, ": param '", c.params[p].name,
                    "' has another shape than the model's");
-        std::copy(c.params[p].master.begin(), c.params[p].master.end(), model.weights(int(p)));
+        model.set_weights(int(p), c.params[p].master.data());
       }
       std::printf("%s%s\n", o->prompt.c_str(), generate(model, o->prompt, o->s).c_str());
       return 0;

@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "comm.h"
+#include "runtime.h"
 #include "trainer.h"
 
 namespace mxdp::cli {
@@ -53,7 +54,10 @@ void add_train_command(CLI::App& app, Runner& run) {
   CLI::App* cmd = app.add_subcommand("train", "Train a GPT with data parallelism (run under mpirun for several ranks)");
   cmd->option_defaults()->always_capture_default();
 
+  c.device = "auto";
   auto model = "Model";
+  cmd->add_option("--device", c.device, "Where to train: cuda (one GPU per rank), cpu, or auto (cuda where a GPU is present)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->group(model);
   cmd->add_option("--model", c.model, "Named config: tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m")->group(model);
   cmd->add_option("--n-layer", c.n_layer, "Override the config's number of blocks (0 = keep)")->group(model);
   cmd->add_option("--n-head", c.n_head, "Override the number of attention heads (0 = keep)")->group(model);
@@ -125,7 +129,9 @@ void add_train_command(CLI::App& app, Runner& run) {
       Communicator::Options co;
       co.backend = o->backend == "self" ? Backend::Self : o->backend == "mpi" ? Backend::Mpi : Backend::Auto;
       co.timeout_s = cfg.comm_timeout;
-      auto comm = make_communicator(co);
+      const Device device = resolve_device(cfg.device);
+      cfg.device = to_string(device);
+      auto comm = make_job_communicator(device, co);
       return train(cfg, *comm);
     };
   });
