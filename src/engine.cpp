@@ -112,8 +112,9 @@ DataParallel::DataParallel(Model& model, Communicator& comm, const DpOptions& op
   }
   // The model's initial weights become the masters of the shards this rank owns.
   for_each_owned_piece([&](int f, const Piece& pc, int64_t at) {
-    ops_->copy(buf_[f].master.data() + at, model_.weights(pc.param) + pc.param_begin, pc.len * sizeof(float));
+    ops_->copy(buf_[f].master.data() + at, model_.initial_weights(pc.param) + pc.param_begin, pc.len * sizeof(float));
   });
+  model_.release_initial_weights();
 }
 
 template <class Fn>
@@ -253,21 +254,23 @@ void DataParallel::unpack(int f, int b) {
                " from its grad region, which does not hold a gathered payload");
   const PayloadShape ps = payload_shape(gb.format, bk.shard_numel);
   const uint8_t* base = payload_ptr(f, b);
+  const ComputeDType dt = model_.compute_dtype();
+  const int64_t esize = dt == ComputeDType::F32 ? 4 : 2;
   for (int s = 0; s < dp_; ++s) {
     const uint8_t* slot = base + s * ps.shard_bytes;
     for (const Piece& pc : bk.shards[s]) {
-      float* w = model_.weights(pc.param) + pc.param_begin;
+      void* w = static_cast<uint8_t*>(model_.compute_weights(pc.param)) + pc.param_begin * esize;
       const int64_t at = pc.shard_pos;
       switch (gb.format) {
         case WeightFormat::Bf16:
-          ops_->dequantize(gb.format, slot + 2 * at, nullptr, pc.len, 0.0f, w);
+          ops_->dequantize(gb.format, slot + 2 * at, nullptr, pc.len, 0.0f, w, dt);
           break;
         case WeightFormat::Mxfp8:
-          ops_->dequantize(gb.format, slot + at, slot + ps.code_bytes + at / kMxfp8Block, pc.len, 0.0f, w);
+          ops_->dequantize(gb.format, slot + at, slot + ps.code_bytes + at / kMxfp8Block, pc.len, 0.0f, w, dt);
           break;
         case WeightFormat::Nvfp4:
           ops_->dequantize(gb.format, slot + at / 2, slot + ps.code_bytes + at / kNvfp4Block, pc.len,
-                           param_amax_[pc.param], w);
+                           param_amax_[pc.param], w, dt);
           break;
       }
     }

@@ -128,9 +128,9 @@ TEST(GpuEngineOps, QuantizeDequantizeBitwiseEqualToCpu) {
       gpu->quantize(f, r, dx.a.data(), n, tensor_amax, dpay.a.data(), dpay.a.data() + ps.code_bytes);
       EXPECT_EQ(mismatches(dpay.get(), cpay), 0u) << to_string(f) << " " << to_string(r) << " payload";
       std::vector<float> cy(n);
-      cpu->dequantize(f, cpay.data(), cpay.data() + ps.code_bytes, n, tensor_amax, cy.data());
+      cpu->dequantize(f, cpay.data(), cpay.data() + ps.code_bytes, n, tensor_amax, cy.data(), ComputeDType::F32);
       Dev<float> dy(*gpu, std::vector<float>(n));
-      gpu->dequantize(f, dpay.a.data(), dpay.a.data() + ps.code_bytes, n, tensor_amax, dy.a.data());
+      gpu->dequantize(f, dpay.a.data(), dpay.a.data() + ps.code_bytes, n, tensor_amax, dy.a.data(), ComputeDType::F32);
       EXPECT_EQ(mismatches(dy.get(), cy), 0u) << to_string(f) << " " << to_string(r) << " dequantized";
     }
 }
