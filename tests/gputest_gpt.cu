@@ -169,9 +169,8 @@ TEST(GpuGptKernels, GemmsWithEpiloguesMatchCpu) {
     auto W2 = randn(size_t(K) * N, 10, 0.05f);
     Bf16 gW2(W2);
     gemm.backward_data(gdh.p, gdy.p, gW2.p, M, K, N, gpre.p);
-    std::vector<float> dh(pre.size()), dpre(pre.size());
-    cpu::matmul_backward(dh.data(), nullptr, nullptr, dy.data(), h_b.data(), W2.data(), M, K, N);
-    // (cpu::matmul_backward needs a dW; use a scratch one)
+    std::vector<float> dh(pre.size()), dpre(pre.size()), dW2(W2.size(), 0.f);
+    cpu::matmul_backward(dh.data(), dW2.data(), nullptr, dy.data(), h_b.data(), W2.data(), M, K, N);
     cpu::gelu_backward(dpre.data(), pre_b.data(), th_b.data(), dh.data(), int64_t(pre.size()));
     EXPECT_LT(rel_err(gdh.get(), dpre), 2e-2) << "dgelu K=" << K;
     // Weight gradient accumulates into fp32.
