@@ -110,6 +110,9 @@ DataParallel::DataParallel(Model& model, Communicator& comm, const DpOptions& op
     bs.v = DeviceArray<float>(*ops_, local);
     bs.main_grad = DeviceArray<float>(*ops_, local);
   }
+  int buckets = 0;
+  for (const GatherBuffer& gb : layout_.buffers) buckets += int(gb.buckets.size());
+  norm_partials_ = DeviceArray<double>(*ops_, size_t(dp_) * buckets);
   // The model's initial weights become the masters of the shards this rank owns.
   for_each_owned_piece([&](int f, const Piece& pc, int64_t at) {
     ops_->copy(buf_[f].master.data() + at, model_.initial_weights(pc.param) + pc.param_begin, pc.len * sizeof(float));
@@ -457,17 +460,21 @@ StepResult DataParallel::optimizer_step() {
   // order (bucket, then shard) on every rank and in both modes.
   int nb = 0;
   for (auto& gb : layout_.buffers) nb += int(gb.buckets.size());
+  // The sums stay in ops memory ([shard][bucket]); one all-gather of each
+  // rank's row, then one copy to the host: one wait per step, not per bucket.
   std::vector<double> partial(size_t(dp_) * nb, 0.0);
   {
+    DeviceArray<double>& dpart = norm_partials_;
     int gi = 0;
     for (size_t f = 0; f < buf_.size(); ++f)
       for (size_t b = 0; b < buf_[f].st.size(); ++b, ++gi)
         for (int s = 0; s < dp_; ++s)
           if (owns(s))
-            partial[size_t(s) * nb + gi] =
-                ops_->sum_squares(buf_[f].main_grad.data() + shard_local_off(int(f), int(b), s),
-                                  layout_.buffers[f].buckets[b].shard_numel);
-    if (opt_.distributed_optimizer && dp_ > 1) host_all_gather(partial.data(), nb * sizeof(double));
+            ops_->sum_squares_into(buf_[f].main_grad.data() + shard_local_off(int(f), int(b), s),
+                                   layout_.buffers[f].buckets[b].shard_numel, dpart.data() + size_t(s) * nb + gi);
+    if (opt_.distributed_optimizer && dp_ > 1)
+      comm_.all_gather(dpart.data() + size_t(rank_) * nb, dpart.data(), nb * sizeof(double), ops_->stream());
+    ops_->copy_to_host(partial.data(), dpart.data(), dpart.bytes());
   }
   double total = 0;
   for (int gi = 0; gi < nb; ++gi)

@@ -183,6 +183,7 @@ class DataParallel final : private ModelHooks {
   std::vector<std::pair<int, int>> fwd_order_;  // buckets in forward order
   std::vector<std::vector<int>> layer_params_;  // params whose first layer is L
   std::vector<float> param_amax_;               // NVFP4 tensor amax of each param (last stage)
+  DeviceArray<double> norm_partials_;           // [shard][bucket] sums of squares of one step
 
   int64_t version_ = 0, iteration_ = 0, skipped_steps_ = 0, faults_fired_ = 0;
   int64_t gather_bytes_ = 0, reduce_bytes_ = 0;  // since the last optimizer step

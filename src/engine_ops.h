@@ -48,6 +48,9 @@ class EngineOps {
   virtual void from_bf16(const uint16_t* x, float* y, int64_t n) = 0;
   virtual void scale(float* x, int64_t n, float c) = 0;
   virtual double sum_squares(const float* x, int64_t n) = 0;
+  // The same sum, written to *out (ops memory) without a host round trip: the
+  // engine collects every partial sum of a step this way and reads them once.
+  virtual void sum_squares_into(const float* x, int64_t n, double* out) = 0;
   virtual void adamw(float* p, float* m, float* v, const float* g, int64_t n, const AdamWParams& a) = 0;
 };
 

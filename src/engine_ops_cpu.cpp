@@ -73,6 +73,7 @@ class CpuOps final : public EngineOps {
     for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
     return s;
   }
+  void sum_squares_into(const float* x, int64_t n, double* out) override { *out = sum_squares(x, n); }
   void adamw(float* p, float* m, float* v, const float* g, int64_t n, const AdamWParams& a) override {
     adamw_update(p, m, v, g, n, a);
   }

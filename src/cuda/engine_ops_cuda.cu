@@ -200,14 +200,20 @@ class CudaOps final : public EngineOps {
   }
   double sum_squares(const float* x, int64_t n) override {
     if (n <= 0) return 0;
-    double* partial = scratch_;
-    sum_squares_blocks<<<kSumBlocks, kThreads, 0, stream_>>>(x, n, partial);
-    MXDP_CUDA_CHECK_LAUNCH();
-    sum_partials<<<1, 1, 0, stream_>>>(partial, partial + kSumBlocks);
-    MXDP_CUDA_CHECK_LAUNCH();
+    sum_squares_into(x, n, scratch_ + kSumBlocks);
     double h = 0;
-    copy_to_host(&h, partial + kSumBlocks, sizeof h);
+    copy_to_host(&h, scratch_ + kSumBlocks, sizeof h);
     return h;
+  }
+  void sum_squares_into(const float* x, int64_t n, double* out) override {
+    if (n <= 0) {
+      zero(out, sizeof(double));
+      return;
+    }
+    sum_squares_blocks<<<kSumBlocks, kThreads, 0, stream_>>>(x, n, scratch_);  // stream order protects scratch_
+    MXDP_CUDA_CHECK_LAUNCH();
+    sum_partials<<<1, 1, 0, stream_>>>(scratch_, out);
+    MXDP_CUDA_CHECK_LAUNCH();
   }
   void adamw(float* p, float* m, float* v, const float* g, int64_t n, const AdamWParams& a) override {
     if (n <= 0) return;
