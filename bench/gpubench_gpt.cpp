@@ -106,7 +106,7 @@ Result run(Communicator& comm, const GptConfig& mc, WeightFormat f, int B, int T
     MXDP_CUDA_CHECK(cudaDeviceSynchronize());
     peak = std::max(peak, used_bytes());
     std::sort(times.begin(), times.end());
-    r.ms = times[times.size() / 2] * 1e3;
+    if (!times.empty()) r.ms = times[times.size() / 2] * 1e3;
   }
   r.peak_gib = double(peak - before) / double(1ull << 30);
   return r;
