@@ -43,6 +43,13 @@ class GPT(nn.Module):
         self.wte, self.wpe = nn.Embedding(padded, C), nn.Embedding(max_seq, C)
         self.blocks = nn.ModuleList(Block(C, H) for _ in range(L))
         self.lnf = nn.LayerNorm(C)
+        # GPT-2 init, as mxdp's: normal(0, 0.02), residual projections 0.02/sqrt(2L), biases 0.
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * L) if name.endswith(("proj.weight", "mproj.weight")) else 0.02
+                nn.init.normal_(p, 0.0, std)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
 
     def forward(self, idx, targets):
         T = idx.shape[1]
