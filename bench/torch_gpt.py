@@ -51,6 +51,14 @@ class GPT(nn.Module):
             elif name.endswith("bias"):
                 nn.init.zeros_(p)
 
+    def mxdp_order(self):
+        """The parameters in mxdp's order (gpt.h: gpt_param_specs)."""
+        order = [self.wte.weight, self.wpe.weight]
+        for b in self.blocks:
+            order += [b.ln1.weight, b.ln1.bias, b.qkv.weight, b.qkv.bias, b.proj.weight, b.proj.bias,
+                      b.ln2.weight, b.ln2.bias, b.fc.weight, b.fc.bias, b.mproj.weight, b.mproj.bias]
+        return order + [self.lnf.weight, self.lnf.bias]
+
     def forward(self, idx, targets):
         T = idx.shape[1]
         x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
@@ -58,6 +66,25 @@ class GPT(nn.Module):
             x = b(x)
         logits = self.lnf(x) @ self.wte.weight.t()
         return F.cross_entropy(logits[..., : self.vocab].float().flatten(0, 1), targets.flatten())
+
+
+def adamw(model, lr):
+    """Fused AdamW as mxdp's: betas 0.9/0.95, eps 1e-8, weight decay 0.1 on 2-D weights only."""
+    params = list(model.parameters())
+    return torch.optim.AdamW([{"params": [p for p in params if p.dim() == 2], "weight_decay": 0.1},
+                              {"params": [p for p in params if p.dim() != 2], "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
+
+
+def train_step(model, step_model, opt, x, y):
+    """One step: bf16 autocast forward, backward, clip at 1.0, AdamW. Returns the loss tensor."""
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = step_model(x, y)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss
 
 
 def main():
@@ -72,7 +99,7 @@ def main():
     torch.manual_seed(0)
     L, H, C = CONFIGS[a.model]
     model = GPT(L, H, C).cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+    opt = adamw(model, 3e-4)
     step_model = torch.compile(model) if a.mode == "compile" else model
     x = torch.randint(0, 50257, (a.batch, a.seq), device="cuda")
     y = torch.randint(0, 50257, (a.batch, a.seq), device="cuda")
@@ -80,12 +107,7 @@ def main():
     for i in range(a.warmup + a.steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = step_model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        loss = train_step(model, step_model, opt, x, y)
         loss.item()
         torch.cuda.synchronize()
         if i >= a.warmup:

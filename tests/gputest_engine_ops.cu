@@ -13,18 +13,12 @@
 #include "cuda_check.h"
 #include "engine_ops.h"
 #include "layout.h"
+#include "gpu_test_util.h"
 
 using namespace mxdp;
 
 namespace {
 
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-#define REQUIRE_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device present"
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);

@@ -310,7 +310,6 @@ void GptCuda::upload_batch(const int32_t* tokens, const int32_t* targets, int B,
     }
   seg_start[n_seg_] = int32_t(BT);
   for (int64_t i = 0; i < BT; ++i) order[count[size_t(tok[i])]++] = int32_t(i);
-  // The five arrays are contiguous in the arena in the same order (see ensure_activations).
   MXDP_CUDA_CHECK(cudaMemcpyAsync(act_.tokens, tok, size_t(BT) * 4, cudaMemcpyHostToDevice, s_));
   MXDP_CUDA_CHECK(cudaMemcpyAsync(act_.targets, tgt, size_t(BT) * 4, cudaMemcpyHostToDevice, s_));
   MXDP_CUDA_CHECK(cudaMemcpyAsync(act_.order, order, size_t(BT) * 4, cudaMemcpyHostToDevice, s_));
