@@ -10,6 +10,17 @@
 #include "optimizer.h"
 #include "quant.h"
 
+// Fault switches exist only in the test library (faults.h); in the product
+// build every MXDP_FAULT(...) is the constant false and no fault code remains.
+#ifdef MXDP_FAULTS
+#include "faults.h"
+#define MXDP_FAULT(name) (::mxdp::faults::active().name)
+#define MXDP_FAULT_FIRED() (void)(++::mxdp::faults::fired())
+#else
+#define MXDP_FAULT(name) false
+#define MXDP_FAULT_FIRED() (void)0
+#endif
+
 namespace mxdp {
 
 MemoryPlan plan_memory(const std::vector<ParamSpec>& params, const Layout& layout, const DpOptions& opt) {
@@ -218,12 +229,12 @@ void DataParallel::start_gather(int f, int b) {
   if (st.gather) {
     // One gather per bucket in flight. A record that was waited for but kept
     // (only under the deferred-reset fault) wrongly stops a new dispatch here.
-    if (st.gather_done) ++faults_fired_;
+    if (st.gather_done) MXDP_FAULT_FIRED();
     return;
   }
   if (st.staged_v < version_) {
-    if (opt_.faults.skip_stage_before_forced_gather) {
-      ++faults_fired_;
+    if (MXDP_FAULT(skip_stage_before_forced_gather)) {
+      MXDP_FAULT_FIRED();
       st.staged_v = version_;
     } else {
       stage(f, b);
@@ -243,7 +254,7 @@ void DataParallel::finish_gather(int f, int b) {
   if (!st.gather) return;
   if (!st.gather_done) st.gather->wait();
   st.gathered_v = st.gather_v;  // a record kept by the fault carries its old version
-  if (in_eval_ && opt_.faults.skip_deferred_reset_after_eval)
+  if (in_eval_ && MXDP_FAULT(skip_deferred_reset_after_eval))
     st.gather_done = true;  // the bug: the consumed gather stays recorded as pending
   else
     st.gather.reset();
@@ -288,8 +299,8 @@ void DataParallel::weights_for_forward(int f, int b) {
     finish_gather(f, b);
   }
   if (st.weights_v < st.gathered_v) {
-    if (opt_.faults.skip_unpack)
-      ++faults_fired_;
+    if (MXDP_FAULT(skip_unpack))
+      MXDP_FAULT_FIRED();
     else
       unpack(f, b);
     st.weights_v = st.gathered_v;

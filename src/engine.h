@@ -111,8 +111,6 @@ class DataParallel final : private ModelHooks {
   MemoryPlan allocated() const;
   const DpOptions& options() const { return opt_; }
   Communicator& comm() { return comm_; }
-  // Test only: how many times a fault switch changed what the engine did.
-  int64_t faults_fired() const { return faults_fired_; }
 
  private:
   enum class Region : uint8_t { Idle, Grads, Payload };
@@ -120,7 +118,7 @@ class DataParallel final : private ModelHooks {
     int64_t staged_v = -1, gathered_v = -1, weights_v = -1;
     std::unique_ptr<Work> gather;   // dispatched all-gather, carries gather_v
     int64_t gather_v = -1;
-    bool gather_done = false;       // waited for, record kept (only under a fault)
+    bool gather_done = false;       // waited for, record kept (only under a test fault, faults.h)
     std::unique_ptr<Work> reduce;   // reduce-scatter in flight
     Region region = Region::Idle;   // what the bucket's grad region holds (reuse)
     int grads_pending = 0;          // params whose grads are not yet complete
@@ -185,7 +183,7 @@ class DataParallel final : private ModelHooks {
   std::vector<float> param_amax_;               // NVFP4 tensor amax of each param (last stage)
   DeviceArray<double> norm_partials_;           // [shard][bucket] sums of squares of one step
 
-  int64_t version_ = 0, iteration_ = 0, skipped_steps_ = 0, faults_fired_ = 0;
+  int64_t version_ = 0, iteration_ = 0, skipped_steps_ = 0;
   int64_t gather_bytes_ = 0, reduce_bytes_ = 0;  // since the last optimizer step
   int64_t last_step_gather_bytes_ = 0, last_step_reduce_bytes_ = 0;
   void close_traffic_window();

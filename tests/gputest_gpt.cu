@@ -444,6 +444,12 @@ TEST(GpuGpt, InitIsTheCpuInitRoundedToBf16) {
     MXDP_CUDA_CHECK(cudaMemcpy(w.data(), gpu->compute_weights(p), n * 2, cudaMemcpyDeviceToHost));
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(w[i], codec::bf16_from_f32(cpu.weights(p)[i])) << "param " << p << " at " << i;
   }
+  // set_weights before the engine takes the initial values sets them too (--init-from).
+  std::vector<float> mine(size_t(cpu.params()[2].numel()), 0.375f);
+  gpu->set_weights(2, mine.data());
+  std::vector<float> back(mine.size());
+  MXDP_CUDA_CHECK(cudaMemcpy(back.data(), gpu->initial_weights(2), back.size() * 4, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(back, mine) << "set_weights did not reach the initial values";
   gpu->release_initial_weights();
   EXPECT_THROW(gpu->initial_weights(0), Error);
   EXPECT_THROW(gpu->weights(0), Error);

@@ -110,11 +110,14 @@ class GptCuda final : public GptModel {
     MXDP_CUDA_CHECK(cudaStreamSynchronize(s_));
     init_.reset();
   }
+  // Before the engine took the initial values (e.g. --init-from), they change
+  // too: the engine starts its masters from initial_weights(), not from bf16.
   void set_weights(int p, const float* host) override {
     const int64_t n = specs_[check_param(p)].numel();
-    Buf<float> tmp(n);
-    MXDP_CUDA_CHECK(cudaMemcpyAsync(tmp.get(), host, size_t(n) * sizeof(float), cudaMemcpyHostToDevice, s_));
-    f32_to_bf16(tmp.get(), w(p), n, s_);
+    Buf<float> tmp;
+    float* dst = init_.get() ? init_.get() + offsets_[p] : (tmp.resize(n), tmp.get());
+    MXDP_CUDA_CHECK(cudaMemcpyAsync(dst, host, size_t(n) * sizeof(float), cudaMemcpyHostToDevice, s_));
+    f32_to_bf16(dst, w(p), n, s_);
     MXDP_CUDA_CHECK(cudaStreamSynchronize(s_));
   }
 
