@@ -33,13 +33,24 @@ done
 
 CXX=clang++
 FLAGS=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
-       -I "$ROOT/src")
-SOURCES=("$ROOT"/src/{checkpoint,fileio,data,quant,plot}.cpp)
+       -fsanitize=fuzzer-no-link -I "$ROOT/src")
+# The readers under test, compiled once (again when a source changed).
+OBJS=()
+mkdir -p "$OUT/obj"
+for src in checkpoint fileio data quant plot; do
+  obj=$OUT/obj/$src.o
+  if [ ! -f "$obj" ] || [ -n "$(find "$ROOT/src" -newer "$obj" -name '*.[ch]*' | head -1)" ]; then
+    echo "fuzz: compiling src/$src.cpp"
+    "$CXX" "${FLAGS[@]}" -c -o "$obj" "$ROOT/src/$src.cpp"
+  fi
+  OBJS+=("$obj")
+done
 build() {  # name, extra flags...
   local name=$1; shift
-  if [ ! -x "$OUT/$name" ] || [ -n "$(find "$ROOT/src" "$ROOT/fuzz" -newer "$OUT/$name" -name '*.[ch]*' | head -1)" ]; then
+  local exe=$OUT/$name
+  if [ ! -x "$exe" ] || [ "$ROOT/fuzz/$name.cpp" -nt "$exe" ] || [ -n "$(find "${OBJS[@]}" -newer "$exe" | head -1)" ]; then
     echo "fuzz: building $name"
-    "$CXX" "${FLAGS[@]}" "$@" -o "$OUT/$name" "$ROOT/fuzz/$name.cpp" "${SOURCES[@]}" -lfmt
+    "$CXX" "${FLAGS[@]}" "$@" -o "$exe" "$ROOT/fuzz/$name.cpp" "${OBJS[@]}" -lfmt
   fi
 }
 build make_seeds
