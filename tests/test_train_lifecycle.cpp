@@ -203,8 +203,8 @@ std::vector<std::string> sigs(const std::vector<Line>& ls) {
 std::string compare_checkpoints(const std::string& a_path, const std::string& b_path) {
   mxdp::CheckpointData a, b;
   try {
-    a = mxdp::deserialize_checkpoint(mxdp::read_file(a_path), a_path);
-    b = mxdp::deserialize_checkpoint(mxdp::read_file(b_path), b_path);
+    a = mxdp::read_checkpoint(a_path);
+    b = mxdp::read_checkpoint(b_path);
   } catch (const std::exception& e) {
     return e.what();
   }
@@ -247,7 +247,7 @@ std::string sampling(const std::string& args) {
 // format. The same sampler on a CPU GPT given those values (computed by quant.h
 // from the final checkpoint, not by the engine) must write the same text.
 std::string oracle_sample(const std::string& ckpt_path, mxdp::WeightFormat wf) {
-  const mxdp::CheckpointData c = mxdp::deserialize_checkpoint(mxdp::read_file(ckpt_path), ckpt_path);
+  const mxdp::CheckpointData c = mxdp::read_checkpoint(ckpt_path);
   const json& m = c.extra.at("model");
   mxdp::GptConfig cfg{m.at("vocab"), m.at("padded_vocab"), m.at("max_seq"), m.at("n_layer"), m.at("n_head"),
                       m.at("d_model")};
@@ -504,25 +504,27 @@ INSTANTIATE_TEST_SUITE_P(Cli, TrainLifecycle, ::testing::Combine(::testing::Valu
 // ---- failures -----------------------------------------------------------------
 
 // A damaged checkpoint given to --load: every rank exits (non-zero), with the reason, and no hang.
+// A checkpoint is a step directory: rank 1's file or the manifest is damaged in a copy of it.
 TEST_F(TrainCli, CorruptCheckpointFailsCleanly) {
   Job good = mpirun_train(2, common + " --steps 1 --eval-every 0", tmp / "good");
   ASSERT_EQ(good.res.exit_code, 0) << good.describe();
-  const std::string bytes = mt::read_file(good.ckpt(1));
+  const std::string bytes = mt::read_file(good.ckpt(1) + "/rank_00001.bin");
   ASSERT_GT(bytes.size(), 1000u);
 
   struct Damage {
-    std::string name, bytes, reason;
+    std::string name, file, bytes, reason;
   };
   std::string flipped = bytes;
-  flipped[bytes.size() / 2] ^= 0x10;  // inside the tensors
+  flipped[bytes.size() - 1000] ^= 0x10;  // inside the tensors
   const std::vector<Damage> damages = {
-      {"flipped", flipped, "checksum mismatch"},
-      {"truncated", bytes.substr(0, bytes.size() - 100), "checkpoint"},
-      {"garbage", std::string(64, 'x'), "not an mxdp checkpoint"},
+      {"flipped", "rank_00001.bin", flipped, "checksum mismatch"},
+      {"truncated", "rank_00001.bin", bytes.substr(0, bytes.size() - 100), "truncated"},
+      {"garbage", "manifest", std::string(64, 'x'), "not an mxdp checkpoint"},
   };
   for (const Damage& d : damages) {
     const std::string path = tmp / (d.name + ".ckpt");
-    mt::write_file(path, d.bytes);
+    fs::copy(good.ckpt(1), path);
+    mt::write_file(path + "/" + d.file, d.bytes);
     Job j = mpirun_train(2, common + " --steps 2 --load " + quote(path), tmp / ("load_" + d.name));
     EXPECT_NE(j.res.exit_code, 0) << d.name << j.describe();
     EXPECT_NE(j.res.exit_code, 124) << d.name << ": timed out (hang?)" << j.describe();

@@ -31,12 +31,8 @@ void add_sample_command(CLI::App& app, Runner& run) {
   cmd->callback([o, &run] {
     run = [o] {
       const std::string path = resolve_checkpoint(o->load);
-      CheckpointData c = deserialize_checkpoint(read_file(path), path);
-      MXDP_CHECK(c.extra.contains("model"), path, ": no model config in the checkpoint");
-      const auto& m = c.extra["model"];
-      GptConfig cfg{m.at("vocab"), m.at("padded_vocab"), m.at("max_seq"), m.at("n_layer"), m.at("n_head"),
-                    m.at("d_model")};
-      validate(cfg);
+      CheckpointData c = read_checkpoint(path, /*moments=*/false);
+      const GptConfig cfg = model_from_checkpoint(c.extra, path);
       const Device device = resolve_device(o->device);
       auto ops = make_engine_ops(device);
       auto model_ptr = make_gpt(device, cfg, *ops);
