@@ -469,6 +469,8 @@ TEST_P(TrainLifecycle, G_TinyBuckets) {
 // step (with overlap, only the first bucket's gather is in flight then). Then
 // a job that loads that checkpoint and has no step left samples right after
 // the load, again through sync_weights.
+// After the load: an eval-only run (--steps not beyond the loaded step needs
+// --eval-first), which then samples.
 TEST_P(TrainLifecycle, H_SampleRightAfterTheLastStepAndAfterALoad) {
   Pair p = run_pair(dir("h"), cfg(), np(), sampling(common) + " --steps 3 --eval-every 0",
                     {T(1), T(2), T(3)}, 3);
@@ -477,20 +479,22 @@ TEST_P(TrainLifecycle, H_SampleRightAfterTheLastStepAndAfterALoad) {
     EXPECT_EQ(check_sample(j->res.output, j->ckpt(3), format_of(cfg().dist)), "") << j->describe();
   const std::string ckpt3 = p.dist.ckpt(3);
   auto jobs = run_all({[&] {
-                         return mpirun_train(np(), sampling(common) + " --steps 3 --eval-every 0 " + cfg().dist +
-                                                       " --load " + quote(ckpt3),
+                         return mpirun_train(np(), sampling(common) + " --steps 3 --eval-every 0 --eval-first " +
+                                                       cfg().dist + " --load " + quote(ckpt3),
                                              dir("h_load/dist"));
                        },
                        [&] {
-                         return mpirun_train(np(), sampling(common) + " --steps 3 --eval-every 0 " + cfg().ref +
-                                                       " --load " + quote(ckpt3),
+                         return mpirun_train(np(), sampling(common) + " --steps 3 --eval-every 0 --eval-first " +
+                                                       cfg().ref + " --load " + quote(ckpt3),
                                              dir("h_load/ref"));
                        }});
   for (const Job& j : jobs) {
     ASSERT_EQ(j.res.exit_code, 0) << j.describe();
     std::vector<Line> lines;
     EXPECT_EQ(parse_metrics(j.metrics_path(), lines), "") << j.describe();
-    EXPECT_TRUE(lines.empty()) << "no step was left to train" << j.describe();
+    // An eval-only run (nothing left to train): one eval line, no train line.
+    ASSERT_EQ(lines.size(), 1u) << j.describe();
+    EXPECT_EQ(lines[0].sig(), "eval 3 p1") << "no step was left to train" << j.describe();
     EXPECT_EQ(check_sample(j.res.output, ckpt3, format_of(cfg().dist)), "") << j.describe();
   }
 }
