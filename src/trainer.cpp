@@ -18,6 +18,8 @@
 #include "checkpoint.h"
 #include "data.h"
 #include "engine.h"
+#include "hf_gpt2.h"
+#include "llmc_shards.h"
 #include "runtime.h"
 #include "sample.h"
 
@@ -32,6 +34,7 @@ GptConfig resolve_model(const TrainConfig& cfg) {
   if (cfg.n_head > 0) m.n_head = cfg.n_head;
   if (cfg.d_model > 0) m.d_model = cfg.d_model;
   if (cfg.max_seq > 0) m.max_seq = cfg.max_seq;
+  if (cfg.vocab > 0) m.vocab = cfg.vocab, m.padded_vocab = (cfg.vocab + 127) / 128 * 128;
   validate(m);
   return m;
 }
@@ -124,9 +127,10 @@ int train(const TrainConfig& in, Communicator& comm) {
   }
   omp_set_num_threads(cfg.threads);
 
-  const std::string data_dir = resolve_data(cfg.data, comm);
-  TokenDataset train_ds((fs::path(data_dir) / "train.bin").string());
-  TokenDataset val_ds((fs::path(data_dir) / "val.bin").string());
+  const std::optional<LlmcShardSet> llmc = find_llmc_shards(cfg.data);  // llm.c shards, read as they are
+  const std::string data_dir = llmc ? cfg.data : resolve_data(cfg.data, comm);
+  TokenDataset train_ds = llmc ? TokenDataset(llmc->train) : TokenDataset((fs::path(data_dir) / "train.bin").string());
+  TokenDataset val_ds = llmc ? TokenDataset(llmc->val) : TokenDataset((fs::path(data_dir) / "val.bin").string());
   MXDP_CHECK(int(train_ds.vocab_size()) <= mc.vocab, "the data's vocab (", train_ds.vocab_size(),
              ") is larger than the model's (", mc.vocab, ")");
   DataLoader loader(train_ds, cfg.batch_size, cfg.seq_len, rank, dp, cfg.seed);
@@ -144,6 +148,10 @@ int train(const TrainConfig& in, Communicator& comm) {
   std::unique_ptr<GptModel> model_ptr = make_gpt(device, mc, *ops);
   GptModel& model = *model_ptr;
   model.init_weights(cfg.seed);
+  if (!cfg.init_from.empty()) {
+    MXDP_CHECK(cfg.load.empty(), "--init-from starts a run from given weights, --load resumes one: pass one of them");
+    init_from_hf_gpt2(model, cfg.init_from);
+  }
   DataParallel engine(model, comm, cfg.dp, ops.get());
 
   if (!cfg.load.empty()) {
@@ -183,6 +191,7 @@ int train(const TrainConfig& in, Communicator& comm) {
                                        : ::fmt::format("every {} steps and after the last to {}",
                                                        cfg.save_every, cfg.save_dir));
     line("load", cfg.load.empty() ? "-" : cfg.load);
+    line("init_from", cfg.init_from.empty() ? "-" : cfg.init_from);
     line("metrics", cfg.metrics.empty() ? "-" : cfg.metrics);
     for (auto& [k, v] : cfg.dp.describe()) line(k.c_str(), v);
     std::fflush(stdout);
@@ -248,7 +257,9 @@ int train(const TrainConfig& in, Communicator& comm) {
 
   auto save = [&](int64_t step) {
     const std::string path = checkpoint_path(cfg.save_dir, step);
-    json extra = {{"data", loader.state()}, {"model", model_json(mc)}, {"seed", cfg.seed}};
+    json extra = {{"data", loader.state()}, {"model", model_json(mc)}, {"seed", cfg.seed},
+                  {"weight_format", to_string(cfg.dp.weight_format)},  // what sample/export rebuild the weights with
+                  {"mxfp8_scale_rounding", to_string(cfg.dp.mxfp8_scale_rounding)}};
     engine.save_checkpoint(path, extra);
     on_rank0(comm, [&] {
       const std::string name = fs::path(path).filename().string() + "\n";
@@ -311,8 +322,8 @@ int train(const TrainConfig& in, Communicator& comm) {
       SampleOptions so;
       so.tokens = cfg.sample_tokens;
       so.seed = cfg.seed;
-      std::printf("sample (%d tokens, temperature %.1f, top-k %d):\n%s\n", so.tokens, so.temperature,
-                  so.top_k, (cfg.sample_prompt + generate(model, cfg.sample_prompt, so)).c_str());
+      print_run_sample(model, *data_tokenizer(llmc ? fs::path(llmc->train[0]).parent_path().string() : data_dir),
+                       train_ds.vocab_size(), cfg.sample_prompt, so);
     }
   }
   if (metrics) std::fclose(metrics);
