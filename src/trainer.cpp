@@ -132,7 +132,7 @@ int train(const TrainConfig& in, Communicator& comm) {
   TokenDataset train_ds = llmc ? TokenDataset(llmc->train) : TokenDataset((fs::path(data_dir) / "train.bin").string());
   TokenDataset val_ds = llmc ? TokenDataset(llmc->val) : TokenDataset((fs::path(data_dir) / "val.bin").string());
   MXDP_CHECK(int(train_ds.vocab_size()) <= mc.vocab, "the data's vocab (", train_ds.vocab_size(),
-             ") is larger than the model's (", mc.vocab, ")");
+             ") is larger than the model's (", mc.vocab, "): pass --vocab ", train_ds.vocab_size());
   DataLoader loader(train_ds, cfg.batch_size, cfg.seq_len, rank, dp, cfg.seed);
   const int max_eval = EvalLoader::max_batches(val_ds.size(), cfg.batch_size, cfg.seq_len, dp);
   MXDP_CHECK(max_eval >= 1, "val.bin (", val_ds.size(), " tokens) is too small for one eval batch of ",
