@@ -23,6 +23,8 @@
 // continuing_subword_prefix / end_of_word_suffix; merges as "a b" strings or
 // [a, b] pairs; added tokens without lstrip / rstrip / single_word. Anything
 // else is refused with an error naming the field.
+//
+// Not thread-safe: encode() caches the ids of the words it has seen.
 #pragma once
 
 #include <cstdint>

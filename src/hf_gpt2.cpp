@@ -93,7 +93,6 @@ std::vector<HfGpt2Tensor> hf_gpt2_tensors(const GptConfig& cfg) {
   const std::vector<ParamSpec> specs = gpt_param_specs(cfg);
   std::map<std::string, int> idx;
   for (size_t p = 0; p < specs.size(); ++p) idx[specs[p].name] = int(p);
-  const int64_t C = cfg.d_model;
   std::vector<HfGpt2Tensor> out;
   auto add = [&](const std::string& mx, const std::string& hf, bool transpose) {
     const int p = idx.at(mx);
@@ -122,7 +121,6 @@ std::vector<HfGpt2Tensor> hf_gpt2_tensors(const GptConfig& cfg) {
   add("lnf.w", "ln_f.weight", false);
   add("lnf.b", "ln_f.bias", false);
   MXDP_CHECK(out.size() == specs.size(), "hf_gpt2_tensors: ", out.size(), " tensors for ", specs.size(), " params");
-  (void)C;
   return out;
 }
 
