@@ -104,7 +104,8 @@ std::vector<HfGpt2Tensor> hf_gpt2_tensors(const GptConfig& cfg) {
   add("wte", "wte.weight", false);
   add("wpe", "wpe.weight", false);
   for (int l = 0; l < cfg.n_layer; ++l) {
-    const std::string m = "h" + std::to_string(l) + ".", h = "h." + std::to_string(l) + ".";
+    const std::string n = std::to_string(l), m = std::string("h").append(n).append("."),
+                      h = std::string("h.").append(n).append(".");
     add(m + "ln1.w", h + "ln_1.weight", false);
     add(m + "ln1.b", h + "ln_1.bias", false);
     add(m + "attn.qkv.w", h + "attn.c_attn.weight", true);
@@ -140,7 +141,7 @@ void export_hf_gpt2(const InferenceWeights& w, const std::string& dir, bool bf16
                                        : std::vector<float>(x, x + t.shape[0] * (t.shape.size() > 1 ? t.shape[1] : 1));
     const size_t n = v.size();
     params += int64_t(n);
-    SafeTensorOut o{kPrefix + t.name, bf16 ? "BF16" : "F32", t.shape, {}};
+    SafeTensorOut o{std::string(kPrefix).append(t.name), bf16 ? "BF16" : "F32", t.shape, {}};
     if (bf16) {
       o.bytes.resize(2 * n);
       for (size_t i = 0; i < n; ++i) {
