@@ -141,7 +141,7 @@ TEST(Bpe, PrepareTrainAndSampleWithTheTokenizer) {
   EXPECT_EQ(va.size(), all.size() / 10);
   EXPECT_EQ(read_file(d / "bpe/tokenizer.json"), read_file(d / "ref/tokenizer.json"));
 
-  const RunResult t = run_mxdp("train --data " + q(d / "bpe") + " --vocab 512 --n-layer 1 --d-model 64 --seq-len 32 "
+  const RunResult t = run_mxdp("train --device cpu --data " + q(d / "bpe") + " --vocab 512 --n-layer 1 --d-model 64 --seq-len 32 "
                                "--batch-size 4 --steps 15 --lr 1e-2 --warmup-steps 2 --eval-every 0 --threads 1 "
                                "--progress lines --sample-tokens 30 --sample-prompt 'And God said' --save-dir " +
                                    q(d / "ck"),
@@ -151,12 +151,12 @@ TEST(Bpe, PrepareTrainAndSampleWithTheTokenizer) {
   ASSERT_NE(h, std::string::npos) << t.output;
   const std::string want = t.output.substr(t.output.find('\n', h) + 1);
   EXPECT_EQ(want.rfind("And God said", 0), 0u) << want;
-  const RunResult s = run_mxdp("sample --load " + q(d / "ck") + " --tokenizer " + q(d / "ref/tokenizer.json") +
+  const RunResult s = run_mxdp("sample --device cpu --load " + q(d / "ck") + " --tokenizer " + q(d / "ref/tokenizer.json") +
                                    " --prompt 'And God said' --tokens 30 --seed 1337 --threads 1",
                                d / "s.log");
   ASSERT_EQ(s.exit_code, 0) << s.output;
   EXPECT_EQ(s.output, want) << "mxdp sample decodes with the tokenizer, as the end-of-run sample did";
-  const RunResult no = run_mxdp("sample --load " + q(d / "ck") + " --tokens 3 --threads 1", d / "no.log");
+  const RunResult no = run_mxdp("sample --device cpu --load " + q(d / "ck") + " --tokens 3 --threads 1", d / "no.log");
   EXPECT_NE(no.exit_code, 0);
   EXPECT_TRUE(contains(no.output, "vocabulary of 512 tokens; pass --tokenizer")) << no.output;
 }

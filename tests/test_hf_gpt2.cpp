@@ -72,7 +72,7 @@ double numpy_loss(const TempDir& d, const std::string& dir) {
 }
 
 RunResult train(const TempDir& d, const std::string& name, const std::string& args, const Flags& f = {}) {
-  return run_mxdp("train --data " + q(d / "t.txt") + " " + kModel + " " + f.layers + " " + f.vocab + " " + f.lr +
+  return run_mxdp("train --device cpu --data " + q(d / "t.txt") + " " + kModel + " " + f.layers + " " + f.vocab + " " + f.lr +
                       " --eval-batches 3 --metrics " +
                       q(d / (name + ".jsonl")) + " --save-dir " + q(d / name) + " " + args,
                   d / (name + ".log"));
@@ -102,8 +102,9 @@ TEST_P(ExportFormat, NumpyForwardOfTheExportGivesTheEvalLoss) {
   }
   const double trained = numpy_loss(d, d / "trained"), master = numpy_loss(d, d / "master");
   EXPECT_LE(rel(trained, eval), 1e-5) << fmt << ": numpy " << trained << ", mxdp eval " << eval;
-  if (fmt != "bf16")
+  if (fmt != "bf16") {
     EXPECT_GT(rel(master, eval), 1e-5) << "the masters' loss must differ, or this test could not tell the weights apart";
+  }
   std::printf("%s: mxdp eval %.10f, numpy on the export %.10f (trained), %.10f (masters)\n", fmt.c_str(), eval,
               trained, master);
 
@@ -112,7 +113,9 @@ TEST_P(ExportFormat, NumpyForwardOfTheExportGivesTheEvalLoss) {
                                 d / "bf16.log");
   ASSERT_EQ(eb.exit_code, 0) << eb.output;
   const double bf = numpy_loss(d, d / "bf16");
-  if (fmt != "nvfp4") EXPECT_EQ(bf, trained) << "a bf16 export of " << fmt << " weights is lossless";
+  if (fmt != "nvfp4") {
+    EXPECT_EQ(bf, trained) << "a bf16 export of " << fmt << " weights is lossless";
+  }
   EXPECT_LE(rel(bf, eval), fmt == "nvfp4" ? 1e-3 : 1e-5);
 
   // The layout, as the safetensors package sees it.

@@ -140,10 +140,10 @@ TEST(LlmcShards, TrainingOnThemEqualsTrainingOnTheSameTokens) {
   const std::string common =
       " --vocab 50257 --n-layer 1 --d-model 32 --n-head 2 --seq-len 32 --batch-size 4 --steps 8 --eval-every 4 "
       "--eval-batches 2 --threads 1 --progress lines --lr 1e-2 --warmup-steps 2 ";
-  const RunResult a = run_mxdp("train --data " + q(d / "mx") + common + "--sample-tokens 0 --metrics " + q(d / "a.jsonl"),
+  const RunResult a = run_mxdp("train --device cpu --data " + q(d / "mx") + common + "--sample-tokens 0 --metrics " + q(d / "a.jsonl"),
                                d / "a.log");
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  const RunResult b = run_mxdp("train --data " + q(d / "lc_*.bin") + common + "--metrics " + q(d / "b.jsonl"), d / "b.log");
+  const RunResult b = run_mxdp("train --device cpu --data " + q(d / "lc_*.bin") + common + "--metrics " + q(d / "b.jsonl"), d / "b.log");
   ASSERT_EQ(b.exit_code, 0) << b.output;
   const std::vector<std::string> la = train_losses(d / "a.jsonl"), lb = train_losses(d / "b.jsonl");
   ASSERT_EQ(la.size(), 8u + 2u);
