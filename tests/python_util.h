@@ -22,8 +22,9 @@ inline std::string python() {
 inline std::string source_path(const std::string& rel) { return std::string(MXDP_SOURCE_DIR) + "/" + rel; }
 
 // `python3 ARGS` through the shell (args already quoted), output to out_file.
+// numpy's BLAS on one thread: its spinning threads cost seconds on a shared 2-core machine.
 inline RunResult run_python(const std::string& args, const std::string& out_file) {
-  const std::string cmd = python() + " " + args + " > '" + out_file + "' 2>&1";
+  const std::string cmd = "OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 " + python() + " " + args + " > '" + out_file + "' 2>&1";
   const int status = std::system(cmd.c_str());
   RunResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -35,13 +35,15 @@ std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
 
 // A file from a header text and a buffer of `buf` zero bytes.
 std::vector<uint8_t> file_of(const std::string& header, size_t buf, uint64_t len_override = 0) {
-  std::vector<uint8_t> f(8);
   const uint64_t n = len_override ? len_override : header.size();
-  for (int i = 0; i < 8; ++i) f[i] = uint8_t(n >> (8 * i));
-  f.insert(f.end(), header.begin(), header.end());
-  f.resize(f.size() + buf, 0);
+  std::vector<uint8_t> f(8 + header.size() + buf, 0);
+  for (int i = 0; i < 8; ++i) f[size_t(i)] = uint8_t(n >> (8 * i));
+  std::copy(header.begin(), header.end(), f.begin() + 8);
   return f;
 }
+
+// 'path', for a shell command line.
+std::string q(const std::string& p) { return std::string(1, '\'').append(p).append(1, '\''); }
 
 std::string open_error(const std::vector<uint8_t>& bytes) {
   return error_of([&] { SafetensorsFile f(bytes, "test.safetensors"); });
@@ -64,8 +66,8 @@ TEST(Safetensors, WrittenByMxdpReadByThePackage) {
                     {{"layer.weight", "F32", {6, 5}, f32_bytes(w)}, {"layer.bias", "BF16", {7}, bf},
                      {"nothing", "F32", {0}, {}}},
                     {{"format", "pt"}});
-  const RunResult r = run_python("'" + source_path("tests/py/st_tool.py") + "' dump '" + (d / "m.safetensors") +
-                                     "' '" + (d / "dump.json") + "'",
+  const RunResult r = run_python(q(source_path("tests/py/st_tool.py")).append(" dump ").append(q(d / "m.safetensors"))
+                                     .append(" ").append(q(d / "dump.json")),
                                  d / "py.log");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(read_file(d / "dump.json"));
@@ -89,7 +91,7 @@ TEST(Safetensors, WrittenByThePackageReadByMxdp) {
   TempDir d;
   MXDP_REQUIRE_PYTHON(d, "numpy, safetensors");
   const RunResult r =
-      run_python("'" + source_path("tests/py/st_tool.py") + "' write '" + (d / "p.safetensors") + "'", d / "py.log");
+      run_python(q(source_path("tests/py/st_tool.py")).append(" write ").append(q(d / "p.safetensors")), d / "py.log");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   SafetensorsFile f(d / "p.safetensors");
   EXPECT_EQ(f.metadata().at("who"), "st_tool");

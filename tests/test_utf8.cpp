@@ -74,8 +74,9 @@ TEST(Utf8, MatchesPythonsDecoder) {
   for (int b = 0; b < 256; ++b)
     for (int c : {0x00, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xFF}) cases.push_back(std::string{char(b), char(c), 'z'});
   write_file(d / "in.bin", frame(cases));
-  const RunResult r = run_python("'" + source_path("tests/py/utf8_replace.py") + "' '" + (d / "in.bin") + "' '" +
-                                     (d / "out.bin") + "'",
+  auto q = [](const std::string& p) { return std::string(1, '\'').append(p).append(1, '\''); };
+  const RunResult r = run_python(q(source_path("tests/py/utf8_replace.py")).append(" ").append(q(d / "in.bin"))
+                                     .append(" ").append(q(d / "out.bin")),
                                  d / "py.log");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::vector<std::string> want = unframe(read_file(d / "out.bin"));
