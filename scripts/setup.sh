@@ -43,10 +43,22 @@ if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=/usr/local/cuda/bin:$PATH
 fi
 
+# The GPU GPT's attention needs the header-only cuDNN frontend: the PyPI wheel
+# nvidia-cudnn-frontend holds include/; it goes to .deps/ (no system Python touched).
+if command -v nvcc >/dev/null && [ ! -f .deps/cudnn-frontend/include/cudnn_frontend.h ] && [ -z "${MXDP_CUDNN_FRONTEND_DIR:-}" ]; then
+  python3 -m pip --version >/dev/null 2>&1 || {
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+    $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-pip >/dev/null
+  }
+  echo "setup: installing the cuDNN frontend headers into .deps/cudnn-frontend"
+  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps --target .deps/cudnn-frontend nvidia-cudnn-frontend
+fi
+
 BUILD_DIR=${MXDP_BUILD_DIR:-build}
 JOBS=${MXDP_JOBS:-$(nproc)}
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${MXDP_CMAKE_ARGS:-}
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    ${MXDP_CUDNN_FRONTEND_DIR:+-DMXDP_CUDNN_FRONTEND_DIR=$MXDP_CUDNN_FRONTEND_DIR} ${MXDP_CMAKE_ARGS:-}
 fi
 # MXDP_TARGETS: build only these targets (the training job needs just `mxdp`).
 cmake --build "$BUILD_DIR" -j "$JOBS" ${MXDP_TARGETS:+--target $MXDP_TARGETS}

@@ -156,7 +156,7 @@ std::unique_ptr<Communicator> make_communicator(const Communicator::Options& in)
 
 void on_rank0(Communicator& comm, const std::function<void()>& fn,
               const std::function<void(void*, size_t)>& broadcast) {
-  auto bcast = [&](void* p, size_t n) { broadcast ? broadcast(p, n) : comm.broadcast(p, n, 0); };
+  auto bcast = [&](void* p, size_t n) { broadcast ? broadcast(p, n) : comm.host_broadcast(p, n, 0); };
   std::string err;
   if (comm.rank() == 0) {
     try {

@@ -41,6 +41,8 @@
 #include <memory>
 #include <string>
 
+#include "check.h"
+
 namespace mxdp {
 
 enum class DType : uint8_t { F32, BF16, F64, U8 };
@@ -113,6 +115,12 @@ class Communicator {
                                                 void* stream = nullptr) = 0;
   // Host-side barrier over all ranks (with the same deadline as collectives).
   virtual void barrier() = 0;
+  // Host memory from root to every rank, on any backend (NCCL: over its MPI
+  // bootstrap communicator). Blocking; for small control data (errors, flags).
+  virtual void host_broadcast(void* buf, size_t bytes, int root) {
+    MXDP_CHECK(!device_memory(), "host_broadcast: a device-memory communicator must provide its own");
+    broadcast(buf, bytes, root);
+  }
 
   // Blocking conveniences.
   void all_gather(const void* in, void* out, size_t bytes_per_rank, void* stream = nullptr) {
@@ -138,7 +146,7 @@ std::unique_ptr<Communicator> make_communicator(const Communicator::Options& opt
 // Runs fn on rank 0 only. Then every rank returns normally, or throws the error
 // fn threw on rank 0, so that no rank goes on alone into a collective the others
 // never reach. `broadcast(host_ptr, bytes)` moves host bytes from rank 0 to all;
-// empty means comm.broadcast (host-memory communicators).
+// empty means comm.host_broadcast (any backend).
 void on_rank0(Communicator& comm, const std::function<void()>& fn,
               const std::function<void(void*, size_t)>& broadcast = {});
 

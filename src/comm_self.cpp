@@ -23,7 +23,7 @@ class SelfComm final : public Communicator {
 
   std::unique_ptr<Work> all_gather_async(const void* in, void* out, size_t bytes, void*) override {
     MXDP_CHECK(bytes == 0 || (in && out), "all_gather: null buffer with ", bytes, " bytes");
-    if (in != out) std::memmove(out, in, bytes);
+    if (in != out && bytes) std::memmove(out, in, bytes);  // (null + 0 bytes: UB for memmove)
     return std::make_unique<DoneWork>();
   }
   std::unique_ptr<Work> reduce_scatter_async(const void* in, void* out, size_t count, DType t, RedOp op,
@@ -32,7 +32,7 @@ class SelfComm final : public Communicator {
     const size_t bytes = count * dtype_size(t);
     MXDP_CHECK(bytes == 0 || (in && out), "reduce_scatter: null buffer with ", count, " elements");
     MXDP_CHECK(!overlaps(in, bytes, out, bytes), "reduce_scatter: in and out overlap");
-    std::memcpy(out, in, bytes);
+    if (bytes) std::memcpy(out, in, bytes);
     return std::make_unique<DoneWork>();
   }
   std::unique_ptr<Work> all_reduce_async(const void* in, void* out, size_t count, DType t, RedOp op,
@@ -41,7 +41,7 @@ class SelfComm final : public Communicator {
     const size_t bytes = count * dtype_size(t);
     MXDP_CHECK(bytes == 0 || (in && out), "all_reduce: null buffer with ", count, " elements");
     MXDP_CHECK(in == out || !overlaps(in, bytes, out, bytes), "all_reduce: in and out overlap but differ");
-    if (in != out) std::memcpy(out, in, bytes);
+    if (in != out && bytes) std::memcpy(out, in, bytes);
     return std::make_unique<DoneWork>();
   }
   std::unique_ptr<Work> broadcast_async(void* buf, size_t bytes, int root, void*) override {

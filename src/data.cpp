@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "check.h"
+#include "fileio.h"
 #include "llmc_shards.h"
 
 // The payload is read and written as native uint16: only little-endian hosts.
@@ -73,8 +74,6 @@ uint64_t get_u64(const unsigned char* p) {
   return v;
 }
 
-std::string errno_text() { return std::strerror(errno); }
-
 }  // namespace
 
 void write_shard(const std::string& path, std::span<const uint16_t> tokens, uint32_t vocab_size) {
@@ -89,24 +88,57 @@ void write_shard(const std::string& path, std::span<const uint16_t> tokens, uint
   put_u32(header + 16, sizeof(uint16_t));
   put_u64(header + 24, tokens.size());
   put_u64(header + 32, fnv1a64(tokens.data(), payload));
+  const std::string tmp = temporary_path(path);
+  try {
+    File f = File::create(tmp);
+    f.write(header, sizeof header);
+    f.write(tokens.data(), payload);
+    f.sync();
+    f.close();
+    rename_path(tmp, path);
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+  const std::filesystem::path p(path);
+  sync_directory(p.has_parent_path() ? p.parent_path().string() : ".");
+}
 
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) MXDP_FAIL("cannot create '", tmp, "': ", errno_text());
-  bool ok = std::fwrite(header, 1, sizeof header, f) == sizeof header &&
-            (payload == 0 || std::fwrite(tokens.data(), 1, payload, f) == payload) && std::fflush(f) == 0 &&
-            ::fsync(fileno(f)) == 0;
-  const std::string why = ok ? "" : errno_text();
-  if (std::fclose(f) != 0 && ok) ok = false;
-  if (!ok) {
-    std::remove(tmp.c_str());
-    MXDP_FAIL("cannot write '", tmp, "': ", why.empty() ? errno_text() : why);
+ShardInfo check_shard_bytes(std::span<const uint8_t> bytes, const std::string& path) {
+  const size_t size = bytes.size();
+  MXDP_CHECK(size >= kShardHeaderBytes, "token shard '", path, "' is truncated: ", size, " bytes, smaller than the ",
+             kShardHeaderBytes, "-byte header");
+  const unsigned char* h = bytes.data();
+  MXDP_CHECK(std::memcmp(h, kShardMagic, 8) == 0, "'", path, "' is not an mxdp token shard (magic is not MXDPTOK1)");
+  const uint32_t version = get_u32(h + 8);
+  MXDP_CHECK(version == kShardVersion, "token shard '", path, "' has version ", version, ", this build reads ",
+             kShardVersion);
+  ShardInfo info;
+  info.vocab_size = get_u32(h + 12);
+  MXDP_CHECK(info.vocab_size >= 1 && info.vocab_size <= 65536, "token shard '", path, "' has vocab_size ",
+             info.vocab_size, ", expected 1..65536");
+  const uint32_t token_bytes = get_u32(h + 16);
+  MXDP_CHECK(token_bytes == 2, "token shard '", path, "' has token_bytes ", token_bytes, ", this build reads 2 (uint16)");
+  const uint64_t count = get_u64(h + 24);
+  const uint64_t payload = size - kShardHeaderBytes;
+  MXDP_CHECK(count <= payload / 2 && payload == 2 * count, "token shard '", path, "' is ", size,
+             " bytes, but its header says ", count, " tokens = ", kShardHeaderBytes, " + 2*", count,
+             " bytes (truncated or padded file)");
+  info.count = count;
+  const unsigned char* tokens = h + kShardHeaderBytes;
+  const uint64_t want = get_u64(h + 32);
+  const uint64_t got = fnv1a64(tokens, payload);
+  if (got != want) {
+    std::ostringstream os;
+    os << std::hex << "0x" << got << " but the header says 0x" << want;
+    MXDP_FAIL("token shard '", path, "' is corrupt: payload checksum is ", os.str());
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string err = errno_text();
-    std::remove(tmp.c_str());
-    MXDP_FAIL("cannot rename '", tmp, "' to '", path, "': ", err);
+  for (size_t i = 0; i < count; ++i) {
+    const uint16_t t = uint16_t(tokens[2 * i] | (tokens[2 * i + 1] << 8));
+    MXDP_CHECK(t < info.vocab_size, "token shard '", path, "': token ", t, " at position ", i, " is >= vocab_size ",
+               info.vocab_size);
   }
+  return info;
 }
 
 TokenDataset::TokenDataset(const std::string& path) : path_(path) {
@@ -147,34 +179,10 @@ TokenDataset::TokenDataset(const std::string& path) : path_(path) {
                    " is >= GPT-2's vocab_size ", vocab_size_);
       return;
     }
-    MXDP_CHECK(std::memcmp(h, kShardMagic, 8) == 0, "'", path,
-               "' is not an mxdp token shard (magic is not MXDPTOK1)");
-    const uint32_t version = get_u32(h + 8);
-    MXDP_CHECK(version == kShardVersion, "token shard '", path, "' has version ", version, ", this build reads ",
-               kShardVersion);
-    vocab_size_ = get_u32(h + 12);
-    MXDP_CHECK(vocab_size_ >= 1 && vocab_size_ <= 65536, "token shard '", path, "' has vocab_size ", vocab_size_,
-               ", expected 1..65536");
-    const uint32_t token_bytes = get_u32(h + 16);
-    MXDP_CHECK(token_bytes == 2, "token shard '", path, "' has token_bytes ", token_bytes,
-               ", this build reads 2 (uint16)");
-    const uint64_t count = get_u64(h + 24);
-    const uint64_t payload = size - kShardHeaderBytes;
-    MXDP_CHECK(count <= payload / 2 && payload == 2 * count, "token shard '", path, "' is ", size,
-               " bytes, but its header says ", count, " tokens = ", kShardHeaderBytes, " + 2*", count,
-               " bytes (truncated or padded file)");
-    count_ = count;
-    tokens_ = reinterpret_cast<const uint16_t*>(h + kShardHeaderBytes);
-    const uint64_t want = get_u64(h + 32);
-    const uint64_t got = fnv1a64(tokens_, payload);
-    if (got != want) {
-      std::ostringstream os;
-      os << std::hex << "0x" << got << " but the header says 0x" << want;
-      MXDP_FAIL("token shard '", path, "' is corrupt: payload checksum is ", os.str());
-    }
-    for (size_t i = 0; i < count_; ++i)
-      MXDP_CHECK(tokens_[i] < vocab_size_, "token shard '", path, "': token ", tokens_[i], " at position ", i,
-                 " is >= vocab_size ", vocab_size_);
+    const ShardInfo info = check_shard_bytes(std::span(static_cast<const uint8_t*>(map_), size), path);
+    vocab_size_ = info.vocab_size;
+    count_ = size_t(info.count);
+    tokens_ = reinterpret_cast<const uint16_t*>(static_cast<const unsigned char*>(map_) + kShardHeaderBytes);
   } catch (...) {
     release();
     throw;
@@ -258,12 +266,13 @@ PrepareResult prepare(const std::string& input_path, const std::string& output_d
              "val fraction must be in (0, 1), got ", val_fraction);
   std::error_code ec;
   if (fs::is_directory(input_path, ec)) MXDP_FAIL("input '", input_path, "' is a directory, not a text file");
-  std::ifstream in(input_path, std::ios::binary);
-  if (!in) MXDP_FAIL("cannot read input '", input_path, "': ", errno_text());
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  MXDP_CHECK(!in.bad(), "error while reading input '", input_path, "'");
-  const std::string text = std::move(buf).str();
+  std::vector<uint8_t> bytes;
+  try {
+    bytes = read_file(input_path);
+  } catch (const Error& e) {
+    MXDP_FAIL("cannot read input '", input_path, "' (", e.what(), ")");
+  }
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   const size_t n = text.size();
   MXDP_CHECK(n > 0, "input '", input_path, "' is empty");
   const size_t n_val = static_cast<size_t>(std::floor(val_fraction * static_cast<double>(n)));
@@ -275,12 +284,12 @@ PrepareResult prepare(const std::string& input_path, const std::string& output_d
 
   if (fs::exists(output_dir, ec) && !fs::is_directory(output_dir, ec))
     MXDP_FAIL("output '", output_dir, "' exists and is not a directory");
-  fs::create_directories(output_dir, ec);
-  if (ec) MXDP_FAIL("cannot create output directory '", output_dir, "': ", ec.message());
+  create_directories(output_dir);
 
   const std::vector<uint16_t> tokens = ByteTokenizer::encode(text);
   PrepareResult r;
   r.bytes_read = n;
+  r.source_fnv1a64 = fnv1a64(bytes.data(), bytes.size());
   r.train_tokens = n_train;
   r.val_tokens = n_val;
   r.train_path = (fs::path(output_dir) / "train.bin").string();
@@ -296,6 +305,62 @@ PrepareResult prepare(const std::string& input_path, const std::string& output_d
                  val_fraction);
   }
   return r;
+}
+
+std::string prepared_dir(const std::string& text_path) { return text_path + ".mxdp"; }
+
+namespace {
+
+// Size and FNV-1a 64 of a file's content, read a MiB at a time.
+std::pair<uint64_t, uint64_t> content_key(const std::string& path) {
+  const File f = File::open_read(path);
+  const uint64_t size = f.size();
+  std::vector<uint8_t> buf(size_t(1) << 20);
+  uint64_t h = kFnv1a64Basis;
+  for (uint64_t at = 0; at < size; at += buf.size()) {
+    const size_t n = size_t(std::min<uint64_t>(buf.size(), size - at));
+    f.pread(buf.data(), n, at);
+    h = fnv1a64(buf.data(), n, h);
+  }
+  return {size, h};
+}
+
+// Whether `record` (source.json) says the shards beside it were made from
+// exactly this source; anything unreadable or different is "no".
+bool record_matches(const std::string& record, const nlohmann::json& want) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(record, ec)) return false;
+  try {
+    const std::vector<uint8_t> b = read_file(record, 1 << 20);
+    const auto got = nlohmann::json::parse(b.begin(), b.end(), nullptr, /*allow_exceptions=*/false);
+    return got == want;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+std::string prepare_cached(const std::string& text_path, double val_fraction, std::FILE* log) {
+  namespace fs = std::filesystem;
+  const std::string dir = prepared_dir(text_path);
+  const std::string record = (fs::path(dir) / "source.json").string();
+  std::error_code ec;
+  const std::string source = fs::absolute(text_path, ec).lexically_normal().string();
+  const auto [size, hash] = content_key(text_path);
+  nlohmann::json want = {{"source", source}, {"bytes", size}, {"fnv1a64", hash},
+                         {"val_fraction", val_fraction}, {"tokenizer", "byte"}};
+  if (record_matches(record, want) && fs::exists(fs::path(dir) / "train.bin", ec) &&
+      fs::exists(fs::path(dir) / "val.bin", ec))
+    return dir;
+  if (log) std::fprintf(log, "preparing %s -> %s/\n", text_path.c_str(), dir.c_str());
+  fs::remove(record, ec);  // from here until the new record exists, the shards count as unprepared
+  const PrepareResult r = prepare(text_path, dir, val_fraction, log);
+  // Record what was tokenized (the file may have changed since it was hashed).
+  want["bytes"] = r.bytes_read;
+  want["fnv1a64"] = r.source_fnv1a64;
+  write_file_atomic(record, want.dump() + "\n");
+  return dir;
 }
 
 // ---- loaders ----------------------------------------------------------------

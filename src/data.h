@@ -73,9 +73,17 @@ inline constexpr size_t kShardHeaderBytes = 64;
 
 
 
-// Writes a shard atomically: to `path` + ".tmp", then rename over `path`.
+// Writes a shard atomically (fileio.h, write_file_atomic): every write checked.
 void write_shard(const std::string& path, std::span<const uint16_t> tokens,
                  uint32_t vocab_size = ByteTokenizer::kVocabSize);
+
+// Validates a whole shard file's bytes, as TokenDataset does on open (`what`
+// names the file in errors).
+struct ShardInfo {
+  uint32_t vocab_size = 0;
+  uint64_t count = 0;
+};
+ShardInfo check_shard_bytes(std::span<const uint8_t> bytes, const std::string& what);
 
 // A validated, read-only, memory-mapped shard. Move-only. `path` may also be
 // an llm.c token shard (llmc_shards.h; told apart by its magic): GPT-2 tokens,
@@ -117,6 +125,7 @@ class TokenDataset {
 
 struct PrepareResult {
   size_t bytes_read = 0;
+  uint64_t source_fnv1a64 = 0;  // FNV-1a 64 of the bytes tokenized
   size_t train_tokens = 0;
   size_t val_tokens = 0;
   std::string train_path;
@@ -129,6 +138,20 @@ struct PrepareResult {
 // must be non-empty. Prints a summary to `log` unless it is null.
 PrepareResult prepare(const std::string& input_path, const std::string& output_dir,
                       double val_fraction, std::FILE* log = stdout);
+
+// A text file given to `mxdp train --data` is prepared into prepared_dir(file)
+// = "<file>.mxdp/" beside it (kjv.txt -> kjv.txt.mxdp/): the directory is named
+// after the whole file name, so other.txt and other.md never share one. Beside
+// the shards, source.json records what they were made from:
+//   {"source": absolute path, "bytes": size, "fnv1a64": hash of the content,
+//    "val_fraction": ..., "tokenizer": "byte"}
+// prepare_cached() prepares the file unless source.json matches it as it is now
+// (path, size and content hash; modification times play no part), so a changed
+// or different source is prepared again, never mistaken for another. The record
+// is written last and removed first, so an interrupted prepare is redone.
+// Returns the directory; prints one line to `log` when it prepares.
+std::string prepared_dir(const std::string& text_path);
+std::string prepare_cached(const std::string& text_path, double val_fraction, std::FILE* log);
 
 // ---- loaders ----------------------------------------------------------------
 

@@ -3,12 +3,24 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
 #include "check.h"
 #include "checkpoint.h"
 #include "formats.h"
 #include "optimizer.h"
 #include "quant.h"
+
+// Fault switches exist only in the test library (faults.h); in the product
+// build every MXDP_FAULT(...) is the constant false and no fault code remains.
+#ifdef MXDP_FAULTS
+#include "faults.h"
+#define MXDP_FAULT(name) (::mxdp::faults::active().name)
+#define MXDP_FAULT_FIRED() (void)(++::mxdp::faults::fired())
+#else
+#define MXDP_FAULT(name) false
+#define MXDP_FAULT_FIRED() (void)0
+#endif
 
 namespace mxdp {
 
@@ -110,10 +122,14 @@ DataParallel::DataParallel(Model& model, Communicator& comm, const DpOptions& op
     bs.v = DeviceArray<float>(*ops_, local);
     bs.main_grad = DeviceArray<float>(*ops_, local);
   }
+  int buckets = 0;
+  for (const GatherBuffer& gb : layout_.buffers) buckets += int(gb.buckets.size());
+  norm_partials_ = DeviceArray<double>(*ops_, size_t(dp_) * buckets);
   // The model's initial weights become the masters of the shards this rank owns.
   for_each_owned_piece([&](int f, const Piece& pc, int64_t at) {
-    ops_->copy(buf_[f].master.data() + at, model_.weights(pc.param) + pc.param_begin, pc.len * sizeof(float));
+    ops_->copy(buf_[f].master.data() + at, model_.initial_weights(pc.param) + pc.param_begin, pc.len * sizeof(float));
   });
+  model_.release_initial_weights();
 }
 
 template <class Fn>
@@ -214,12 +230,12 @@ void DataParallel::start_gather(int f, int b) {
   if (st.gather) {
     // One gather per bucket in flight. A record that was waited for but kept
     // (only under the deferred-reset fault) wrongly stops a new dispatch here.
-    if (st.gather_done) ++faults_fired_;
+    if (st.gather_done) MXDP_FAULT_FIRED();
     return;
   }
   if (st.staged_v < version_) {
-    if (opt_.faults.skip_stage_before_forced_gather) {
-      ++faults_fired_;
+    if (MXDP_FAULT(skip_stage_before_forced_gather)) {
+      MXDP_FAULT_FIRED();
       st.staged_v = version_;
     } else {
       stage(f, b);
@@ -239,7 +255,7 @@ void DataParallel::finish_gather(int f, int b) {
   if (!st.gather) return;
   if (!st.gather_done) st.gather->wait();
   st.gathered_v = st.gather_v;  // a record kept by the fault carries its old version
-  if (in_eval_ && opt_.faults.skip_deferred_reset_after_eval)
+  if (in_eval_ && MXDP_FAULT(skip_deferred_reset_after_eval))
     st.gather_done = true;  // the bug: the consumed gather stays recorded as pending
   else
     st.gather.reset();
@@ -253,21 +269,23 @@ void DataParallel::unpack(int f, int b) {
                " from its grad region, which does not hold a gathered payload");
   const PayloadShape ps = payload_shape(gb.format, bk.shard_numel);
   const uint8_t* base = payload_ptr(f, b);
+  const ComputeDType dt = model_.compute_dtype();
+  const int64_t esize = dt == ComputeDType::F32 ? 4 : 2;
   for (int s = 0; s < dp_; ++s) {
     const uint8_t* slot = base + s * ps.shard_bytes;
     for (const Piece& pc : bk.shards[s]) {
-      float* w = model_.weights(pc.param) + pc.param_begin;
+      void* w = static_cast<uint8_t*>(model_.compute_weights(pc.param)) + pc.param_begin * esize;
       const int64_t at = pc.shard_pos;
       switch (gb.format) {
         case WeightFormat::Bf16:
-          ops_->dequantize(gb.format, slot + 2 * at, nullptr, pc.len, 0.0f, w);
+          ops_->dequantize(gb.format, slot + 2 * at, nullptr, pc.len, 0.0f, w, dt);
           break;
         case WeightFormat::Mxfp8:
-          ops_->dequantize(gb.format, slot + at, slot + ps.code_bytes + at / kMxfp8Block, pc.len, 0.0f, w);
+          ops_->dequantize(gb.format, slot + at, slot + ps.code_bytes + at / kMxfp8Block, pc.len, 0.0f, w, dt);
           break;
         case WeightFormat::Nvfp4:
           ops_->dequantize(gb.format, slot + at / 2, slot + ps.code_bytes + at / kNvfp4Block, pc.len,
-                           param_amax_[pc.param], w);
+                           param_amax_[pc.param], w, dt);
           break;
       }
     }
@@ -282,8 +300,8 @@ void DataParallel::weights_for_forward(int f, int b) {
     finish_gather(f, b);
   }
   if (st.weights_v < st.gathered_v) {
-    if (opt_.faults.skip_unpack)
-      ++faults_fired_;
+    if (MXDP_FAULT(skip_unpack))
+      MXDP_FAULT_FIRED();
     else
       unpack(f, b);
     st.weights_v = st.gathered_v;
@@ -454,17 +472,21 @@ StepResult DataParallel::optimizer_step() {
   // order (bucket, then shard) on every rank and in both modes.
   int nb = 0;
   for (auto& gb : layout_.buffers) nb += int(gb.buckets.size());
+  // The sums stay in ops memory ([shard][bucket]); one all-gather of each
+  // rank's row, then one copy to the host: one wait per step, not per bucket.
   std::vector<double> partial(size_t(dp_) * nb, 0.0);
   {
+    DeviceArray<double>& dpart = norm_partials_;
     int gi = 0;
     for (size_t f = 0; f < buf_.size(); ++f)
       for (size_t b = 0; b < buf_[f].st.size(); ++b, ++gi)
         for (int s = 0; s < dp_; ++s)
           if (owns(s))
-            partial[size_t(s) * nb + gi] =
-                ops_->sum_squares(buf_[f].main_grad.data() + shard_local_off(int(f), int(b), s),
-                                  layout_.buffers[f].buckets[b].shard_numel);
-    if (opt_.distributed_optimizer && dp_ > 1) host_all_gather(partial.data(), nb * sizeof(double));
+            ops_->sum_squares_into(buf_[f].main_grad.data() + shard_local_off(int(f), int(b), s),
+                                   layout_.buffers[f].buckets[b].shard_numel, dpart.data() + size_t(s) * nb + gi);
+    if (opt_.distributed_optimizer && dp_ > 1)
+      comm_.all_gather(dpart.data() + size_t(rank_) * nb, dpart.data(), nb * sizeof(double), ops_->stream());
+    ops_->copy_to_host(partial.data(), dpart.data(), dpart.bytes());
   }
   double total = 0;
   for (int gi = 0; gi < nb; ++gi)
@@ -603,6 +625,17 @@ void DataParallel::host_all_reduce_max(float* host, size_t n) {
   ops_->copy_to_host(host, d.data(), d.bytes());
 }
 
+void broadcast_host_bytes(Communicator& comm, EngineOps& ops, void* host, size_t bytes, int root) {
+  if (!comm.device_memory()) {
+    comm.broadcast(host, bytes, root);
+    return;
+  }
+  DeviceArray<uint8_t> d(ops, bytes);
+  ops.copy_from_host(d.data(), host, bytes);
+  comm.broadcast(d.data(), bytes, root, ops.stream());
+  ops.copy_to_host(host, d.data(), bytes);
+}
+
 void DataParallel::host_broadcast(void* host, size_t bytes, int root) {
   if (!comm_.device_memory()) {
     comm_.broadcast(host, bytes, root);
@@ -622,82 +655,241 @@ std::vector<float> DataParallel::full_master(int p) {
   return {full.begin() + at, full.begin() + at + params_[p].numel()};
 }
 
+// Checkpoints (format in checkpoint.h). Every rank writes, and reads, only the
+// pieces of the shards it owns, a staging buffer at a time; nothing gathers a
+// tensor. Each phase ends in an agreement, so that an error on any rank stops
+// every rank with that rank's message instead of leaving the others waiting.
+
+namespace {
+constexpr int64_t kStageElems = int64_t(1) << 20;  // host staging: 4 MiB of fp32
+}  // namespace
+
+void DataParallel::on_every_rank(const std::function<void()>& fn) {
+  std::string err;
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    err = e.what();
+    if (err.empty()) err = "unknown error";
+  }
+  std::vector<uint64_t> lens(dp_, 0);
+  lens[rank_] = err.size();
+  host_all_gather(lens.data(), sizeof(uint64_t));
+  int first = -1;
+  for (int r = 0; r < dp_ && first < 0; ++r)
+    if (lens[r]) first = r;
+  if (first < 0) return;
+  std::string msg(lens[first], '\0');
+  if (rank_ == first) msg = err;
+  host_broadcast(msg.data(), msg.size(), first);
+  throw Error(dp_ > 1 ? "on rank " + std::to_string(first) + ": " + msg : msg);
+}
+
+std::vector<uint8_t> DataParallel::broadcast_bytes(std::vector<uint8_t> bytes) {
+  uint64_t size = bytes.size();
+  host_broadcast(&size, sizeof size, 0);
+  bytes.resize(size_t(size));
+  for (uint64_t off = 0; off < size; off += (1u << 30))
+    host_broadcast(bytes.data() + off, size_t(std::min<uint64_t>(1u << 30, size - off)), 0);
+  return bytes;
+}
+
+template <class Fn>
+void DataParallel::for_each_written_piece(Fn&& fn) {
+  // Shard rank_ of every bucket, in both modes: the files of a reference run
+  // hold exactly what a sharded run's do.
+  for (int f = 0; f < int(buf_.size()); ++f)
+    for (int b = 0; b < int(buf_[f].st.size()); ++b) {
+      const int64_t off = shard_local_off(f, b, rank_);
+      for (const Piece& pc : layout_.buffers[f].buckets[b].shards[rank_])
+        if (pc.len > 0) fn(f, pc, off + pc.shard_pos);
+    }
+}
+
+void DataParallel::check_state_finite(const std::string& path) {
+  // The first param (lowest index) with a non-finite master or moment, over all ranks.
+  int bad = int(params_.size()), bad_tensor = 0;
+  for_each_written_piece([&](int f, const Piece& pc, int64_t at) {
+    const BufferState& bs = buf_[f];
+    int t = 0;
+    for (const float* x : {bs.master.data(), bs.m.data(), bs.v.data()}) {
+      if (pc.param < bad && !std::isfinite(ops_->sum_squares(x + at, pc.len))) bad = pc.param, bad_tensor = t;
+      ++t;
+    }
+  });
+  std::vector<int32_t> all(2 * size_t(dp_));
+  all[2 * rank_] = bad;
+  all[2 * rank_ + 1] = bad_tensor;
+  host_all_gather(all.data(), 2 * sizeof(int32_t));
+  for (int r = 0; r < dp_; ++r)
+    if (all[2 * r] < bad) bad = all[2 * r], bad_tensor = all[2 * r + 1];
+  if (bad == int(params_.size())) return;
+  static const char* kTensor[] = {"fp32 master weights", "AdamW first moments", "AdamW second moments"};
+  MXDP_FAIL("not saving checkpoint '", path, "': the ", kTensor[bad_tensor], " of param '", params_[bad].name,
+            "' are not finite (NaN or Inf) after step ", iteration_,
+            ": the run has diverged, and a checkpoint of it would replace good ones");
+}
+
+RankFileInfo DataParallel::write_rank_file(const std::string& dir) {
+  std::vector<StoredPiece> pieces;
+  for_each_written_piece([&](int, const Piece& pc, int64_t) { pieces.push_back({pc.param, pc.param_begin, pc.len}); });
+  RankFileWriter w((std::filesystem::path(dir) / rank_file_name(rank_)).string(), rank_, std::move(pieces));
+  std::vector<float> host(static_cast<size_t>(kStageElems));
+  for_each_written_piece([&](int f, const Piece& pc, int64_t at) {
+    BufferState& bs = buf_[f];
+    for (const float* src : {bs.master.data() + at, bs.m.data() + at, bs.v.data() + at})
+      for (int64_t done = 0; done < pc.len; done += kStageElems) {
+        const int64_t n = std::min(kStageElems, pc.len - done);
+        ops_->copy_to_host(host.data(), src + done, size_t(n) * sizeof(float));
+        w.append(host.data(), size_t(n));
+      }
+  });
+  return w.finish();
+}
+
 void DataParallel::save_checkpoint(const std::string& path, const nlohmann::json& extra) {
   MXDP_CHECK(micro_ == 0, "save_checkpoint in the middle of a step (", micro_,
              " micro-batches accumulated): save after optimizer_step()");
-  CheckpointData c;
-  c.version = version_;
-  c.iteration = iteration_;
-  c.extra = extra;
-  c.params.resize(params_.size());
-  for (size_t p = 0; p < params_.size(); ++p) {
-    c.params[p].name = params_[p].name;
-    c.params[p].shape = params_[p].shape;
-  }
-  for (size_t f = 0; f < buf_.size(); ++f)
-    for (size_t b = 0; b < buf_[f].st.size(); ++b) {
-      const Bucket& bk = layout_.buffers[f].buckets[b];
-      auto master = full_bucket(buf_[f].master, int(f), int(b));
-      auto m = full_bucket(buf_[f].m, int(f), int(b));
-      auto v = full_bucket(buf_[f].v, int(f), int(b));
-      for (int p : bk.params) {
-        const int64_t at = layout_.place[p].offset - bk.offset, n = params_[p].numel();
-        c.params[p].master.assign(master.begin() + at, master.begin() + at + n);
-        c.params[p].m.assign(m.begin() + at, m.begin() + at + n);
-        c.params[p].v.assign(v.begin() + at, v.begin() + at + n);
-      }
-    }
-  // Rank 0 writes; every rank learns whether it worked, so none hangs or goes on alone.
+  MXDP_CHECK(extra.is_object() || extra.is_null(), "save_checkpoint: extra must be a JSON object, got a ",
+             extra.type_name());
+  check_state_finite(path);
+  const auto bcast0 = [&](void* p, size_t n) { host_broadcast(p, n, 0); };
+  // Rank 0 stages the directory beside its final place; every rank learns where.
+  std::string staged;
   on_rank0(comm_, [&] {
-    try {
-      write_file_atomic(path, serialize_checkpoint(c));
-    } catch (const std::exception& e) {
-      MXDP_FAIL("saving checkpoint '", path, "' failed on rank 0: ", e.what());
+    staged = temporary_path(path);
+    std::error_code ec;
+    std::filesystem::remove_all(staged, ec);
+    create_directories(staged);
+  }, bcast0);
+  const std::vector<uint8_t> name = broadcast_bytes(std::vector<uint8_t>(staged.begin(), staged.end()));
+  staged.assign(name.begin(), name.end());
+  try {
+    RankFileInfo mine;
+    on_every_rank([&] { mine = write_rank_file(staged); });
+    // Every rank's file is complete and synced: rank 0 writes the manifest last.
+    std::vector<uint64_t> files(2 * size_t(dp_));
+    files[2 * rank_] = mine.bytes;
+    files[2 * rank_ + 1] = mine.header_checksum;
+    host_all_gather(files.data(), 2 * sizeof(uint64_t));
+    on_rank0(comm_, [&] {
+      CheckpointManifest m;
+      m.version = version_;
+      m.iteration = iteration_;
+      m.extra = extra.is_null() ? nlohmann::json::object() : extra;
+      for (const ParamSpec& p : params_) m.params.push_back({p.name, p.shape, p.numel()});
+      for (int r = 0; r < dp_; ++r) m.files.push_back({rank_file_name(r), files[2 * r], files[2 * r + 1]});
+      const std::vector<uint8_t> bytes = serialize_manifest(m);
+      File f = File::create((std::filesystem::path(staged) / kManifestName).string());
+      f.write(bytes.data(), bytes.size());
+      f.sync();
+      f.close();
+      commit_directory(staged, path);
+    }, bcast0);
+  } catch (const std::exception& e) {
+    if (rank_ == 0) {
+      std::error_code ec;
+      std::filesystem::remove_all(staged, ec);
     }
-  }, [&](void* p, size_t n) { host_broadcast(p, n, 0); });
+    MXDP_FAIL("saving checkpoint '", path, "' failed: ", e.what());
+  }
 }
 
 nlohmann::json DataParallel::load_checkpoint(const std::string& path) {
   drop_inflight();
-  // Rank 0 reads and validates; the bytes (or the error) go to every rank.
+  // Rank 0 decides what `path` is and reads the manifest (or a single-file
+  // checkpoint); the bytes, or the error, go to every rank.
   std::vector<uint8_t> bytes;
+  uint8_t single_file = 0;
   on_rank0(comm_, [&] {
     try {
-      bytes = read_file(path);
-      deserialize_checkpoint(bytes, path);
+      if (is_step_directory(path)) {
+        bytes = read_file((std::filesystem::path(path) / kManifestName).string(), kMaxManifestBytes);
+        parse_manifest(bytes, (std::filesystem::path(path) / kManifestName).string());
+      } else {
+        std::error_code ec;
+        MXDP_CHECK(!std::filesystem::is_directory(path, ec), "'", path, "' is a directory without a ", kManifestName,
+                   ": not a checkpoint (an interrupted save?)");
+        single_file = 1;
+        bytes = read_file(path);
+        deserialize_checkpoint(bytes, path);
+      }
     } catch (const std::exception& e) {
       MXDP_FAIL("loading checkpoint failed on rank 0: ", e.what());
     }
   }, [&](void* p, size_t n) { host_broadcast(p, n, 0); });
-  uint64_t size = bytes.size();
-  host_broadcast(&size, sizeof size, 0);
-  bytes.resize(size);
-  for (uint64_t off = 0; off < size; off += (1u << 30))
-    host_broadcast(bytes.data() + off, std::min<uint64_t>(1u << 30, size - off), 0);
-  CheckpointData c = deserialize_checkpoint(bytes, path);
+  host_broadcast(&single_file, 1, 0);
+  bytes = broadcast_bytes(std::move(bytes));
+  return single_file ? load_single_file(path, bytes)
+                     : load_step_directory(path, parse_manifest(bytes, (std::filesystem::path(path) / kManifestName).string()));
+}
 
-  MXDP_CHECK(c.params.size() == params_.size(), path, ": checkpoint holds ", c.params.size(),
-             " params, the model has ", params_.size());
+void DataParallel::check_params_match(const std::string& path, const std::vector<CheckpointParam>& ps) const {
+  MXDP_CHECK(ps.size() == params_.size(), path, ": checkpoint holds ", ps.size(), " params, the model has ",
+             params_.size());
   for (size_t p = 0; p < params_.size(); ++p)
-    MXDP_CHECK(c.params[p].name == params_[p].name && c.params[p].shape == params_[p].shape, path,
-               ": param ", p, " is '", c.params[p].name, "' in the checkpoint but '", params_[p].name,
-               "' in the model (or their shapes differ)");
+    MXDP_CHECK(ps[p].name == params_[p].name && ps[p].shape == params_[p].shape, path, ": param ", p, " is '",
+               ps[p].name, "' in the checkpoint but '", params_[p].name, "' in the model (or their shapes differ)");
+}
+
+void DataParallel::reset_state_for_load() {
   for (BufferState& bs : buf_) {
     for (auto* a : {&bs.master, &bs.m, &bs.v}) ops_->zero(a->data(), a->bytes());
     for (BucketState& st : bs.st) st = BucketState{};  // nothing derived from the old masters survives
   }
+  micro_ = 0;
+  micro_loss_sum_ = 0;
+}
+
+nlohmann::json DataParallel::load_step_directory(const std::string& path, CheckpointManifest m) {
+  std::vector<CheckpointParam> ps = m.params;
+  check_params_match(path, ps);
+  const int64_t version = m.version, iteration = m.iteration;
+  nlohmann::json extra = m.extra;
+  on_every_rank([&] {
+    CheckpointReader reader(path, std::move(m));
+    reader.prefer(rank_);
+    // Every owned range must be stored before any state changes.
+    for_each_owned_piece([&](int, const Piece& pc, int64_t) {
+      if (pc.len > 0) reader.check_stored(pc.param, pc.param_begin, pc.len);
+    });
+    reset_state_for_load();
+    std::vector<float> host(static_cast<size_t>(kStageElems));
+    for_each_owned_piece([&](int f, const Piece& pc, int64_t at) {
+      BufferState& bs = buf_[f];
+      int t = 0;
+      for (float* dst : {bs.master.data() + at, bs.m.data() + at, bs.v.data() + at}) {
+        for (int64_t done = 0; done < pc.len; done += kStageElems) {
+          const int64_t n = std::min(kStageElems, pc.len - done);
+          reader.read(pc.param, pc.param_begin + done, n, t, host.data());
+          ops_->copy_from_host(dst + done, host.data(), size_t(n) * sizeof(float));
+        }
+        ++t;
+      }
+    });
+  });
+  version_ = version;
+  iteration_ = iteration;
+  return extra;
+}
+
+nlohmann::json DataParallel::load_single_file(const std::string& path, const std::vector<uint8_t>& bytes) {
+  // The version-1 format: the whole checkpoint in one file, on every rank.
+  CheckpointData c = deserialize_checkpoint(bytes, path);
+  std::vector<CheckpointParam> ps;
+  for (const ParamState& p : c.params) ps.push_back({p.name, p.shape, int64_t(p.master.size())});
+  check_params_match(path, ps);
+  reset_state_for_load();
   for_each_owned_piece([&](int f, const Piece& pc, int64_t at) {
     BufferState& bs = buf_[f];
-    const ParamState& ps = c.params[pc.param];
+    const ParamState& s = c.params[pc.param];
     const size_t n = pc.len * sizeof(float);
-    ops_->copy_from_host(bs.master.data() + at, ps.master.data() + pc.param_begin, n);
-    ops_->copy_from_host(bs.m.data() + at, ps.m.data() + pc.param_begin, n);
-    ops_->copy_from_host(bs.v.data() + at, ps.v.data() + pc.param_begin, n);
+    ops_->copy_from_host(bs.master.data() + at, s.master.data() + pc.param_begin, n);
+    ops_->copy_from_host(bs.m.data() + at, s.m.data() + pc.param_begin, n);
+    ops_->copy_from_host(bs.v.data() + at, s.v.data() + pc.param_begin, n);
   });
   version_ = c.version;
   iteration_ = c.iteration;
-  micro_ = 0;
-  micro_loss_sum_ = 0;
   return c.extra;
 }
 

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -35,6 +36,10 @@
 #include "options.h"
 
 namespace mxdp {
+
+struct CheckpointManifest;
+struct CheckpointParam;
+struct RankFileInfo;
 
 struct StepResult {
   double loss = 0;        // mean train loss over micro-batches and ranks
@@ -68,6 +73,10 @@ struct MemoryPlan {
 };
 MemoryPlan plan_memory(const std::vector<ParamSpec>& params, const Layout& layout, const DpOptions& opt);
 
+// Collective: `bytes` of host memory from rank `root` to every rank, staged
+// through `ops`' memory when the communicator works on device memory.
+void broadcast_host_bytes(Communicator& comm, EngineOps& ops, void* host, size_t bytes, int root);
+
 class DataParallel final : private ModelHooks {
  public:
   // The model's weights must already be initialised (identically on every rank):
@@ -93,11 +102,19 @@ class DataParallel final : private ModelHooks {
   // Mean loss over the batches and all ranks; forward only, same freshness chain.
   double eval(const std::vector<Batch>& batches);
 
-  // Collective. Rank 0 writes `path` atomically; `extra` is stored verbatim.
+  // Collective. Writes the step directory `path` (checkpoint.h): every rank
+  // writes the pieces of its own shards into its rank file, in parallel, then
+  // rank 0 writes the manifest and renames the directory into place, so `path`
+  // is complete or absent (an older `path` is replaced atomically). `extra` is
+  // stored verbatim. Refuses (every rank throws) when any master or AdamW moment
+  // is not finite: a diverged state never replaces a good checkpoint.
   void save_checkpoint(const std::string& path, const nlohmann::json& extra);
-  // Collective. Rank 0 reads and validates, every rank takes its shards; returns
+  // Collective. Loads a step directory written at any dp (or a version-1
+  // single-file checkpoint); each rank reads only the ranges it owns. Returns
   // `extra`. The low-precision weights are derived again from the loaded fp32
-  // masters by the freshness chain at the next forward.
+  // masters by the freshness chain at the next forward. An error on any rank is
+  // thrown on every rank; a corrupt data chunk found midway leaves this engine's
+  // masters partly loaded (load again or discard the engine).
   nlohmann::json load_checkpoint(const std::string& path);
 
   // Collective: full fp32 master weights of param i.
@@ -111,8 +128,6 @@ class DataParallel final : private ModelHooks {
   MemoryPlan allocated() const;
   const DpOptions& options() const { return opt_; }
   Communicator& comm() { return comm_; }
-  // Test only: how many times a fault switch changed what the engine did.
-  int64_t faults_fired() const { return faults_fired_; }
 
  private:
   enum class Region : uint8_t { Idle, Grads, Payload };
@@ -120,7 +135,7 @@ class DataParallel final : private ModelHooks {
     int64_t staged_v = -1, gathered_v = -1, weights_v = -1;
     std::unique_ptr<Work> gather;   // dispatched all-gather, carries gather_v
     int64_t gather_v = -1;
-    bool gather_done = false;       // waited for, record kept (only under a fault)
+    bool gather_done = false;       // waited for, record kept (only under a test fault, faults.h)
     std::unique_ptr<Work> reduce;   // reduce-scatter in flight
     Region region = Region::Idle;   // what the bucket's grad region holds (reuse)
     int grads_pending = 0;          // params whose grads are not yet complete
@@ -171,6 +186,18 @@ class DataParallel final : private ModelHooks {
   void host_all_reduce_max(float* host, size_t count);
   void host_broadcast(void* host, size_t bytes, int root);
 
+  // Checkpoints.
+  void on_every_rank(const std::function<void()>& fn);  // an error on any rank, thrown on all
+  std::vector<uint8_t> broadcast_bytes(std::vector<uint8_t> bytes);  // rank 0's bytes to every rank
+  template <class Fn>
+  void for_each_written_piece(Fn&& fn);  // the pieces this rank's file holds: shard rank_
+  void check_state_finite(const std::string& path);
+  RankFileInfo write_rank_file(const std::string& dir);
+  void check_params_match(const std::string& path, const std::vector<CheckpointParam>& ps) const;
+  void reset_state_for_load();
+  nlohmann::json load_step_directory(const std::string& path, CheckpointManifest m);
+  nlohmann::json load_single_file(const std::string& path, const std::vector<uint8_t>& bytes);
+
   Model& model_;
   Communicator& comm_;
   std::unique_ptr<EngineOps> own_ops_;
@@ -183,8 +210,9 @@ class DataParallel final : private ModelHooks {
   std::vector<std::pair<int, int>> fwd_order_;  // buckets in forward order
   std::vector<std::vector<int>> layer_params_;  // params whose first layer is L
   std::vector<float> param_amax_;               // NVFP4 tensor amax of each param (last stage)
+  DeviceArray<double> norm_partials_;           // [shard][bucket] sums of squares of one step
 
-  int64_t version_ = 0, iteration_ = 0, skipped_steps_ = 0, faults_fired_ = 0;
+  int64_t version_ = 0, iteration_ = 0, skipped_steps_ = 0;
   int64_t gather_bytes_ = 0, reduce_bytes_ = 0;  // since the last optimizer step
   int64_t last_step_gather_bytes_ = 0, last_step_reduce_bytes_ = 0;
   void close_traffic_window();

@@ -14,6 +14,7 @@
 #include <memory>
 #include <utility>
 
+#include "model.h"
 #include "optimizer.h"
 #include "options.h"
 
@@ -39,12 +40,17 @@ class EngineOps {
   // tensor_amax is used by NVFP4 only.
   virtual void quantize(WeightFormat f, ScaleRounding r, const float* x, int64_t n, float tensor_amax,
                         uint8_t* codes, uint8_t* scales) = 0;
+  // Into y in dtype `out`: fp32, or bf16 (round to nearest even of the fp32
+  // dequantized value, so a bf16 model reads exactly bf16(dequantize(x))).
   virtual void dequantize(WeightFormat f, const uint8_t* codes, const uint8_t* scales, int64_t n,
-                          float tensor_amax, float* y) = 0;
+                          float tensor_amax, void* y, ComputeDType out) = 0;
   virtual void to_bf16(const float* x, uint16_t* y, int64_t n) = 0;
   virtual void from_bf16(const uint16_t* x, float* y, int64_t n) = 0;
   virtual void scale(float* x, int64_t n, float c) = 0;
   virtual double sum_squares(const float* x, int64_t n) = 0;
+  // The same sum, written to *out (ops memory) without a host round trip: the
+  // engine collects every partial sum of a step this way and reads them once.
+  virtual void sum_squares_into(const float* x, int64_t n, double* out) = 0;
   virtual void adamw(float* p, float* m, float* v, const float* g, int64_t n, const AdamWParams& a) = 0;
 };
 

@@ -1,7 +1,9 @@
 // The CPU implementation of EngineOps: host memory, the quant.h reference
 // quantizers, sequential reductions.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "check.h"
 #include "engine_ops.h"
@@ -41,7 +43,14 @@ class CpuOps final : public EngineOps {
     }
   }
   void dequantize(WeightFormat f, const uint8_t* codes, const uint8_t* scales, int64_t n, float tensor_amax,
-                  float* y) override {
+                  void* out, ComputeDType dt) override {
+    if (dt == ComputeDType::BF16) {
+      std::vector<float> tmp(size_t(std::max<int64_t>(n, 0)));
+      dequantize(f, codes, scales, n, tensor_amax, tmp.data(), ComputeDType::F32);
+      to_bf16(tmp.data(), static_cast<uint16_t*>(out), n);
+      return;
+    }
+    float* y = static_cast<float*>(out);
     switch (f) {
       case WeightFormat::Bf16: from_bf16(reinterpret_cast<const uint16_t*>(codes), y, n); break;
       case WeightFormat::Mxfp8: mxfp8_dequantize_rowwise(codes, scales, 1, n, Fp8Kind::E4M3, y); break;
@@ -64,6 +73,7 @@ class CpuOps final : public EngineOps {
     for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
     return s;
   }
+  void sum_squares_into(const float* x, int64_t n, double* out) override { *out = sum_squares(x, n); }
   void adamw(float* p, float* m, float* v, const float* g, int64_t n, const AdamWParams& a) override {
     adamw_update(p, m, v, g, n, a);
   }

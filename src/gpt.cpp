@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "check.h"
+#include "gpt_cpu.h"
 
 namespace mxdp {
 
@@ -102,8 +103,9 @@ int64_t gpt_num_parameters(const GptConfig& c) {
 }
 
 // ---------------------------------------------------------------- kernels
+// In namespace cpu (gpt_cpu.h): the references of the GPU kernels' tests.
 
-namespace {
+namespace cpu {
 
 // Loops with less work than this run on one thread: on a busy machine every
 // OpenMP barrier can cost a scheduler slice, which dwarfs a small loop. Which
@@ -411,6 +413,12 @@ void residual_add(float* out, const float* a, const float* b, int64_t n) {
 #pragma omp parallel for schedule(static) if(n >= kParallelMinWork)
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
+
+}  // namespace cpu
+
+using namespace cpu;
+
+namespace {
 
 // ---------------------------------------------------------------- RNG
 

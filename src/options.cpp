@@ -94,7 +94,6 @@ DpOptions DpOptions::reference() const {
   r.distributed_optimizer = false;
   r.overlap_param_gather = false;
   r.reuse_grad_buf = false;
-  r.faults = {};
   return r;
 }
 

@@ -23,14 +23,6 @@ WeightFormat parse_weight_format(const std::string& s);
 ScaleRounding parse_scale_rounding(const std::string& s);
 GradReduceDType parse_grad_reduce_dtype(const std::string& s);
 
-// Test-only fault switches: each re-creates a stale-weight bug that real
-// systems have shipped, so that the lifecycle tests can prove they catch it.
-struct DpFaults {
-  bool skip_stage_before_forced_gather = false;  // gather a shard that was never re-staged
-  bool skip_unpack = false;                       // record the unpack without doing it
-  bool skip_deferred_reset_after_eval = false;    // keep an eval's consumed gather as pending
-};
-
 struct DpOptions {
   // -- sharding and gather
   bool distributed_optimizer = true;   // shard fp32 masters + AdamW state (ZeRO-1); off = reference mode
@@ -52,8 +44,7 @@ struct DpOptions {
   double adam_beta2 = 0.95;
   double adam_eps = 1e-8;
   int micro_batches = 1;               // gradient accumulation steps per optimizer step
-  // -- test only
-  DpFaults faults;
+  // -- test only (fault switches are not options: faults.h, test builds only)
   std::vector<int> layout_order;       // test only: param order in the buffers (default: backward order)
 
   // Throws mxdp::Error naming the first invalid option and why.

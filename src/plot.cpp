@@ -29,7 +29,9 @@ LossCurves parse_metrics(std::istream& in, const std::string& name) {
     try {
       j = json::parse(line);
     } catch (const json::parse_error& e) {
-      MXDP_FAIL(name, ":", lineno, ": not valid JSON: ", e.what());
+      MXDP_FAIL(name, ":", lineno, ": not valid JSON (syntax error near column ", e.byte, ")");
+    } catch (const json::exception&) {
+      MXDP_FAIL(name, ":", lineno, ": not valid JSON (a number out of range)");
     }
     MXDP_CHECK(j.is_object(), name, ":", lineno, ": expected a JSON object, got ", j.type_name());
     MXDP_CHECK(j.contains("kind") && j["kind"].is_string(), name, ":", lineno, ": no string \"kind\"");

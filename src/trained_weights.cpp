@@ -56,7 +56,7 @@ InferenceWeights load_inference_weights(const std::string& where, WeightsMode mo
   InferenceWeights w;
   w.path = resolve_checkpoint(where);
   w.mode = mode;
-  const CheckpointData c = deserialize_checkpoint(read_file(w.path), w.path);
+  const CheckpointData c = read_checkpoint(w.path, /*moments=*/false);
   w.config = checkpoint_model_config(c, w.path);
   w.specs = gpt_param_specs(w.config);
   w.iteration = c.iteration;

@@ -13,18 +13,12 @@
 #include "cuda_check.h"
 #include "engine_ops.h"
 #include "layout.h"
+#include "gpu_test_util.h"
 
 using namespace mxdp;
 
 namespace {
 
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-#define REQUIRE_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device present"
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
@@ -128,9 +122,9 @@ TEST(GpuEngineOps, QuantizeDequantizeBitwiseEqualToCpu) {
       gpu->quantize(f, r, dx.a.data(), n, tensor_amax, dpay.a.data(), dpay.a.data() + ps.code_bytes);
       EXPECT_EQ(mismatches(dpay.get(), cpay), 0u) << to_string(f) << " " << to_string(r) << " payload";
       std::vector<float> cy(n);
-      cpu->dequantize(f, cpay.data(), cpay.data() + ps.code_bytes, n, tensor_amax, cy.data());
+      cpu->dequantize(f, cpay.data(), cpay.data() + ps.code_bytes, n, tensor_amax, cy.data(), ComputeDType::F32);
       Dev<float> dy(*gpu, std::vector<float>(n));
-      gpu->dequantize(f, dpay.a.data(), dpay.a.data() + ps.code_bytes, n, tensor_amax, dy.a.data());
+      gpu->dequantize(f, dpay.a.data(), dpay.a.data() + ps.code_bytes, n, tensor_amax, dy.a.data(), ComputeDType::F32);
       EXPECT_EQ(mismatches(dy.get(), cy), 0u) << to_string(f) << " " << to_string(r) << " dequantized";
     }
 }

@@ -21,23 +21,12 @@
 #include "cuda_check.h"
 #include "formats.h"
 #include "quant.h"
+#include "gpu_test_util.h"
 
 namespace {
 
 using namespace mxdp;
 
-bool have_gpu() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return n > 0;
-}
-#define REQUIRE_GPU()                                          \
-  do {                                                         \
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device present"; \
-  } while (0)
 
 // Device buffer with `pad` extra bytes so that tests can offset the pointer.
 struct Dev {

@@ -1,9 +1,13 @@
 // Shared harness of the lifecycle tests: runs a sequence of train steps, evals,
-// checkpoint saves and loads on the ToyModel through DataParallel, and records
-// every loss and the final weights, so that a run can be compared BITWISE with
-// the same sequence in reference mode (DESIGN.md, "The parity contract").
+// syncs, checkpoint saves and loads on the ToyModel through DataParallel, and
+// records every loss and the final weights, so that a run can be compared
+// BITWISE with the same sequence in reference mode (DESIGN.md, "The parity
+// contract"). Every read of the weights is held to the oracle (oracle.h), which
+// also sees bugs both modes share. Failures are agreed across ranks after every
+// op, so every rank stops at the same op and reports the same thing.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -14,6 +18,7 @@
 #include "check.h"
 #include "comm.h"
 #include "engine.h"
+#include "oracle.h"
 #include "toy_model.h"
 
 namespace mxdp::testing {
@@ -48,38 +53,198 @@ inline BatchData make_batch(uint64_t step, int micro, int rank, bool eval, int B
   return d;
 }
 
+// ---- agreeing across ranks ----------------------------------------------------
+
+// Collective over `c` (host memory): every rank gives its message ("" for
+// none) and every rank gets every rank's message, in rank order.
+inline std::vector<std::string> gather_strings(Communicator& c, const std::string& mine) {
+  MXDP_CHECK(!c.device_memory(), "gather_strings needs a host-memory communicator");
+  const int n = c.size(), me = c.rank();
+  std::vector<uint64_t> len(n, 0);
+  len[me] = mine.size();
+  c.all_gather(&len[me], len.data(), sizeof(uint64_t));
+  uint64_t longest = 0;
+  for (uint64_t l : len) longest = std::max(longest, l);
+  std::vector<std::string> out(n);
+  if (longest == 0) return out;
+  std::vector<char> all(size_t(n) * longest, 0);
+  std::memcpy(all.data() + size_t(me) * longest, mine.data(), mine.size());
+  c.all_gather(all.data() + size_t(me) * longest, all.data(), longest);
+  for (int r = 0; r < n; ++r) out[r].assign(all.data() + size_t(r) * longest, len[r]);
+  return out;
+}
+
+// The same text on every rank: "" when no rank has a message, else each
+// distinct message once, with the ranks that reported it.
+inline std::string summarize(const std::vector<std::string>& per_rank) {
+  std::string out;
+  std::vector<bool> done(per_rank.size(), false);
+  for (size_t r = 0; r < per_rank.size(); ++r) {
+    if (per_rank[r].empty() || done[r]) continue;
+    std::string ranks;
+    for (size_t q = r; q < per_rank.size(); ++q)
+      if (!done[q] && per_rank[q] == per_rank[r]) {
+        done[q] = true;
+        ranks += (ranks.empty() ? "" : ",") + std::to_string(q);
+      }
+    out += (out.empty() ? "" : "\n") + std::string("[rank ") + ranks + " of " + std::to_string(per_rank.size()) +
+           "] " + per_rank[r];
+  }
+  return out;
+}
+
+// ---- a model whose reads are held to the oracle -------------------------------
+
+// Wraps a model for the engine; while the wrapped model runs a forward, calls
+// `on_read(L)` right after the engine's before_layer(L) returned (the weights
+// of layer L are what the layer is about to read) and `on_read(-1)` once the
+// forward is done. Everything else passes through.
+class OracleModel final : public Model {
+ public:
+  OracleModel(std::unique_ptr<Model> inner, std::function<void(int)> on_read)
+      : in_(std::move(inner)), on_read_(std::move(on_read)) {}
+  Model& inner() { return *in_; }
+  const std::vector<ParamSpec>& params() const override { return in_->params(); }
+  int num_layers() const override { return in_->num_layers(); }
+  float* weights(int p) override { return in_->weights(p); }
+  ComputeDType compute_dtype() const override { return in_->compute_dtype(); }
+  void* compute_weights(int p) override { return in_->compute_weights(p); }
+  const float* initial_weights(int p) override { return in_->initial_weights(p); }
+  void release_initial_weights() override { in_->release_initial_weights(); }
+  void init_weights(uint64_t seed) override { in_->init_weights(seed); }
+  float forward(const Batch& b, ModelHooks& hooks) override {
+    Tap tap(hooks, on_read_);
+    const float loss = in_->forward(b, tap);
+    on_read_(-1);
+    return loss;
+  }
+  void backward(ModelHooks& hooks) override { in_->backward(hooks); }
+
+ private:
+  struct Tap final : ModelHooks {
+    ModelHooks& in;
+    std::function<void(int)>& on_read;
+    Tap(ModelHooks& h, std::function<void(int)>& f) : in(h), on_read(f) {}
+    void before_layer(int l) override {
+      in.before_layer(l);
+      on_read(l);
+    }
+    float* grad(int p) override { return in.grad(p); }
+    void after_layer_backward(int l) override { in.after_layer_backward(l); }
+  };
+  std::unique_ptr<Model> in_;
+  std::function<void(int)> on_read_;
+};
+
+// ---- sequences ------------------------------------------------------------------
+
 // One operation of a sequence.
 //   T train step   E eval   S save   L fresh job: new model + engine, load
+//   l load into the engine as it is (it has trained: its buckets hold state)
+//   Y sync_weights (what a sampler does before reading the weights)
 //   M one micro-batch (forward + backward)   O optimizer step   X end (final eval)
+// Every op that reads weights (T M E X: each forward, layer by layer; Y: after
+// it) is held to the oracle (oracle.h).
+inline bool reads_weights(char op) { return op == 'T' || op == 'M' || op == 'E' || op == 'X' || op == 'Y'; }
+
 struct SequenceResult {
   std::vector<double> losses;               // in order of the ops that produce one
   std::vector<std::string> tags;            // "T3", "E3", ... for messages
   std::vector<std::vector<float>> masters;  // full fp32 masters per param at the end
-  std::vector<std::vector<float>> weights;  // model compute weights after the final eval
-  std::string error;                        // first mxdp::Error, if any
-  int64_t faults_fired = 0;
+  std::vector<std::vector<uint8_t>> weights;  // model compute weights (compute_dtype bytes) at the end
+  ComputeDType weights_dtype = ComputeDType::F32;
+  // The first failure, the same text on every rank ("" = none): an mxdp::Error
+  // thrown on any rank, and the oracle's first mismatch on any rank.
+  std::string error;
+  std::string oracle;
+  int64_t oracle_checks = 0;  // param comparisons the oracle made (this rank)
 };
+
+// Param comparisons a clean run of `ops` makes: every forward compares every
+// param at its layer and again at the end of the forward; sync_weights every
+// param once. A count short of this means reads escaped the oracle.
+inline int64_t expected_oracle_checks(const std::string& ops, int micro_batches, int64_t num_params,
+                                      int eval_batches = 2) {
+  int64_t forwards = 0, syncs = 0;
+  for (char op : ops) {
+    if (op == 'T') forwards += micro_batches;
+    if (op == 'M') forwards += 1;
+    if (op == 'E' || op == 'X') forwards += eval_batches;
+    if (op == 'Y') syncs += 1;
+  }
+  return num_params * (2 * forwards + syncs);
+}
 
 struct Runner {
   Communicator& comm;
   DpOptions opt;
   std::string save_path;  // where 'S' writes
-  std::string load_path;  // what 'L' reads
+  std::string load_path;  // what 'L' and 'l' read
   uint64_t seed = 1234;
   EngineOps* engine_ops = nullptr;  // the engine's memory work (nullptr: CPU)
-  // The model, and how to read its compute weights back to the host (a model
-  // on a GPU keeps them in device memory).
+  // The model, and a host copy of param p's compute weights (compute_dtype
+  // bytes; a model on a GPU keeps them in device memory).
   std::function<std::unique_ptr<Model>()> make_model = [] { return std::make_unique<ToyModel>(); };
-  std::function<std::vector<float>(Model&, int)> read_weights = [](Model& m, int p) {
-    return std::vector<float>(m.weights(p), m.weights(p) + m.params()[p].numel());
+  std::function<std::vector<uint8_t>(Model&, int)> read_compute = [](Model& m, int p) {
+    const auto* b = static_cast<const uint8_t*>(m.compute_weights(p));
+    return std::vector<uint8_t>(b, b + m.params()[p].numel() * compute_dtype_bytes(m.compute_dtype()));
   };
+  // Where the ranks agree on failures after every op: a host-memory
+  // communicator over the same ranks (nullptr: comm, which must be one).
+  Communicator* control = nullptr;
+  // Test only: called on every rank after op i succeeded there (a test makes
+  // one rank misbehave through it).
+  std::function<void(Model&, int)> tamper = nullptr;
+  // false: an oracle mismatch is recorded but the run goes on (to see what
+  // parity alone would have said); errors still stop it.
+  bool stop_on_oracle = true;
 
   SequenceResult run(const std::string& ops) const {
     SequenceResult r;
-    std::unique_ptr<Model> model = make_model();
-    model->init_weights(seed);
-    auto dp = std::make_unique<DataParallel>(*model, comm, opt, engine_ops);
+    Communicator& ctl = control ? *control : comm;
+    Oracle oracle;
+    std::unique_ptr<OracleModel> model;
+    std::unique_ptr<DataParallel> dp;
+    std::string where;  // the op running, for the oracle's messages
     const int rank = comm.rank();
+    // layer >= 0: the params layer L is about to read; -1: every param at the
+    // end of a forward; -2: every param after sync_weights.
+    auto check = [&](int layer) {
+      Model& m = model->inner();
+      const std::string at = layer >= 0 ? " forward, layer " + std::to_string(layer)
+                                        : (layer == -1 ? ", end of the forward" : ", after sync_weights");
+      for (int p = 0; p < int(m.params().size()); ++p)
+        if (layer < 0 || m.params()[p].layer == layer) oracle.check(p, read_compute(m, p), where + at);
+    };
+    auto new_job = [&](uint64_t init_seed) {
+      dp.reset();
+      auto inner = make_model();
+      inner->init_weights(init_seed);
+      model = std::make_unique<OracleModel>(std::move(inner), check);
+      dp = std::make_unique<DataParallel>(*model, comm, opt, engine_ops);
+    };
+    // Runs one part on every rank, then every rank learns whether any failed.
+    auto agreed = [&](const std::function<void()>& fn) {
+      std::string err;
+      try {
+        fn();
+      } catch (const std::exception& e) {
+        err = e.what();
+        if (err.empty()) err = "exception without a message";
+      }
+      // One collective for both findings: "<error>\x1f<oracle>".
+      const auto all = gather_strings(ctl, err.empty() && oracle.failure().empty() ? "" : err + '\x1f' + oracle.failure());
+      std::vector<std::string> errs(all.size()), orc(all.size());
+      for (size_t q = 0; q < all.size(); ++q) {
+        if (all[q].empty()) continue;
+        const size_t cut = all[q].find('\x1f');
+        errs[q] = all[q].substr(0, cut);
+        orc[q] = all[q].substr(cut + 1);
+      }
+      r.error = summarize(errs);
+      r.oracle = summarize(orc);
+      return r.error.empty() && (r.oracle.empty() || !stop_on_oracle);
+    };
     int micro = 0;  // micro-batches of the current step taken by 'M'
     auto eval = [&] {
       std::vector<BatchData> data;
@@ -88,9 +253,23 @@ struct Runner {
       for (auto& d : data) batches.push_back(d.batch);
       return dp->eval(batches);
     };
-    try {
-      for (char op : ops) {
+    bool ok = agreed([&] { new_job(seed); });
+    bool masters_moved = true;  // since the oracle last read them: a step, a load, a new job
+    for (size_t i = 0; ok && i < ops.size(); ++i) {
+      const char op = ops[i];
+      ok = agreed([&] {
         const uint64_t it = uint64_t(dp->iteration());
+        if (reads_weights(op) && masters_moved) {  // collective: the masters as they are before this op
+          std::vector<std::vector<float>> masters;
+          for (int p = 0; p < int(model->params().size()); ++p) masters.push_back(dp->full_master(p));
+          oracle.expect(model->params(), masters, opt.weight_format, opt.mxfp8_scale_rounding,
+                        model->compute_dtype());
+          masters_moved = false;
+        }
+        if (!reads_weights(op)) oracle.disarm();
+        if (op == 'T' || op == 'O' || op == 'L' || op == 'l') masters_moved = true;
+        where = std::string(1, op) + " (op " + std::to_string(i + 1) + " of '" + ops + "', version " +
+                std::to_string(dp->version()) + ")";
         switch (op) {
           case 'T': {
             std::vector<BatchData> data;
@@ -117,28 +296,35 @@ struct Runner {
             r.losses.push_back(eval());
             r.tags.push_back("E" + std::to_string(it));
             break;
+          case 'Y':
+            dp->sync_weights();
+            check(-2);
+            break;
           case 'S':
             dp->save_checkpoint(save_path, {{"note", "lifecycle"}});
             break;
           case 'L':
-            dp.reset();
-            model = make_model();
-            model->init_weights(seed + 1);  // different init: only the checkpoint may matter
-            dp = std::make_unique<DataParallel>(*model, comm, opt, engine_ops);
+            new_job(seed + 1);  // different init: only the checkpoint may matter
+            dp->load_checkpoint(load_path);
+            break;
+          case 'l':
             dp->load_checkpoint(load_path);
             break;
           default:
             MXDP_FAIL("unknown op '", op, "'");
         }
-      }
-      for (int p = 0; p < int(model->params().size()); ++p) {
-        r.masters.push_back(dp->full_master(p));
-        r.weights.push_back(read_weights(*model, p));
-      }
-    } catch (const Error& e) {
-      r.error = e.what();
+        if (tamper) tamper(model->inner(), int(i));
+      });
     }
-    r.faults_fired = dp ? dp->faults_fired() : 0;
+    if (ok)
+      agreed([&] {
+        for (int p = 0; p < int(model->params().size()); ++p) {
+          r.masters.push_back(dp->full_master(p));
+          r.weights.push_back(read_compute(model->inner(), p));
+        }
+        r.weights_dtype = model->compute_dtype();
+      });
+    r.oracle_checks = oracle.checks();
     return r;
   }
 };
@@ -196,7 +382,8 @@ struct Sequence {
   std::string ops;
   int micro_batches = 1;
   bool odd_buckets = false;  // g: forward-order layout, one param per bucket
-  bool needs_checkpoint = false;
+  bool needs_checkpoint = false;  // loads the step-3 checkpoint sequence d saved
+  uint64_t seed = 1234;      // init of the first model (h-j: not the checkpoint's trajectory)
 };
 
 inline const std::vector<Sequence>& sequences() {
@@ -209,6 +396,13 @@ inline const std::vector<Sequence>& sequences() {
       {"e_load_eval_first", "LETTTX", 1, false, true},
       {"f_micro_batches_eval_between", "MEMMOETEMMMOX", 3},
       {"g_bucket_order_tiny_buckets", "TETETTX", 1, true},
+      // An engine that trained from another init loads the step-3 checkpoint:
+      // at its own version (3), then from version 1 (forward) and 6 (back).
+      {"h_load_trained_same_version", "TTTlETTTX", 1, false, true, 4321},
+      {"i_load_trained_other_versions", "TlTTTlTTTX", 1, false, true, 4321},
+      // sync_weights before any step, after train, after eval, after a load.
+      {"j_sync_after_train_eval_load", "YTYEYTYlYTX", 1, false, true, 4321},
+      {"k_load_sync_in_fresh_job", "LYTYX", 1, false, true},
   };
   return s;
 }
@@ -223,21 +417,31 @@ inline DpOptions for_sequence(DpOptions o, const Sequence& s) {
   return o;
 }
 
-// "" when bitwise equal, else where they first differ.
-inline std::string compare(const SequenceResult& a, const SequenceResult& ref) {
+// "" when the run and its reference both passed (no error, oracle held) and
+// are bitwise equal; else the first failure or where they first differ.
+// parity_only: the same, blind to the oracle (what parity alone would say).
+inline std::string compare(const SequenceResult& a, const SequenceResult& ref, bool parity_only = false) {
   if (!a.error.empty()) return "run failed: " + a.error;
+  if (!a.oracle.empty() && !parity_only) return "run failed the " + a.oracle;
   if (!ref.error.empty()) return "reference failed: " + ref.error;
-  if (a.losses.size() != ref.losses.size()) return "different number of losses";
+  if (!ref.oracle.empty() && !parity_only) return "reference failed the " + ref.oracle;
+  if (a.losses.size() != ref.losses.size() || a.tags != ref.tags)
+    return "different losses recorded: " + std::to_string(a.losses.size()) + " vs reference " +
+           std::to_string(ref.losses.size());
   for (size_t i = 0; i < a.losses.size(); ++i)
-    if (std::memcmp(&a.losses[i], &ref.losses[i], sizeof(double)) != 0)
-      return "loss " + a.tags[i] + " differs: " + std::to_string(a.losses[i]) + " vs reference " +
-             std::to_string(ref.losses[i]);
+    if (!same_bits(a.losses[i], ref.losses[i])) {
+      char b[160];
+      std::snprintf(b, sizeof b, "%.17g vs reference %.17g", a.losses[i], ref.losses[i]);
+      return "loss " + a.tags[i] + " differs: " + b;
+    }
+  if (a.masters.size() != ref.masters.size() || a.weights.size() != ref.weights.size())
+    return "different number of params";
+  if (a.weights_dtype != ref.weights_dtype) return "different compute dtypes";
   for (size_t p = 0; p < a.masters.size(); ++p) {
-    if (a.masters[p].size() != ref.masters[p].size() ||
-        std::memcmp(a.masters[p].data(), ref.masters[p].data(), a.masters[p].size() * 4) != 0)
+    if (!same_bits(a.masters[p], ref.masters[p]))
       return "final master weights of param " + std::to_string(p) + " differ";
-    if (std::memcmp(a.weights[p].data(), ref.weights[p].data(), a.weights[p].size() * 4) != 0)
-      return "final model weights of param " + std::to_string(p) + " differ";
+    const std::string d = bit_mismatch(a.weights[p], ref.weights[p], a.weights_dtype);
+    if (!d.empty()) return "final model weights of param " + std::to_string(p) + " differ: " + d;
   }
   return "";
 }

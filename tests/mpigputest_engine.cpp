@@ -2,7 +2,8 @@
 // model whose weights and gradients live in device memory. The lifecycle
 // sequences of mpitest_lifecycle.cpp run on it, and the parity contract must
 // hold there too: sharded + low-precision gather BITWISE equal to the reference
-// mode on the same GPUs. Against the CPU engine the losses agree within
+// mode on the same GPUs, and every read of the device weights equal to the
+// oracle's quantize-then-dequantize of the masters (oracle.h). Against the CPU engine the losses agree within
 // rounding (the device's grad-norm reduction tree differs, which moves the clip
 // coefficient by an ulp or so).
 #include <cuda_runtime.h>
@@ -11,10 +12,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
 #include "cuda/engine_ops_cuda.h"
+#include "cuda/gpt_cuda.h"
+#include "formats.h"
 #include "cuda_check.h"
 #include "lifecycle.h"
 
@@ -139,11 +143,11 @@ Communicator& cpu_world() {
 std::string scratch() {
   static std::string dir = [] {
     char buf[256] = {};
-    if (cpu_world().rank() == 0) {
+    on_rank0(cpu_world(), [&] {  // an error on rank 0 reaches every rank
       std::string t = (std::filesystem::temp_directory_path() / "mxdp_gpu_engine_XXXXXX").string();
-      MXDP_CHECK(::mkdtemp(t.data()), "mkdtemp failed");
+      MXDP_CHECK(::mkdtemp(t.data()), "mkdtemp failed for ", t);
       std::snprintf(buf, sizeof buf, "%s", t.c_str());
-    }
+    });
     cpu_world().broadcast(buf, sizeof buf, 0);
     return std::string(buf);
   }();
@@ -154,7 +158,13 @@ Runner gpu_runner(const DpOptions& o, const std::string& ckpt) {
   Runner r{*gpu().comm, o, ckpt, ckpt};
   r.engine_ops = gpu().ops.get();
   r.make_model = [] { return std::make_unique<DeviceToy>(); };
-  r.read_weights = [](Model& m, int p) { return static_cast<DeviceToy&>(m).read(p); };
+  r.read_compute = [](Model& m, int p) {
+    const std::vector<float> w = static_cast<DeviceToy&>(m).read(p);
+    std::vector<uint8_t> b(w.size() * sizeof(float));
+    if (!w.empty()) std::memcpy(b.data(), w.data(), b.size());
+    return b;
+  };
+  r.control = &cpu_world();  // failures are agreed over MPI (NCCL needs device buffers)
   return r;
 }
 
@@ -171,25 +181,78 @@ const auto* const kSkipMarker = ::testing::AddGlobalTestEnvironment(new SkipMark
 TEST(GpuEngine, LifecycleBitwiseEqualToReference) {
   const std::string why = skip_reason();
   if (!why.empty()) GTEST_SKIP() << why;
-  int compared = 0;
   for (const Config& cfg : configs())
     for (const Sequence& s : sequences()) {
       const DpOptions o = for_sequence(cfg.opt, s);
       const std::string key = cfg.name + "/" + s.name;
       const std::string base = scratch() + "/" + cfg.name;
-      SequenceResult dist = gpu_runner(o, base + "-dist.ckpt").run(s.ops);
-      SequenceResult ref = gpu_runner(o.reference(), base + "-ref.ckpt").run(s.ops);
+      Runner dr = gpu_runner(o, base + "-dist.ckpt"), rr = gpu_runner(o.reference(), base + "-ref.ckpt");
+      dr.seed = rr.seed = s.seed;
+      SequenceResult dist = dr.run(s.ops);
+      SequenceResult ref = rr.run(s.ops);
+      // Parity, and the oracle (oracle.h) on every read of the device weights in both modes.
       EXPECT_EQ(compare(dist, ref), "") << "GPU dp=" << gpu().comm->size() << " " << key;
+      const int64_t want = expected_oracle_checks(s.ops, s.micro_batches, 7);
+      EXPECT_EQ(dist.oracle_checks, want) << key << ": reads the oracle did not see";
+      EXPECT_EQ(ref.oracle_checks, want) << key << " (reference): reads the oracle did not see";
       // The CPU engine (MPI, CPU ops) on the same sequence: equal within rounding.
       Runner cpu{cpu_world(), o, base + "-cpu.ckpt", base + "-cpu.ckpt"};
+      cpu.seed = s.seed;
       SequenceResult c = cpu.run(s.ops);
       ASSERT_EQ(c.error, "") << key;
+      ASSERT_EQ(c.oracle, "") << key;
       ASSERT_EQ(c.losses.size(), dist.losses.size()) << key;
       for (size_t i = 0; i < c.losses.size(); ++i)
         EXPECT_NEAR(dist.losses[i], c.losses[i], 1e-5 * std::abs(c.losses[i])) << key << " " << dist.tags[i];
+    }
+}
+
+// The GPU GPT through the engine: bf16 compute weights written by the unpack
+// kernels, gradients accumulated by cuBLASLt and the model's kernels into the
+// engine's grad buffer. Lifecycle sequences a to e, bitwise equal to reference
+// mode, for bf16, mxfp8 (with and without grad-buffer reuse) and nvfp4 with
+// overlap on; and two identical runs bitwise equal.
+GptConfig lifecycle_gpt() {
+  // make_batch draws tokens below 64, sequences of 8.
+  return {.vocab = 64, .padded_vocab = 64, .max_seq = 16, .n_layer = 2, .n_head = 2, .d_model = 64};
+}
+Runner gpt_runner(const DpOptions& o, const std::string& ckpt) {
+  Runner r{*gpu().comm, o, ckpt, ckpt};
+  r.engine_ops = gpu().ops.get();
+  r.make_model = [] { return cuda::make_gpt(lifecycle_gpt(), static_cast<cudaStream_t>(gpu().ops->stream())); };
+  r.read_compute = [](Model& m, int p) {  // bf16 bytes, held to the oracle
+    std::vector<uint8_t> b(m.params()[p].numel() * 2);
+    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
+    MXDP_CUDA_CHECK(cudaMemcpy(b.data(), m.compute_weights(p), b.size(), cudaMemcpyDeviceToHost));
+    return b;
+  };
+  r.control = &cpu_world();
+  return r;
+}
+
+TEST(GpuEngine, GptLifecycleBitwiseEqualToReference) {
+  const std::string why = skip_reason();
+  if (!why.empty()) GTEST_SKIP() << why;
+  int compared = 0;
+  for (const Config& cfg : configs()) {
+    if (!cfg.opt.overlap_param_gather || cfg.opt.mxfp8_scale_rounding == ScaleRounding::Floor) continue;
+    for (const Sequence& s : sequences()) {
+      if (s.name[0] > 'e') continue;
+      DpOptions o = for_sequence(cfg.opt, s);
+      o.bucket_size = 20000;
+      const std::string key = cfg.name + "/" + s.name;
+      const std::string base = scratch() + "/gpt-" + cfg.name;
+      SequenceResult dist = gpt_runner(o, base + "-dist.ckpt").run(s.ops);
+      SequenceResult ref = gpt_runner(o.reference(), base + "-ref.ckpt").run(s.ops);
+      EXPECT_EQ(compare(dist, ref), "") << "GPU GPT dp=" << gpu().comm->size() << " " << key;
+      if (s.name[0] == 'a') {
+        SequenceResult again = gpt_runner(o, base + "-again.ckpt").run(s.ops);
+        EXPECT_EQ(compare(again, dist), "") << "two identical GPU GPT runs " << key;
+      }
       ++compared;
     }
-  EXPECT_EQ(compared, 12 * 8);
+  }
+  EXPECT_EQ(compared, 4 * 6);  // bf16, mxfp8, mxfp8+reuse, nvfp4 (overlap on) x sequences a..e
 }
 
 int main(int argc, char** argv) {

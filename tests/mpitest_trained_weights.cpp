@@ -85,7 +85,7 @@ TEST_P(TrainedWeights, EqualTheEnginesComputeWeights) {
   const std::string path = scratch_file(std::string(c.name) + ".ckpt");
   engine.save_checkpoint(path, nlohmann::json::object());
   comm.barrier();
-  const CheckpointData ck = deserialize_checkpoint(read_file(path), path);
+  const CheckpointData ck = read_checkpoint(path);
   ASSERT_EQ(ck.params.size(), model.params().size());
   int64_t mismatches = 0, quantized = 0;
   for (size_t p = 0; p < ck.params.size(); ++p) {

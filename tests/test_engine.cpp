@@ -73,7 +73,7 @@ TEST(Engine, NonFiniteGradientsSkipTheStepAndKeepTheWeights) {
     EXPECT_EQ(dp.version(), 1) << "no update was applied";
     EXPECT_EQ(dp.iteration(), 2) << "the schedule's clock still advances";
     EXPECT_EQ(dp.skipped_steps(), 1);
-    for (int p = 0; p < 7; ++p) EXPECT_EQ(dp.full_master(p), before[p]) << "param " << p;
+    for (int p = 0; p < 7; ++p) EXPECT_TRUE(same_bits(dp.full_master(p), before[p])) << "param " << p << " moved";
     // Training goes on normally afterwards and uses the untouched weights.
     model.poison = 0;
     StepResult r2 = dp.train_step({make_batch(2, 0, 0, false).batch});

@@ -172,7 +172,7 @@ TEST(HfGpt2, ExportThenInitFromRoundTripsBitForBit) {
                        d / "e2.log").exit_code, 0) << read_file(d / "e2.log");
 
   const std::string path_a = d / "a/step_000010.ckpt";
-  const mxdp::CheckpointData a = mxdp::deserialize_checkpoint(mxdp::read_file(path_a), path_a);
+  const mxdp::CheckpointData a = mxdp::read_checkpoint(path_a);
   const double eval_a = last_eval_loss(d / "a.jsonl");
   int run = 0;
   for (const std::string& from : {d / "hf", d / "hf/model.safetensors", d / "hub.safetensors", d / "head.safetensors"}) {
@@ -184,7 +184,7 @@ TEST(HfGpt2, ExportThenInitFromRoundTripsBitForBit) {
     ASSERT_EQ(tr.exit_code, 0) << from << "\n" << tr.output;
     EXPECT_TRUE(contains(tr.output, "init_from")) << tr.output;
     const std::string path_b = d / (name + "/step_000001.ckpt");
-    const mxdp::CheckpointData b = mxdp::deserialize_checkpoint(mxdp::read_file(path_b), path_b);
+    const mxdp::CheckpointData b = mxdp::read_checkpoint(path_b);
     ASSERT_EQ(a.params.size(), b.params.size());
     for (size_t p = 0; p < a.params.size(); ++p) {
       ASSERT_EQ(a.params[p].master.size(), b.params[p].master.size());

@@ -19,7 +19,8 @@ std::vector<ParamSpec> random_model(std::mt19937& rng) {
   int n = 1 + rng() % 14, layer = 0;
   for (int i = 0; i < n; ++i) {
     ParamSpec p;
-    p.name = "p" + std::to_string(i);
+    p.name = std::to_string(i);
+    p.name.insert(0, 1, 'p');  // not "p" + ...: GCC 12 warns falsely (-Wrestrict) on that
     layer += rng() % 2;
     p.layer = layer;
     switch (rng() % 4) {
@@ -64,8 +65,9 @@ void check_layout(const std::vector<ParamSpec>& ps, const Layout& L, WeightForma
         EXPECT_EQ(gb.format, want) << ps[p].name;
       }
       EXPECT_EQ(bk.first_layer, min_layer);
-      if (b + 1 < int(gb.buckets.size()))
+      if (b + 1 < int(gb.buckets.size())) {
         EXPECT_GE(content_end - bk.offset, bucket_size) << "only the last bucket may be short";
+      }
       // Pieces cover every param exactly once and sit where the param does.
       std::map<int, int64_t> covered;
       ASSERT_EQ(int(bk.shards.size()), dp);

@@ -162,7 +162,7 @@ TEST(Sample, OldCheckpointWithoutItsFormat) {
                           d / "train.log");
   ASSERT_EQ(tr.exit_code, 0) << tr.output;
   const std::string path = d / "ck/step_000002.ckpt";
-  CheckpointData c = deserialize_checkpoint(mxdp::read_file(path), path);
+  CheckpointData c = read_checkpoint(path);
   ASSERT_EQ(c.extra.value("weight_format", ""), "mxfp8");
   ASSERT_EQ(c.extra.value("mxfp8_scale_rounding", ""), "rceil");
   c.extra.erase("weight_format");

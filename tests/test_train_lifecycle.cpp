@@ -10,8 +10,13 @@
 // Also: a job resumed from a step-3 checkpoint continues exactly like the
 // uninterrupted one, a corrupt checkpoint and an invalid option combination
 // exit non-zero with a reason, and nothing hangs (every mpirun runs under
-// `timeout`). Skips only when mpirun is missing.
+// `timeout`). Some runs end with a sample (after an eval, right after the last
+// step, right after a load): the text must be what the same sampler writes
+// from a CPU GPT holding the oracle's weights, quant.h's quantize-then-
+// dequantize of the run's final fp32 masters (oracle.h). Skips only when
+// mpirun is missing.
 #include <gtest/gtest.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -29,6 +34,9 @@
 
 #include "checkpoint.h"
 #include "data.h"
+#include "gpt.h"
+#include "oracle.h"
+#include "sample.h"
 #include "tmpdir_util.h"
 
 namespace {
@@ -168,7 +176,7 @@ std::string parse_metrics(const std::string& path, std::vector<Line>& out) {
   return "";
 }
 
-bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+using mt::same_bits;  // oracle.h: bitwise, +0 and -0 told apart
 
 // "" when the lines agree bitwise in kind, step, pass, loss, lr and grad norm.
 std::string compare_lines(const std::vector<Line>& a, const std::vector<Line>& b) {
@@ -195,8 +203,8 @@ std::vector<std::string> sigs(const std::vector<Line>& ls) {
 std::string compare_checkpoints(const std::string& a_path, const std::string& b_path) {
   mxdp::CheckpointData a, b;
   try {
-    a = mxdp::deserialize_checkpoint(mxdp::read_file(a_path), a_path);
-    b = mxdp::deserialize_checkpoint(mxdp::read_file(b_path), b_path);
+    a = mxdp::read_checkpoint(a_path);
+    b = mxdp::read_checkpoint(b_path);
   } catch (const std::exception& e) {
     return e.what();
   }
@@ -216,6 +224,69 @@ std::string compare_checkpoints(const std::string& a_path, const std::string& b_
       if (!same(*u, *v)) return std::string(what) + " of param " + std::to_string(p) + " (" + x.name + ") differs";
   }
   if (a.extra != b.extra) return "extra differs: " + a.extra.dump() + " vs " + b.extra.dump();
+  return "";
+}
+
+// ---- the sample a run prints at its end -----------------------------------------
+
+// The run's sampling settings, passed explicitly so the oracle knows them.
+constexpr int kSampleTokens = 64;
+constexpr uint64_t kSampleSeed = 1337;
+const char* kSamplePrompt = "And God said";
+// `args` (which say --sample-tokens 0, like kCommon) with the sample turned on.
+std::string sampling(const std::string& args) {
+  const std::string off = "--sample-tokens 0";
+  const size_t at = args.find(off);
+  MXDP_CHECK(at != std::string::npos, "no '", off, "' in: ", args);
+  return args.substr(0, at) + "--sample-tokens " + std::to_string(kSampleTokens) + " --seed " +
+         std::to_string(kSampleSeed) + " --sample-prompt '" + kSamplePrompt + "'" + args.substr(at + off.size());
+}
+
+// What the sample must read: the trainer samples after sync_weights, so its
+// model holds quantize-then-dequantize of the final masters in the run's weight
+// format. The same sampler on a CPU GPT given those values (computed by quant.h
+// from the final checkpoint, not by the engine) must write the same text.
+std::string oracle_sample(const std::string& ckpt_path, mxdp::WeightFormat wf) {
+  const mxdp::CheckpointData c = mxdp::read_checkpoint(ckpt_path);
+  const json& m = c.extra.at("model");
+  mxdp::GptConfig cfg{m.at("vocab"), m.at("padded_vocab"), m.at("max_seq"), m.at("n_layer"), m.at("n_head"),
+                      m.at("d_model")};
+  mxdp::Gpt model(cfg);
+  MXDP_CHECK(c.params.size() == model.params().size(), ckpt_path, ": ", c.params.size(), " params, the GPT has ",
+             model.params().size());
+  for (size_t p = 0; p < c.params.size(); ++p) {
+    const auto w = mt::oracle_dequantized(model.params()[p], c.params[p].master, wf, mxdp::ScaleRounding::RCeil);
+    model.set_weights(int(p), w.data());
+  }
+  // One thread, like the runs (--threads 1): results do not depend on it, but
+  // OpenMP teams on a loaded 2-core machine spin for a long time.
+  omp_set_num_threads(1);
+  mxdp::SampleOptions so;
+  so.tokens = kSampleTokens;
+  so.seed = kSampleSeed;
+  return std::string(kSamplePrompt) + mxdp::generate(model, kSamplePrompt, so);
+}
+
+mxdp::WeightFormat format_of(const std::string& flags) {
+  return flags.find("--weight-format nvfp4") != std::string::npos ? mxdp::WeightFormat::Nvfp4
+                                                                     : mxdp::WeightFormat::Mxfp8;
+}
+
+// "" when the job's output holds the sample line the oracle predicts.
+std::string check_sample(const std::string& output, const std::string& ckpt_path, mxdp::WeightFormat wf) {
+  std::string want;
+  try {
+    want = oracle_sample(ckpt_path, wf);
+  } catch (const std::exception& e) {
+    return std::string("oracle sample: ") + e.what();
+  }
+  const std::string header = "sample (" + std::to_string(kSampleTokens) + " tokens";
+  const size_t at = output.find(header);
+  if (at == std::string::npos) return "no '" + header + "' in the output";
+  const size_t nl = output.find('\n', at);
+  if (nl == std::string::npos || output.compare(nl + 1, want.size() + 1, want + "\n") != 0)
+    return "the sample is not what the oracle's weights give:\n  printed: " +
+           output.substr(nl == std::string::npos ? at : nl + 1, want.size()) + "\n  oracle:  " + want;
   return "";
 }
 
@@ -317,12 +388,15 @@ class TrainLifecycle : public TrainCli, public ::testing::WithParamInterface<std
 };
 
 // a) 6 steps, eval after each.
+// The sample at the end follows an eval.
 TEST_P(TrainLifecycle, A_EvalAfterEveryStep) {
-  Pair p = run_pair(dir("a"), cfg(), np(), common + " --steps 6 --eval-every 1",
+  Pair p = run_pair(dir("a"), cfg(), np(), sampling(common) + " --steps 6 --eval-every 1",
                     {T(1), E(1), T(2), E(2), T(3), E(3), T(4), E(4), T(5), E(5), T(6), E(6)}, 6);
   if (HasFailure()) return;
   expect_losses_move(p);
   EXPECT_LT(p.dist_lines[11].loss, p.dist_lines[1].loss) << "eval loss should fall" << p.dist.describe();
+  for (const Job* j : {&p.dist, &p.ref})
+    EXPECT_EQ(check_sample(j->res.output, j->ckpt(6), format_of(cfg().dist)), "") << j->describe();
 }
 
 // b) eval before the first step (the initial weights through the freshness chain).
@@ -358,7 +432,8 @@ TEST_P(TrainLifecycle, D_SaveAt3ResumeInFreshJob_E_LoadEvalFirst) {
   EXPECT_NE(compare_checkpoints(full.dist.ckpt(3), full.dist.ckpt(6)), "");
   // Each mode resumes from its own step-3 checkpoint.
   const std::string ld_dist = " --load " + quote(full.dist.ckpt(3)), ld_ref = " --load " + quote(full.ref.ckpt(3));
-  Pair resumed = run_pair(dir("d_load"), cfg(), np(), sched, {T(4), T(5), T(6), E(6)}, 6, ld_dist, ld_ref);
+  Pair resumed = run_pair(dir("d_load"), cfg(), np(), sampling(sched), {T(4), T(5), T(6), E(6)}, 6,
+                         ld_dist, ld_ref);
   Pair evalfirst = run_pair(dir("e"), cfg(), np(), sched + " --eval-first", {E(3), T(4), T(5), T(6), E(6)}, 6,
                             ld_dist, ld_ref);
   if (HasFailure()) return;
@@ -367,6 +442,8 @@ TEST_P(TrainLifecycle, D_SaveAt3ResumeInFreshJob_E_LoadEvalFirst) {
       << "resumed vs uninterrupted" << resumed.dist.describe() << full.dist.describe();
   EXPECT_EQ(compare_checkpoints(resumed.dist.ckpt(6), full.dist.ckpt(6)), "")
       << "final checkpoint, resumed vs uninterrupted\n  " << resumed.dist.cmd << "\n  " << full.dist.cmd;
+  EXPECT_EQ(check_sample(resumed.dist.res.output, resumed.dist.ckpt(6), format_of(cfg().dist)), "")
+      << resumed.dist.describe();
   const std::vector<Line> tail_e(full.dist_lines.begin() + 3, full.dist_lines.end());
   EXPECT_EQ(compare_lines(evalfirst.dist_lines, tail_e), "")
       << "load + eval first vs uninterrupted" << evalfirst.dist.describe() << full.dist.describe();
@@ -388,6 +465,36 @@ TEST_P(TrainLifecycle, G_TinyBuckets) {
   expect_losses_move(p);
 }
 
+// h) No eval at the end: the sample reads what sync_weights made of the last
+// step (with overlap, only the first bucket's gather is in flight then). Then
+// a job that loads that checkpoint and has no step left samples right after
+// the load, again through sync_weights.
+TEST_P(TrainLifecycle, H_SampleRightAfterTheLastStepAndAfterALoad) {
+  Pair p = run_pair(dir("h"), cfg(), np(), sampling(common) + " --steps 3 --eval-every 0",
+                    {T(1), T(2), T(3)}, 3);
+  if (HasFailure()) return;
+  for (const Job* j : {&p.dist, &p.ref})
+    EXPECT_EQ(check_sample(j->res.output, j->ckpt(3), format_of(cfg().dist)), "") << j->describe();
+  const std::string ckpt3 = p.dist.ckpt(3);
+  auto jobs = run_all({[&] {
+                         return mpirun_train(np(), sampling(common) + " --steps 3 --eval-every 0 " + cfg().dist +
+                                                       " --load " + quote(ckpt3),
+                                             dir("h_load/dist"));
+                       },
+                       [&] {
+                         return mpirun_train(np(), sampling(common) + " --steps 3 --eval-every 0 " + cfg().ref +
+                                                       " --load " + quote(ckpt3),
+                                             dir("h_load/ref"));
+                       }});
+  for (const Job& j : jobs) {
+    ASSERT_EQ(j.res.exit_code, 0) << j.describe();
+    std::vector<Line> lines;
+    EXPECT_EQ(parse_metrics(j.metrics_path(), lines), "") << j.describe();
+    EXPECT_TRUE(lines.empty()) << "no step was left to train" << j.describe();
+    EXPECT_EQ(check_sample(j.res.output, ckpt3, format_of(cfg().dist)), "") << j.describe();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cli, TrainLifecycle, ::testing::Combine(::testing::Values(0, 1), ::testing::Values(2, 3)),
                          [](const auto& info) {
                            return configs()[std::get<0>(info.param)].name + "_dp" +
@@ -397,25 +504,27 @@ INSTANTIATE_TEST_SUITE_P(Cli, TrainLifecycle, ::testing::Combine(::testing::Valu
 // ---- failures -----------------------------------------------------------------
 
 // A damaged checkpoint given to --load: every rank exits (non-zero), with the reason, and no hang.
+// A checkpoint is a step directory: rank 1's file or the manifest is damaged in a copy of it.
 TEST_F(TrainCli, CorruptCheckpointFailsCleanly) {
   Job good = mpirun_train(2, common + " --steps 1 --eval-every 0", tmp / "good");
   ASSERT_EQ(good.res.exit_code, 0) << good.describe();
-  const std::string bytes = mt::read_file(good.ckpt(1));
+  const std::string bytes = mt::read_file(good.ckpt(1) + "/rank_00001.bin");
   ASSERT_GT(bytes.size(), 1000u);
 
   struct Damage {
-    std::string name, bytes, reason;
+    std::string name, file, bytes, reason;
   };
   std::string flipped = bytes;
-  flipped[bytes.size() / 2] ^= 0x10;  // inside the tensors
+  flipped[bytes.size() - 1000] ^= 0x10;  // inside the tensors
   const std::vector<Damage> damages = {
-      {"flipped", flipped, "checksum mismatch"},
-      {"truncated", bytes.substr(0, bytes.size() - 100), "checkpoint"},
-      {"garbage", std::string(64, 'x'), "not an mxdp checkpoint"},
+      {"flipped", "rank_00001.bin", flipped, "checksum mismatch"},
+      {"truncated", "rank_00001.bin", bytes.substr(0, bytes.size() - 100), "truncated"},
+      {"garbage", "manifest", std::string(64, 'x'), "not an mxdp checkpoint"},
   };
   for (const Damage& d : damages) {
     const std::string path = tmp / (d.name + ".ckpt");
-    mt::write_file(path, d.bytes);
+    fs::copy(good.ckpt(1), path);
+    mt::write_file(path + "/" + d.file, d.bytes);
     Job j = mpirun_train(2, common + " --steps 2 --load " + quote(path), tmp / ("load_" + d.name));
     EXPECT_NE(j.res.exit_code, 0) << d.name << j.describe();
     EXPECT_NE(j.res.exit_code, 124) << d.name << ": timed out (hang?)" << j.describe();

@@ -23,7 +23,7 @@ void add_plan_command(CLI::App& app, Runner& run) {
   struct Opts {
     TrainConfig c;
     int dp = 8;
-    int64_t bucket = 40'000'000;
+    int64_t bucket = DpOptions{}.bucket_size;  // what mxdp train uses
     std::string grad_dtype = "fp32";
   };
   auto o = std::make_shared<Opts>();

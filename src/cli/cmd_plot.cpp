@@ -1,14 +1,13 @@
 // mxdp plot --metrics FILE --output OUT.svg [--title T] [--log-y]
 // Draws train and eval loss against step from a metrics JSON-lines file (plot.h).
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
 
 #include "check.h"
 #include "cli/commands.h"
+#include "fileio.h"
 #include "plot.h"
 
 namespace mxdp::cli {
@@ -35,20 +34,8 @@ void add_plot_command(CLI::App& app, Runner& run) {
       opts.title = o->title.empty() ? "Loss: " + std::filesystem::path(o->metrics).filename().string() : o->title;
       opts.log_y = o->log_y;
       const std::string svg = loss_svg(curves, opts);
-      // Write then rename, so that a viewer never sees half a file.
-      const std::string tmp = o->output + ".tmp";
-      std::FILE* f = std::fopen(tmp.c_str(), "wb");
-      if (!f) MXDP_FAIL("cannot create '", tmp, "': ", std::strerror(errno));
-      const bool ok = std::fwrite(svg.data(), 1, svg.size(), f) == svg.size();
-      if (std::fclose(f) != 0 || !ok) {
-        std::remove(tmp.c_str());
-        MXDP_FAIL("cannot write '", tmp, "'");
-      }
-      if (std::rename(tmp.c_str(), o->output.c_str()) != 0) {
-        const std::string err = std::strerror(errno);
-        std::remove(tmp.c_str());
-        MXDP_FAIL("cannot rename '", tmp, "' to '", o->output, "': ", err);
-      }
+      // Write then rename (every write checked), so that a viewer never sees half a file.
+      write_file_atomic(o->output, svg);
       std::printf("plot: %zu train and %zu eval points", curves.train.size(), curves.eval.size());
       if (curves.nonfinite) std::printf(", %zu non-finite losses not drawn", curves.nonfinite);
       std::printf(" -> %s\n", o->output.c_str());

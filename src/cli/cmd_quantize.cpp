@@ -21,6 +21,7 @@
 
 #include "check.h"
 #include "cli/commands.h"
+#include "fileio.h"
 #include "quant.h"
 
 #if defined(MXDP_HAVE_CUDA)
@@ -102,24 +103,13 @@ std::vector<uint8_t> read_exact(const std::string& path, int64_t expected, const
   return buf;
 }
 
-// Writes to "<path>.tmp.<pid>" and renames into place; removes the temp on failure.
+// Writes to "<path>.tmp.<pid>" and renames into place, every write checked;
+// removes the temp on failure (fileio.h).
 void write_atomic(const std::string& path, const std::vector<uint8_t>& data) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    MXDP_CHECK(f.good(), "cannot write output file '", path, "' (temporary '", tmp, "'): ", std::strerror(errno));
-    f.write(reinterpret_cast<const char*>(data.data()), std::streamsize(data.size()));
-    f.flush();
-    if (!f.good()) {
-      std::remove(tmp.c_str());
-      MXDP_FAIL("error writing '", tmp, "': ", std::strerror(errno));
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    MXDP_FAIL("cannot rename '", tmp, "' to '", path, "': ", ec.message());
+  try {
+    write_file_atomic(path, data);
+  } catch (const Error& e) {
+    MXDP_FAIL("cannot write output file '", path, "' (", e.what(), ")");
   }
 }
 

@@ -1,8 +1,10 @@
 // mxdp train: the training job (src/trainer.h). Every option of the
 // data-parallel core, plus model, data, schedule, eval and checkpoint options.
+#include <cstdlib>
 #include <map>
 #include <memory>
 
+#include "check.h"
 #include "cli/commands.h"
 #include "comm.h"
 #include "runtime.h"
@@ -14,6 +16,13 @@ namespace {
 #ifndef MXDP_DEFAULT_CORPUS
 #define MXDP_DEFAULT_CORPUS "data/kjv.txt"
 #endif
+
+// Ranks the launcher started (Open MPI, MPICH/Hydra), 0 when not under one.
+int launcher_world_size() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+    if (const char* s = std::getenv(v)) return std::atoi(s);
+  return 0;
+}
 
 // on|off switches, kept as text until the run so that CLI11 prints them as such.
 struct Switches {
@@ -82,8 +91,11 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_flag("--eval-first", c.eval_first, "Also evaluate before the first step")->group(ev);
   cmd->add_option("--eval-passes", c.eval_passes, "Run each eval N times; the passes must agree bitwise")->group(ev);
   cmd->add_option("--save-every", c.save_every, "Save a checkpoint every N steps (0 = only after the last step)")->group(ev);
-  cmd->add_option("--save-dir", c.save_dir, "Directory for step_NNNNNN.ckpt files and `latest`")->group(ev);
-  cmd->add_option("--load", c.load, "Resume from a checkpoint file, or a --save-dir (its latest)")->group(ev);
+  cmd->add_option("--save-dir", c.save_dir, "Directory for step_NNNNNN.ckpt checkpoints and `latest`")->group(ev);
+  cmd->add_option("--keep-last", c.keep_last, "Keep only the newest N checkpoints in --save-dir (0 = all)")->group(ev);
+  cmd->add_option("--load", c.load, "Resume from a checkpoint (step_NNNNNN.ckpt), or a --save-dir (its latest)")->group(ev);
+  cmd->add_option("--max-skipped-steps", c.max_skipped_steps,
+                  "Stop with an error after N consecutive steps skipped for non-finite gradients (0 = never)")->group(ev);
   cmd->add_option("--metrics", c.metrics, "Write JSON lines: one per train step and one per eval")->group(ev);
   cmd->add_option("--log-every", c.log_every, "With --progress lines: a line every N steps")->group(ev);
   cmd->add_option("--progress", c.progress, "bar (one updating line), lines, or auto (bar on a terminal, lines under mpirun)")
@@ -118,8 +130,17 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_option("--adam-beta2", c.dp.adam_beta2, "AdamW second-moment decay")->group(optg);
   cmd->add_option("--adam-eps", c.dp.adam_eps, "AdamW epsilon")->group(optg);
   cmd->add_option("--clip-grad", c.dp.clip_grad, "Clip the global grad norm to this (0 = off)")->group(optg);
+  cmd->add_flag("--override-schedule", c.override_schedule,
+                "Resuming: use the command line's lr, min-lr, warmup and decay instead of the checkpoint's")->group(optg);
 
-  cmd->callback([o, &run] {
+  cmd->callback([o, cmd, &run] {
+    // Which schedule options the command line set: a resumed run checks them
+    // against the checkpoint's schedule (trainer.h).
+    auto& given = o->c.schedule_given;
+    given.lr = cmd->count("--lr") > 0;
+    given.min_lr = cmd->count("--min-lr") > 0;
+    given.warmup_steps = cmd->count("--warmup-steps") > 0;
+    given.lr_decay_steps = cmd->count("--lr-decay-steps") > 0;
     run = [o] {
       TrainConfig cfg = o->c;
       cfg.dp.weight_format = parse_weight_format(o->weight_format);
@@ -133,6 +154,13 @@ void add_train_command(CLI::App& app, Runner& run) {
       Communicator::Options co;
       co.backend = o->backend == "self" ? Backend::Self : o->backend == "mpi" ? Backend::Mpi : Backend::Auto;
       co.timeout_s = cfg.comm_timeout;
+      if (co.backend == Backend::Self) {
+        // Each process would be a one-rank job of its own, unaware of the others.
+        const int n = launcher_world_size();
+        MXDP_CHECK(n <= 1, "--backend self runs one rank, but mpirun started ", n,
+                   " ranks: each would train alone on its own. Use --backend mpi (or auto) under mpirun, or run "
+                   "without mpirun");
+      }
       const Device device = resolve_device(cfg.device);
       cfg.device = to_string(device);
       auto comm = make_job_communicator(device, co);

@@ -219,6 +219,23 @@ class NcclComm final : public Communicator {
     mpi_wait_deadline(&req, opts_.timeout_s, opts_.abort_on_timeout, [&] { return d.str(rank_, size_); });
   }
 
+  // Host bytes from root to every rank, over the MPI communicator NCCL was
+  // bootstrapped with (no device memory needed, same deadline as barrier).
+  void host_broadcast(void* buf, size_t bytes, int root) override {
+    throw_if_failed();
+    OpDesc d{OpKind::Barrier};
+    d.seq = seq_++;
+    d.posted = clock::now();
+    if (opts_.check_sizes) mpi_check_consistent(mpi_, d, rank_, size_, opts_.timeout_s, opts_.abort_on_timeout);
+    for (size_t off = 0; off < bytes || (off == 0 && bytes == 0); off += size_t(1) << 30) {
+      if (bytes == 0) break;
+      const int n = int(std::min<size_t>(size_t(1) << 30, bytes - off));
+      MPI_Request req;
+      MXDP_MPI_CHECK(MPI_Ibcast(static_cast<char*>(buf) + off, n, MPI_BYTE, root, mpi_, &req));
+      mpi_wait_deadline(&req, opts_.timeout_s, opts_.abort_on_timeout, [&] { return d.str(rank_, size_); });
+    }
+  }
+
   void throw_if_failed() {
     if (failed_.load()) {
       std::lock_guard<std::mutex> lock(mu_);

@@ -34,6 +34,49 @@ __global__ void adamw_kernel(float* p, float* m, float* v, const float* g, int64
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     adamw_element(p[i], m[i], v[i], g[i], s);
 }
+// Dequantize straight into bf16 compute weights: bf16_rne(fp32 dequantized
+// value), element by element the CPU's to_bf16(dequantize(x)). Each thread
+// does 8 consecutive elements (one 16-byte store when aligned).
+template <WeightFormat F>
+__device__ __forceinline__ float dequant_at(const uint8_t* codes, const uint8_t* scales, int64_t i, float s_dec) {
+  if constexpr (F == WeightFormat::Bf16) {
+    return codec::bf16_to_f32(reinterpret_cast<const uint16_t*>(codes)[i]);
+  } else if constexpr (F == WeightFormat::Mxfp8) {
+    return codec::mxfp8_dequant(codes[i], scales[i / kMxfp8Block], Fp8Kind::E4M3);
+  } else {
+    const uint8_t nib = (codes[i / 2] >> ((i & 1) * 4)) & 0xF;
+    return codec::nvfp4_dequant(nib, scales[i / kNvfp4Block], s_dec);
+  }
+}
+template <WeightFormat F, bool kVec>
+__global__ void dequant_bf16_kernel(const uint8_t* codes, const uint8_t* scales, int64_t n, float s_dec, uint16_t* y) {
+  for (int64_t i0 = 8 * (blockIdx.x * int64_t(blockDim.x) + threadIdx.x); i0 < n; i0 += 8 * int64_t(gridDim.x) * blockDim.x) {
+    if (kVec && i0 + 8 <= n) {
+      uint16_t v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = codec::bf16_from_f32(dequant_at<F>(codes, scales, i0 + j, s_dec));
+      uint4 o;
+      o.x = v[0] | (uint32_t(v[1]) << 16);
+      o.y = v[2] | (uint32_t(v[3]) << 16);
+      o.z = v[4] | (uint32_t(v[5]) << 16);
+      o.w = v[6] | (uint32_t(v[7]) << 16);
+      *reinterpret_cast<uint4*>(y + i0) = o;
+    } else {
+      for (int64_t i = i0; i < n && i < i0 + 8; ++i) y[i] = codec::bf16_from_f32(dequant_at<F>(codes, scales, i, s_dec));
+    }
+  }
+}
+template <WeightFormat F>
+void launch_dequant_bf16(const uint8_t* codes, const uint8_t* scales, int64_t n, float s_dec, uint16_t* y,
+                         cudaStream_t st) {
+  const int blocks = int(std::min<int64_t>((n + 8 * kThreads - 1) / (8 * kThreads), 65535 * 16));
+  if (reinterpret_cast<uintptr_t>(y) % 16 == 0)
+    dequant_bf16_kernel<F, true><<<blocks, kThreads, 0, st>>>(codes, scales, n, s_dec, y);
+  else
+    dequant_bf16_kernel<F, false><<<blocks, kThreads, 0, st>>>(codes, scales, n, s_dec, y);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
 // Pass 1: each block sums a fixed strided subset in fp64 and reduces it in a
 // fixed tree; pass 2: one thread adds the block sums in order.
 __global__ void sum_squares_blocks(const float* x, int64_t n, double* partial) {
@@ -117,7 +160,21 @@ class CudaOps final : public EngineOps {
     }
   }
   void dequantize(WeightFormat f, const uint8_t* codes, const uint8_t* scales, int64_t n, float tensor_amax,
-                  float* y) override {
+                  void* out, ComputeDType dt) override {
+    if (n <= 0) return;
+    if (dt == ComputeDType::BF16) {
+      uint16_t* y = static_cast<uint16_t*>(out);
+      switch (f) {
+        case WeightFormat::Bf16: copy(y, codes, size_t(n) * 2); break;
+        case WeightFormat::Mxfp8: launch_dequant_bf16<WeightFormat::Mxfp8>(codes, scales, n, 0.f, y, stream_); break;
+        case WeightFormat::Nvfp4:
+          launch_dequant_bf16<WeightFormat::Nvfp4>(codes, scales, n, mxdp::nvfp4_tensor_scale(tensor_amax).s_dec, y,
+                                                   stream_);
+          break;
+      }
+      return;
+    }
+    float* y = static_cast<float*>(out);
     switch (f) {
       case WeightFormat::Bf16: from_bf16(reinterpret_cast<const uint16_t*>(codes), y, n); break;
       case WeightFormat::Mxfp8: cuda::mxfp8_dequantize_rowwise(codes, scales, 1, n, Fp8Kind::E4M3, y, stream_); break;
@@ -143,14 +200,20 @@ class CudaOps final : public EngineOps {
   }
   double sum_squares(const float* x, int64_t n) override {
     if (n <= 0) return 0;
-    double* partial = scratch_;
-    sum_squares_blocks<<<kSumBlocks, kThreads, 0, stream_>>>(x, n, partial);
-    MXDP_CUDA_CHECK_LAUNCH();
-    sum_partials<<<1, 1, 0, stream_>>>(partial, partial + kSumBlocks);
-    MXDP_CUDA_CHECK_LAUNCH();
+    sum_squares_into(x, n, scratch_ + kSumBlocks);
     double h = 0;
-    copy_to_host(&h, partial + kSumBlocks, sizeof h);
+    copy_to_host(&h, scratch_ + kSumBlocks, sizeof h);
     return h;
+  }
+  void sum_squares_into(const float* x, int64_t n, double* out) override {
+    if (n <= 0) {
+      zero(out, sizeof(double));
+      return;
+    }
+    sum_squares_blocks<<<kSumBlocks, kThreads, 0, stream_>>>(x, n, scratch_);  // stream order protects scratch_
+    MXDP_CUDA_CHECK_LAUNCH();
+    sum_partials<<<1, 1, 0, stream_>>>(scratch_, out);
+    MXDP_CUDA_CHECK_LAUNCH();
   }
   void adamw(float* p, float* m, float* v, const float* g, int64_t n, const AdamWParams& a) override {
     if (n <= 0) return;

@@ -1,0 +1,152 @@
+// One GPT training step on one GPU, end to end: the GPU GPT (forward, backward)
+// through the data-parallel engine (gather + unpack, grad reduce, grad norm,
+// AdamW, stage) for each weight format. Prints one JSON line per format:
+// median ms/step after warm-up, tokens/s, peak GPU memory (device memory taken
+// from before the model is built to the end of the timed steps: every
+// allocation mxdp makes, cuBLASLt/cuDNN workspaces included), MFU against the
+// bf16 matrix rate measured in the same run, and whether two runs from the same
+// seed gave bitwise the same losses.
+//
+//   gpubench_gpt [model=gpt2-124m] [batch=16] [seq=1024] [steps=30] [formats=bf16,mxfp8,nvfp4]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cuda/gemm.h"
+#include "cuda_check.h"
+#include "engine.h"
+#include "runtime.h"
+
+using namespace mxdp;
+
+namespace {
+
+size_t used_bytes() {
+  size_t free = 0, total = 0;
+  MXDP_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return total - free;
+}
+
+// bf16 GEMM rate of this GPU now (8192^3 through the same cuBLASLt path as the model).
+double matmul_tflops(cudaStream_t s) {
+  const int n = 8192;
+  std::vector<uint16_t> h(size_t(n) * n);
+  std::mt19937 g(1);
+  for (auto& x : h) x = uint16_t(0x3c00 + (g() & 0xff));  // bf16 values near 0.008..
+  uint16_t *a, *b, *c;
+  for (uint16_t** p : {&a, &b, &c}) MXDP_CUDA_CHECK(cudaMalloc(p, h.size() * 2));
+  MXDP_CUDA_CHECK(cudaMemcpy(a, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+  MXDP_CUDA_CHECK(cudaMemcpy(b, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+  double best = 0;
+  {
+    cuda::Gemm gemm(s);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    for (int i = 0; i < 3; ++i) gemm.forward(c, a, b, nullptr, n, n, n);
+    for (int rep = 0; rep < 3; ++rep) {
+      cudaEventRecord(e0, s);
+      for (int i = 0; i < 10; ++i) gemm.forward(c, a, b, nullptr, n, n, n);
+      cudaEventRecord(e1, s);
+      cudaEventSynchronize(e1);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      best = std::max(best, 10 * 2.0 * n * double(n) * n / (ms * 1e-3) / 1e12);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+  }
+  for (uint16_t* p : {a, b, c}) cudaFree(p);
+  return best;
+}
+
+struct Result {
+  double ms = 0, peak_gib = 0;
+  std::vector<double> losses;
+};
+
+Result run(Communicator& comm, const GptConfig& mc, WeightFormat f, int B, int T, int steps, int warmup) {
+  const size_t before = used_bytes();
+  auto ops = make_engine_ops(Device::Cuda);
+  auto model = make_gpt(Device::Cuda, mc, *ops);
+  model->init_weights(1337);
+  DpOptions o;
+  o.weight_format = f;
+  o.reuse_grad_buf = f == WeightFormat::Mxfp8;
+  o.bucket_size = 40000000;
+  o.lr = 6e-4;
+  o.min_lr = 6e-5;
+  o.warmup_steps = 10;
+  Result r;
+  size_t peak = 0;
+  {
+    DataParallel engine(*model, comm, o, ops.get());
+    std::mt19937 g(7);
+    std::vector<int32_t> in(size_t(B) * T), tgt(in.size());
+    for (size_t i = 0; i < in.size(); ++i) {
+      in[i] = int32_t(g() % mc.vocab);
+      tgt[i] = int32_t(g() % mc.vocab);
+    }
+    const Batch batch{in.data(), tgt.data(), B, T};
+    std::vector<double> times;
+    for (int i = 0; i < warmup + steps; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      r.losses.push_back(engine.train_step({batch}).loss);
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (i >= warmup) times.push_back(dt);
+      peak = std::max(peak, used_bytes());
+    }
+    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
+    peak = std::max(peak, used_bytes());
+    std::sort(times.begin(), times.end());
+    if (!times.empty()) r.ms = times[times.size() / 2] * 1e3;
+  }
+  r.peak_gib = double(peak - before) / double(1ull << 30);
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model = argc > 1 ? argv[1] : "gpt2-124m";
+  const int B = argc > 2 ? std::atoi(argv[2]) : 16, T = argc > 3 ? std::atoi(argv[3]) : 1024;
+  const int steps = argc > 4 ? std::atoi(argv[4]) : 30;
+  std::string formats = argc > 5 ? argv[5] : "bf16,mxfp8,nvfp4";
+  try {
+    auto comm = make_job_communicator(Device::Cuda, {});
+    const GptConfig mc = gpt_config(model);
+    cudaStream_t s;
+    MXDP_CUDA_CHECK(cudaStreamCreate(&s));
+    const double tflops = matmul_tflops(s);
+    // Training FLOPs per token: 6 per parameter (the tied head counted once,
+    // as a GEMM) plus causal attention's 6 * n_layer * T * d_model.
+    const double flops_tok = 6.0 * double(gpt_num_parameters(mc)) + 6.0 * mc.n_layer * T * mc.d_model;
+    std::stringstream fs(formats);
+    std::string name;
+    while (std::getline(fs, name, ',')) {
+      const WeightFormat f = parse_weight_format(name);
+      Result a = run(*comm, mc, f, B, T, steps, 5);
+      Result b = run(*comm, mc, f, B, T, 0, 5);  // the same seed again: the first 5 losses must be the same bits
+      bool same = true;
+      for (size_t i = 0; i < b.losses.size(); ++i) same &= std::memcmp(&a.losses[i], &b.losses[i], sizeof(double)) == 0;
+      const double tok_s = B * T / (a.ms * 1e-3);
+      std::printf("{\"system\": \"mxdp-%s\", \"model\": \"%s\", \"batch\": %d, \"seq\": %d, \"ms_per_step\": %.3f, "
+                  "\"tokens_per_s\": %.0f, \"peak_gib\": %.3f, \"mfu\": %.4f, \"matmul_tflops\": %.1f, "
+                  "\"bitwise_repeatable\": %s, \"loss\": %.4f}\n",
+                  name.c_str(), model.c_str(), B, T, a.ms, tok_s, a.peak_gib, tok_s * flops_tok / (tflops * 1e12),
+                  tflops, same ? "true" : "false", a.losses.back());
+      std::fflush(stdout);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpubench_gpt: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

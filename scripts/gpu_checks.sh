@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Everything that needs a GPU, in one go (the GPU machine has no network: the
+# cuDNN frontend headers travel with the tree, see the README). Logs to $LOGDIR.
+#   bash scripts/gpu_checks.sh [build dir=build]
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+B=${1:-build}
+LOGDIR=${LOGDIR:-/tmp/mxdp-gpu-checks}
+mkdir -p "$LOGDIR"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
+fail=0
+step() {  # name, command...
+  local name=$1; shift
+  if timeout 420 "$@" >"$LOGDIR/$name.log" 2>&1; then echo "PASS $name"; else echo "FAIL $name (rc $?)"; tail -25 "$LOGDIR/$name.log"; fail=1; fi
+}
+step gputest_gpt "$B/tests/gputest_gpt"
+step gputest_engine_ops "$B/tests/gputest_engine_ops"
+step gputest_quant "$B/tests/gputest_quant"
+step mpigputest_engine "$B/tests/mpigputest_engine"
+step mpigputest_comm "$B/tests/mpigputest_comm"
+step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 "$B/tests/gputest_gpt"
+step racecheck compute-sanitizer --tool racecheck --error-exitcode 1 "$B/tests/gputest_gpt" \
+  --gtest_filter='GpuGpt.*:GpuGptKernels.Layer*:GpuGptKernels.Bias*:GpuGptKernels.Encoder*:GpuGptKernels.Classifier*'
+step gpu_vs_cpu bash scripts/check_gpu_vs_cpu.sh "$B"
+step torch_trajectory python3 tests/gpu_torch_trajectory.py "$B"
+step train_124m "$B/mxdp" train --device cuda --model gpt2-124m --batch-size 16 --seq-len 1024 --steps 60 \
+  --eval-every 30 --eval-batches 4 --sample-tokens 0 --progress lines --log-every 10 --save-dir "$LOGDIR/ckpt"
+step sample_cuda "$B/mxdp" sample --device cuda --load "$LOGDIR/ckpt" --tokens 80
+exit $fail

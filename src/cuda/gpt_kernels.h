@@ -1,0 +1,66 @@
+// The GPU GPT's own kernels (everything that is not a GEMM or attention), each
+// the device twin of a CPU loop in gpt.cpp (gpt_cpu.h), which is its reference
+// in tests/gputest_gpt.cu. bf16 activations (uint16_t bits), fp32 arithmetic,
+// fp32 parameter gradients that ACCUMULATE (+=) into the engine's grad buffer.
+//
+// Determinism: no floating-point atomics anywhere. Every sum runs in a fixed
+// order: a row's statistics in a fixed warp/block tree, parameter gradients as
+// per-chunk partial sums over fixed row ranges, added in chunk order by a
+// second kernel (colsum_finish).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace mxdp::cuda {
+
+// Rows per chunk of the two-pass column sums (bias and LayerNorm gradients).
+constexpr int kColsumRows = 256;
+// Floats of scratch the column sums of an [M, N] matrix need (two sums per column).
+inline int64_t colsum_scratch_floats(int64_t M, int64_t N) { return 2 * ((M + kColsumRows - 1) / kColsumRows) * N; }
+
+// x[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]   (x, wte, wpe bf16; sum in fp32, one rounding)
+void encoder_forward(uint16_t* x, const int32_t* tokens, const uint16_t* wte, const uint16_t* wpe, int B, int T, int C,
+                     cudaStream_t s);
+// dwpe[t,:] += sum over b (in order) of dx[b,t,:].
+// dwte[tok,:] += sum of dx over the positions holding tok, in position order:
+// `order` lists the B*T positions sorted by (token, position), and segment i
+// covers order[seg_start[i] .. seg_start[i+1]) of token seg_token[i] (n_seg
+// segments; see encoder_segments in gpt_cuda.cu, built on the host).
+void encoder_backward(float* dwte, float* dwpe, const uint16_t* dx, const int32_t* order, const int32_t* seg_start,
+                      const int32_t* seg_token, int n_seg, int B, int T, int C, cudaStream_t s);
+
+// out = LayerNorm(inp) * w + b (eps 1e-5); mean, rstd [M] kept for backward.
+void layernorm_forward(uint16_t* out, float* mean, float* rstd, const uint16_t* inp, const uint16_t* w,
+                       const uint16_t* b, int M, int C, cudaStream_t s);
+// res = bf16(a + b) (the residual add), then out = LayerNorm(res) as above.
+void residual_layernorm_forward(uint16_t* res, uint16_t* out, float* mean, float* rstd, const uint16_t* a,
+                                const uint16_t* b, const uint16_t* w, const uint16_t* bias, int M, int C,
+                                cudaStream_t s);
+// dinp (+)= d LayerNorm / d inp (accumulate: bf16(dinp + contribution), or
+// overwrite); dw, db += (two-pass column sums, `scratch` of
+// colsum_scratch_floats(M, C) floats).
+void layernorm_backward(uint16_t* dinp, bool accumulate, float* dw, float* db, float* scratch, const uint16_t* dout,
+                        const uint16_t* inp, const uint16_t* w, const float* mean, const float* rstd, int M, int C,
+                        cudaStream_t s);
+// y = bf16(a + b), n elements.
+void residual_add(uint16_t* y, const uint16_t* a, const uint16_t* b, int64_t n, cudaStream_t s);
+// dbias[n] += sum over m (fixed chunks) of dout[m, n]; scratch as above.
+void bias_backward(float* dbias, float* scratch, const uint16_t* dout, int M, int N, cudaStream_t s);
+
+// Cross-entropy over the first V of Vp logits per row (bf16 [M, Vp]).
+// losses[m] = logsumexp(z) - z[target]. With write_grad, the logits are
+// overwritten IN PLACE by dlogits = (softmax - onehot(target)) * grad_scale on
+// [0, V) and 0 on the padding [V, Vp).
+void classifier(uint16_t* logits, float* losses, const int32_t* targets, int M, int V, int Vp, float grad_scale,
+                bool write_grad, cudaStream_t s);
+// *out = sum of x[0..n) in double, in a fixed tree (one block).
+void sum_to_double(const float* x, int n, double* out, cudaStream_t s);
+
+// y = bf16(x) (round to nearest even), n elements.
+void f32_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t s);
+// y = float(x), n elements.
+void bf16_to_f32(const uint16_t* x, float* y, int64_t n, cudaStream_t s);
+
+}  // namespace mxdp::cuda

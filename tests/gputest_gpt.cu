@@ -1,0 +1,458 @@
+// The GPU GPT (cuda/gpt_cuda.h) and its kernels against the CPU GPT (gpt.h,
+// gpt_cpu.h), which computes the same model in fp32.
+//
+// Inputs are rounded to bf16 first, so both sides see the same values and the
+// differences come from the GPU's bf16 outputs and its summation orders only.
+// Tolerances, as relative error of the whole tensor (||gpu - cpu|| / ||cpu||):
+//   - one bf16 rounding of an output: 2^-9 = 0.2% per element; we allow 1%;
+//   - fp32 sums of the same bf16 inputs in another order: ~1e-6; we allow 1e-4;
+//   - a whole forward/backward of a small GPT in bf16 (every activation rounded,
+//     errors compounding over ~20 roundings): logits 2%, gradients 5%, loss 0.5%.
+// A wrong index, a missing term or a race is far beyond these.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cuda/attention.h"
+#include "cuda/gemm.h"
+#include "cuda/gpt_cuda.h"
+#include "cuda/gpt_kernels.h"
+#include "cuda_check.h"
+#include "formats.h"
+#include "gpt.h"
+#include "gpt_cpu.h"
+#include "gpu_test_util.h"
+
+using namespace mxdp;
+
+namespace {
+
+
+float bfr(float x) { return codec::bf16_to_f32(codec::bf16_from_f32(x)); }
+
+std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.f) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = bfr(scale * d(g));
+  return v;
+}
+
+double rel_err(const std::vector<float>& a, const std::vector<float>& ref) {
+  EXPECT_EQ(a.size(), ref.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    num += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
+    den += double(ref[i]) * ref[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// Device arrays: bf16 (uint16_t) from floats, fp32, and back.
+template <class T>
+struct Dev {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit Dev(size_t count) : n(count) {
+    MXDP_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
+    MXDP_CUDA_CHECK(cudaMemset(p, 0xFF, std::max<size_t>(n, 1) * sizeof(T)));  // poison: NaN for floats
+  }
+  ~Dev() { cudaFree(p); }
+  Dev(const Dev&) = delete;
+};
+struct Bf16 : Dev<uint16_t> {
+  explicit Bf16(const std::vector<float>& v) : Dev<uint16_t>(v.size()) {
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = codec::bf16_from_f32(v[i]);
+    MXDP_CUDA_CHECK(cudaMemcpy(p, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+  }
+  explicit Bf16(size_t count) : Dev<uint16_t>(count) {}
+  std::vector<float> get() const {
+    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint16_t> h(n);
+    MXDP_CUDA_CHECK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
+    std::vector<float> f(n);
+    for (size_t i = 0; i < n; ++i) f[i] = codec::bf16_to_f32(h[i]);
+    return f;
+  }
+};
+struct F32 : Dev<float> {
+  explicit F32(const std::vector<float>& v) : Dev<float>(v.size()) {
+    MXDP_CUDA_CHECK(cudaMemcpy(p, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+  }
+  explicit F32(size_t count) : Dev<float>(count) {}
+  std::vector<float> get() const {
+    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<float> h(n);
+    MXDP_CUDA_CHECK(cudaMemcpy(h.data(), p, n * 4, cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
+
+struct Stream {
+  cudaStream_t s = nullptr;
+  Stream() { MXDP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~Stream() {
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+  }
+};
+
+struct Shape {
+  int B, T, C, NH;
+};
+const Shape kShapes[] = {{3, 37, 64, 4}, {1, 37, 1600, 25}, {2, 64, 128, 2}};
+
+// ---------------------------------------------------------------- kernels
+
+TEST(GpuGptKernels, LayerNormForwardAndBackwardMatchCpu) {
+  REQUIRE_GPU();
+  Stream st;
+  for (const Shape& sh : kShapes) {
+    const int M = sh.B * sh.T, C = sh.C;
+    auto x = randn(size_t(M) * C, 1, 2.f), w = randn(C, 2), b = randn(C, 3), d = randn(size_t(M) * C, 4);
+    std::vector<float> out(x.size()), mean(M), rstd(M), dx(x.size(), 0.f), dw(C, 0.f), db(C, 0.f);
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), M, C);
+    cpu::layernorm_backward(dx.data(), dw.data(), db.data(), d.data(), x.data(), w.data(), mean.data(), rstd.data(), M, C);
+    Bf16 gx(x), gw(w), gb(b), gd(d), gout(x.size()), gdx(x.size());
+    F32 gmean(M), grstd(M), gdw(std::vector<float>(C, 0.f)), gdb(std::vector<float>(C, 0.f));
+    F32 scratch(size_t(cuda::colsum_scratch_floats(M, C)));
+    cuda::layernorm_forward(gout.p, gmean.p, grstd.p, gx.p, gw.p, gb.p, M, C, st.s);
+    cuda::layernorm_backward(gdx.p, false, gdw.p, gdb.p, scratch.p, gd.p, gx.p, gw.p, gmean.p, grstd.p, M, C, st.s);
+    EXPECT_LT(rel_err(gout.get(), out), 1e-2) << "C=" << C;
+    EXPECT_LT(rel_err(gmean.get(), mean), 1e-5) << "C=" << C;
+    EXPECT_LT(rel_err(grstd.get(), rstd), 1e-5) << "C=" << C;
+    EXPECT_LT(rel_err(gdx.get(), dx), 1e-2) << "C=" << C;
+    EXPECT_LT(rel_err(gdw.get(), dw), 1e-4) << "C=" << C;
+    EXPECT_LT(rel_err(gdb.get(), db), 1e-4) << "C=" << C;
+    // Accumulating backward adds onto what is there (the residual stream's gradient).
+    cuda::layernorm_backward(gdx.p, true, gdw.p, gdb.p, scratch.p, gd.p, gx.p, gw.p, gmean.p, grstd.p, M, C, st.s);
+    std::vector<float> dx2 = dx, dw2 = dw, db2 = db;
+    cpu::layernorm_backward(dx2.data(), dw2.data(), db2.data(), d.data(), x.data(), w.data(), mean.data(), rstd.data(), M, C);
+    EXPECT_LT(rel_err(gdx.get(), dx2), 1e-2) << "C=" << C;
+    EXPECT_LT(rel_err(gdw.get(), dw2), 1e-4) << "C=" << C;
+  }
+}
+
+TEST(GpuGptKernels, GemmsWithEpiloguesMatchCpu) {
+  REQUIRE_GPU();
+  Stream st;
+  cuda::Gemm gemm(st.s);
+  for (const Shape& sh : kShapes) {
+    const int M = sh.B * sh.T, K = sh.C, N = 4 * sh.C;
+    auto x = randn(size_t(M) * K, 5), W = randn(size_t(N) * K, 6, 0.05f), bias = randn(N, 7, 0.1f);
+    auto dout = randn(size_t(M) * N, 8);
+    std::vector<float> wt, pre(size_t(M) * N), h(pre.size()), th(pre.size());
+    cpu::matmul_forward(pre.data(), x.data(), W.data(), bias.data(), M, N, K, wt);
+    cpu::gelu_forward(h.data(), th.data(), pre.data(), int64_t(pre.size()));
+    Bf16 gx(x), gW(W), gbias(bias), gpre(pre.size()), gh(pre.size()), gplain(pre.size());
+    gemm.forward(gh.p, gx.p, gW.p, gbias.p, M, N, K, gpre.p);
+    gemm.forward(gplain.p, gx.p, gW.p, gbias.p, M, N, K);
+    EXPECT_LT(rel_err(gpre.get(), pre), 1e-2) << "K=" << K;
+    EXPECT_LT(rel_err(gplain.get(), pre), 1e-2) << "K=" << K;
+    EXPECT_LT(rel_err(gh.get(), h), 1e-2) << "gelu K=" << K;
+    // Backward through W, and through the GELU (dGELU epilogue) with the bf16 pre-activation.
+    std::vector<float> pre_b = gpre.get(), th_b(pre.size()), h_b(pre.size());
+    cpu::gelu_forward(h_b.data(), th_b.data(), pre_b.data(), int64_t(pre.size()));
+    auto dy = randn(size_t(M) * K, 9);  // gradient of a layer whose input is h
+    Bf16 gdy(dy), gWt(W), gdh(pre.size());
+    // A second layer W2 = {K, N} maps h [M,N] -> [M,K]: dh = dy @ W2, then through the GELU.
+    auto W2 = randn(size_t(K) * N, 10, 0.05f);
+    Bf16 gW2(W2);
+    gemm.backward_data(gdh.p, gdy.p, gW2.p, M, K, N, gpre.p);
+    std::vector<float> dh(pre.size()), dpre(pre.size()), dW2(W2.size(), 0.f);
+    cpu::matmul_backward(dh.data(), dW2.data(), nullptr, dy.data(), h_b.data(), W2.data(), M, K, N);
+    cpu::gelu_backward(dpre.data(), pre_b.data(), th_b.data(), dh.data(), int64_t(pre.size()));
+    EXPECT_LT(rel_err(gdh.get(), dpre), 2e-2) << "dgelu K=" << K;
+    // Weight gradient accumulates into fp32.
+    std::vector<float> dW(size_t(N) * K, 0.5f), dinp(size_t(M) * K);
+    cpu::matmul_backward(dinp.data(), dW.data(), nullptr, dout.data(), x.data(), W.data(), M, N, K);
+    F32 gdW(std::vector<float>(size_t(N) * K, 0.5f));
+    Bf16 gdout(dout), gdinp(size_t(M) * K);
+    gemm.backward_weight(gdW.p, gdout.p, gx.p, M, N, K);
+    gemm.backward_data(gdinp.p, gdout.p, gW.p, M, N, K);
+    EXPECT_LT(rel_err(gdW.get(), dW), 1e-4) << "K=" << K;
+    EXPECT_LT(rel_err(gdinp.get(), dinp), 1e-2) << "K=" << K;
+  }
+}
+
+TEST(GpuGptKernels, CudnnAttentionMatchesCpu) {
+  REQUIRE_GPU();
+  Stream st;
+  cuda::Attention att(st.s);
+  for (const Shape& sh : kShapes) {
+    const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH;
+    auto qkv = randn(size_t(B) * T * 3 * C, 11), dout = randn(size_t(B) * T * C, 12);
+    std::vector<float> out(size_t(B) * T * C), a(size_t(B) * NH * T * T), dqkv(qkv.size());
+    cpu::attention_forward(out.data(), a.data(), qkv.data(), B, T, C, NH);
+    cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), a.data(), B, T, C, NH);
+    Bf16 gq(qkv), gout(out.size()), gd(dout), gdq(qkv.size());
+    F32 stats(size_t(B) * NH * T);
+    att.forward(gout.p, stats.p, gq.p, B, T, NH, C / NH);
+    att.backward(gdq.p, gd.p, gq.p, gout.p, stats.p, B, T, NH, C / NH);
+    EXPECT_LT(rel_err(gout.get(), out), 1e-2) << "B=" << B << " T=" << T << " C=" << C;
+    EXPECT_LT(rel_err(gdq.get(), dqkv), 3e-2) << "B=" << B << " T=" << T << " C=" << C;
+    // Deterministic backward: the same bits again.
+    auto first = gdq.get();
+    att.backward(gdq.p, gd.p, gq.p, gout.p, stats.p, B, T, NH, C / NH);
+    auto second = gdq.get();
+    EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * 4), 0) << "attention backward not repeatable";
+  }
+}
+
+TEST(GpuGptKernels, BiasGradientMatchesCpu) {
+  REQUIRE_GPU();
+  Stream st;
+  for (int M : {1, 37, 300, 1000})
+    for (int N : {64, 200, 4800}) {
+      auto d = randn(size_t(M) * N, 13);
+      std::vector<float> db(N, 0.25f);
+      cpu::colsum_accumulate(db.data(), d.data(), M, N);
+      Bf16 gd(d);
+      F32 gdb(std::vector<float>(N, 0.25f)), scratch(size_t(cuda::colsum_scratch_floats(M, N)));
+      cuda::bias_backward(gdb.p, scratch.p, gd.p, M, N, st.s);
+      EXPECT_LT(rel_err(gdb.get(), db), 1e-5) << M << "x" << N;
+    }
+}
+
+TEST(GpuGptKernels, EncoderForwardExactAndBackwardBitwise) {
+  REQUIRE_GPU();
+  Stream st;
+  // The CPU loops of Gpt::run_forward / Gpt::backward, written out (they are
+  // inline there): the same summation order, so the results are bitwise equal.
+  const int B = 3, T = 37, C = 64, V = 50;
+  std::vector<int32_t> tok(size_t(B) * T);
+  std::mt19937 g(14);
+  for (auto& t : tok) t = int32_t(g() % 7);  // many repeats: the deterministic path matters
+  auto wte = randn(size_t(V) * C, 15), wpe = randn(size_t(T) * C, 16), dx = randn(size_t(B) * T * C, 17);
+  std::vector<float> x(size_t(B) * T * C), dwte(size_t(V) * C, 0.f), dwpe(size_t(T) * C, 0.f);
+  for (int m = 0; m < B * T; ++m)
+    for (int c = 0; c < C; ++c) x[size_t(m) * C + c] = bfr(wte[size_t(tok[m]) * C + c] + wpe[size_t(m % T) * C + c]);
+  for (int t = 0; t < T; ++t)
+    for (int c = 0; c < C; ++c) {
+      float s = 0.f;
+      for (int b = 0; b < B; ++b) s += dx[(size_t(b) * T + t) * C + c];
+      dwpe[size_t(t) * C + c] += s;
+    }
+  for (int v = 0; v < V; ++v)
+    for (int c = 0; c < C; ++c) {
+      float s = 0.f;
+      for (int m = 0; m < B * T; ++m)
+        if (tok[m] == v) s += dx[size_t(m) * C + c];
+      dwte[size_t(v) * C + c] += s;
+    }
+  // Segments as the model builds them: positions sorted by (token, position).
+  std::vector<int32_t> order, seg_start, seg_token;
+  for (int v = 0; v < V; ++v) {
+    bool any = false;
+    for (int m = 0; m < B * T; ++m)
+      if (tok[m] == v) {
+        if (!any) {
+          seg_start.push_back(int32_t(order.size()));
+          seg_token.push_back(v);
+          any = true;
+        }
+        order.push_back(m);
+      }
+  }
+  seg_start.push_back(int32_t(order.size()));
+  Dev<int32_t> gtok(tok.size()), gorder(order.size()), gstart(seg_start.size()), gsegtok(seg_token.size());
+  MXDP_CUDA_CHECK(cudaMemcpy(gtok.p, tok.data(), tok.size() * 4, cudaMemcpyHostToDevice));
+  MXDP_CUDA_CHECK(cudaMemcpy(gorder.p, order.data(), order.size() * 4, cudaMemcpyHostToDevice));
+  MXDP_CUDA_CHECK(cudaMemcpy(gstart.p, seg_start.data(), seg_start.size() * 4, cudaMemcpyHostToDevice));
+  MXDP_CUDA_CHECK(cudaMemcpy(gsegtok.p, seg_token.data(), seg_token.size() * 4, cudaMemcpyHostToDevice));
+  Bf16 gwte(wte), gwpe(wpe), gx(x.size()), gdx(dx);
+  F32 gdwte(std::vector<float>(dwte.size(), 0.f)), gdwpe(std::vector<float>(dwpe.size(), 0.f));
+  cuda::encoder_forward(gx.p, gtok.p, gwte.p, gwpe.p, B, T, C, st.s);
+  cuda::encoder_backward(gdwte.p, gdwpe.p, gdx.p, gorder.p, gstart.p, gsegtok.p, int(seg_token.size()), B, T, C, st.s);
+  auto ox = gx.get(), owte = gdwte.get(), owpe = gdwpe.get();
+  EXPECT_EQ(std::memcmp(ox.data(), x.data(), x.size() * 4), 0) << "encoder forward";
+  EXPECT_EQ(std::memcmp(owte.data(), dwte.data(), dwte.size() * 4), 0) << "dwte";
+  EXPECT_EQ(std::memcmp(owpe.data(), dwpe.data(), dwpe.size() * 4), 0) << "dwpe";
+}
+
+TEST(GpuGptKernels, ClassifierLossAndGradientMatchDoubleReference) {
+  REQUIRE_GPU();
+  Stream st;
+  for (int V : {256, 1000}) {
+    const int Vp = V + 24, M = 37;
+    auto z = randn(size_t(M) * Vp, 18, 3.f);
+    std::vector<int32_t> tgt(M);
+    for (int m = 0; m < M; ++m) tgt[m] = (m * 7919) % V;
+    std::vector<float> loss(M), dz(z.size());
+    for (int m = 0; m < M; ++m) {
+      double mx = -1e30, s = 0;
+      for (int v = 0; v < V; ++v) mx = std::max(mx, double(z[size_t(m) * Vp + v]));
+      for (int v = 0; v < V; ++v) s += std::exp(z[size_t(m) * Vp + v] - mx);
+      const double lse = mx + std::log(s);
+      loss[m] = float(lse - z[size_t(m) * Vp + tgt[m]]);
+      for (int v = 0; v < Vp; ++v)
+        dz[size_t(m) * Vp + v] = v < V ? float((std::exp(z[size_t(m) * Vp + v] - lse) - (v == tgt[m])) / M) : 0.f;
+    }
+    Bf16 gz(z);
+    F32 gloss(M);
+    Dev<int32_t> gt(M);
+    MXDP_CUDA_CHECK(cudaMemcpy(gt.p, tgt.data(), M * 4, cudaMemcpyHostToDevice));
+    cuda::classifier(gz.p, gloss.p, gt.p, M, V, Vp, 1.f / M, true, st.s);
+    EXPECT_LT(rel_err(gloss.get(), loss), 1e-5) << "V=" << V;
+    auto g = gz.get();
+    EXPECT_LT(rel_err(g, dz), 1e-2) << "V=" << V;
+    for (int m = 0; m < M; ++m)
+      for (int v = V; v < Vp; ++v) ASSERT_EQ(g[size_t(m) * Vp + v], 0.f) << "padding gradient";
+  }
+}
+
+// ---------------------------------------------------------------- the model
+
+// Gradient buffers in device memory, zeroed; records the hook order.
+struct DevHooks final : ModelHooks {
+  std::vector<float*> g;
+  std::vector<int64_t> n;
+  std::vector<int> fwd, bwd;
+  explicit DevHooks(const std::vector<ParamSpec>& ps) {
+    for (const auto& p : ps) {
+      float* d = nullptr;
+      MXDP_CUDA_CHECK(cudaMalloc(&d, p.numel() * 4));
+      MXDP_CUDA_CHECK(cudaMemset(d, 0, p.numel() * 4));
+      g.push_back(d);
+      n.push_back(p.numel());
+    }
+  }
+  ~DevHooks() override {
+    for (float* d : g) cudaFree(d);
+  }
+  void before_layer(int l) override { fwd.push_back(l); }
+  float* grad(int p) override { return g[p]; }
+  void after_layer_backward(int l) override { bwd.push_back(l); }
+  std::vector<float> get(int p) const {
+    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<float> h(n[p]);
+    MXDP_CUDA_CHECK(cudaMemcpy(h.data(), g[p], h.size() * 4, cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
+struct HostHooks final : ModelHooks {
+  std::vector<std::vector<float>> g;
+  explicit HostHooks(const std::vector<ParamSpec>& ps) {
+    for (const auto& p : ps) g.emplace_back(p.numel(), 0.f);
+  }
+  void before_layer(int) override {}
+  float* grad(int p) override { return g[p].data(); }
+  void after_layer_backward(int) override {}
+};
+
+struct Pair {
+  GptConfig cfg;
+  Stream st;
+  Gpt cpu;
+  std::unique_ptr<GptModel> gpu;
+  explicit Pair(const GptConfig& c) : cfg(c), cpu(c), gpu(cuda::make_gpt(c, st.s)) {
+    // The same weights on both: the init, rounded to bf16 (what the GPU holds).
+    cpu.init_weights(7);
+    for (int p = 0; p < int(cpu.params().size()); ++p) {
+      float* w = cpu.weights(p);
+      for (int64_t i = 0; i < cpu.params()[p].numel(); ++i) w[i] = bfr(w[i]);
+      gpu->set_weights(p, w);
+    }
+  }
+};
+
+void make_tokens(const GptConfig& c, int B, int T, uint64_t seed, std::vector<int32_t>& in, std::vector<int32_t>& tgt) {
+  std::mt19937_64 g(seed);
+  in.resize(size_t(B) * T);
+  tgt.resize(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    in[i] = int32_t(g() % c.vocab);
+    tgt[i] = int32_t(g() % c.vocab);
+  }
+}
+
+TEST(GpuGpt, LossLogitsAndEveryGradientMatchCpuGpt) {
+  REQUIRE_GPU();
+  const GptConfig small{.vocab = 250, .padded_vocab = 256, .max_seq = 64, .n_layer = 2, .n_head = 4, .d_model = 64};
+  const GptConfig wide{.vocab = 256, .padded_vocab = 256, .max_seq = 40, .n_layer = 1, .n_head = 25, .d_model = 1600};
+  for (const GptConfig& cfg : {small, wide})
+    for (int B : {1, 3}) {
+      const int T = 37;
+      Pair m(cfg);
+      std::vector<int32_t> in, tgt;
+      make_tokens(cfg, B, T, 100 + B, in, tgt);
+      const Batch batch{in.data(), tgt.data(), B, T};
+      // Logits (inference path).
+      NullHooks nh;
+      m.cpu.forward_logits(in.data(), B, T, nh);
+      m.gpu->forward_logits(in.data(), B, T, nh);
+      for (int b = 0; b < B; ++b)
+        EXPECT_LT(rel_err(m.gpu->logits_last(b), m.cpu.logits_last(b)), 2e-2) << "logits C=" << cfg.d_model << " b=" << b;
+      HostHooks hc(m.cpu.params());
+      DevHooks hg(m.cpu.params());
+      const float lc = m.cpu.forward(batch, hc), lg = m.gpu->forward(batch, hg);
+      EXPECT_NEAR(lg, lc, 5e-3 * lc) << "loss C=" << cfg.d_model << " B=" << B;
+      m.cpu.backward(hc);
+      m.gpu->backward(hg);
+      for (int p = 0; p < int(m.cpu.params().size()); ++p) {
+        const auto& name = m.cpu.params()[p].name;
+        double e = rel_err(hg.get(p), hc.g[p]);
+        EXPECT_LT(e, 5e-2) << name << " C=" << cfg.d_model << " B=" << B;
+      }
+      // Hook order: forward layers in increasing order, backward in decreasing.
+      std::vector<int> up, down;
+      for (int l = 0; l < m.gpu->num_layers(); ++l) up.push_back(l);
+      for (int l = m.gpu->num_layers() - 1; l >= 0; --l) down.push_back(l);
+      EXPECT_EQ(hg.fwd, up);
+      EXPECT_EQ(hg.bwd, down);
+    }
+}
+
+TEST(GpuGpt, RunToRunBitwise) {
+  REQUIRE_GPU();
+  const GptConfig cfg{.vocab = 250, .padded_vocab = 256, .max_seq = 64, .n_layer = 2, .n_head = 4, .d_model = 64};
+  std::vector<float> loss;
+  std::vector<std::vector<float>> grads[2];
+  for (int run = 0; run < 2; ++run) {
+    Pair m(cfg);
+    std::vector<int32_t> in, tgt;
+    make_tokens(cfg, 4, 50, 5, in, tgt);
+    DevHooks h(m.cpu.params());
+    loss.push_back(m.gpu->forward({in.data(), tgt.data(), 4, 50}, h));
+    m.gpu->backward(h);
+    for (int p = 0; p < int(m.cpu.params().size()); ++p) grads[run].push_back(h.get(p));
+  }
+  EXPECT_EQ(std::memcmp(&loss[0], &loss[1], sizeof(float)), 0);
+  for (size_t p = 0; p < grads[0].size(); ++p)
+    EXPECT_EQ(std::memcmp(grads[0][p].data(), grads[1][p].data(), grads[0][p].size() * 4), 0) << "param " << p;
+}
+
+TEST(GpuGpt, InitIsTheCpuInitRoundedToBf16) {
+  REQUIRE_GPU();
+  const GptConfig cfg{.vocab = 250, .padded_vocab = 256, .max_seq = 64, .n_layer = 2, .n_head = 4, .d_model = 64};
+  Stream st;
+  Gpt cpu(cfg);
+  cpu.init_weights(99);
+  auto gpu = cuda::make_gpt(cfg, st.s);
+  gpu->init_weights(99);
+  for (int p = 0; p < int(cpu.params().size()); ++p) {
+    const int64_t n = cpu.params()[p].numel();
+    std::vector<float> init(n);
+    MXDP_CUDA_CHECK(cudaMemcpy(init.data(), gpu->initial_weights(p), n * 4, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(std::memcmp(init.data(), cpu.weights(p), n * 4), 0) << "fp32 initial values of param " << p;
+    std::vector<uint16_t> w(n);
+    MXDP_CUDA_CHECK(cudaMemcpy(w.data(), gpu->compute_weights(p), n * 2, cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(w[i], codec::bf16_from_f32(cpu.weights(p)[i])) << "param " << p << " at " << i;
+  }
+  // set_weights before the engine takes the initial values sets them too (--init-from).
+  std::vector<float> mine(size_t(cpu.params()[2].numel()), 0.375f);
+  gpu->set_weights(2, mine.data());
+  std::vector<float> back(mine.size());
+  MXDP_CUDA_CHECK(cudaMemcpy(back.data(), gpu->initial_weights(2), back.size() * 4, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(back, mine) << "set_weights did not reach the initial values";
+  gpu->release_initial_weights();
+  EXPECT_THROW(gpu->initial_weights(0), Error);
+  EXPECT_THROW(gpu->weights(0), Error);
+}
+
+}  // namespace

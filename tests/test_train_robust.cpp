@@ -1,0 +1,311 @@
+// `mxdp train` as a careless user and as an adversary would run it (issue 12):
+// a full disk under --metrics, a data file beside another of the same stem or
+// changed in place, a resumed run with another --steps or schedule, nothing to
+// train, a diverging run, stale temporaries of interrupted saves and
+// --keep-last, --backend self under mpirun, `mxdp plan`'s bucket size. Every
+// run is one short job on a tiny GPT; the expectations are computed here from
+// the options, never read back from the code under test.
+#include <gtest/gtest.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "data.h"
+#include "tmpdir_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace mt = mxdp::testing;
+using nlohmann::json;
+
+#ifndef MXDP_MPIEXEC
+#define MXDP_MPIEXEC ""
+#endif
+
+std::string q(const std::string& s) { return "'" + s + "'"; }
+
+// A tiny model and short runs: each job takes well under a second of compute.
+const char* kTiny =
+    "--model tiny --n-layer 1 --d-model 32 --seq-len 16 --batch-size 2 --eval-batches 1 --sample-tokens 0 "
+    "--threads 1 --progress lines --log-every 1";
+
+class TrainRobust : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string text;
+    for (int i = 0; i < 300; ++i) text += "In the beginning God created the heaven and the earth. " + std::to_string(i) + "\n";
+    mt::write_file(d / "corpus.txt", text);
+    mxdp::prepare(d / "corpus.txt", d / "data", 0.1, nullptr);
+    common = std::string(kTiny) + " --data " + q(d / "data");
+  }
+  mt::RunResult train(const std::string& args, const std::string& log) {
+    return mt::run_mxdp("train " + common + " " + args, d / log);
+  }
+  mt::TempDir d;
+  std::string common;
+};
+
+struct Metric {
+  std::string kind;
+  int64_t step = 0;
+  double lr = 0;
+  json line;
+};
+std::vector<Metric> metrics(const std::string& path) {
+  std::vector<Metric> out;
+  std::istringstream in(mt::read_file(path));
+  std::string s;
+  while (std::getline(in, s)) {
+    json j = json::parse(s);
+    Metric m;
+    m.kind = j.at("kind");
+    m.step = j.value("step", int64_t(-1));
+    if (m.kind == "train") m.lr = j.at("lr");
+    m.line = j;
+    out.push_back(m);
+  }
+  return out;
+}
+
+std::string latest_of(const std::string& save_dir) {
+  std::ifstream f(save_dir + "/latest");
+  std::string name;
+  std::getline(f, name);
+  return name;
+}
+
+std::vector<std::string> entries(const std::string& dir) {
+  std::vector<std::string> v;
+  for (auto& e : fs::directory_iterator(dir)) v.push_back(e.path().filename().string());
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+}  // namespace
+
+// Point 1: a metrics file that cannot be written stops the run with the path
+// and the reason, and a non-zero exit (/dev/full fails every write with ENOSPC).
+TEST_F(TrainRobust, MetricsWriteFailureStopsTheRun) {
+  auto r = train("--steps 3 --eval-every 0 --metrics /dev/full", "full.log");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(mt::contains(r.output, "/dev/full")) << r.output;
+  EXPECT_TRUE(mt::contains(r.output, "No space left on device")) << r.output;
+  EXPECT_FALSE(mt::contains(r.output, "done:")) << "the run must not report success\n" << r.output;
+}
+
+// Point 2: a text file is prepared into a directory keyed by what it was made
+// from; another file of the same stem, or the same file changed in place (even
+// with an older modification time), is prepared again, never mistaken.
+TEST_F(TrainRobust, PreparedDataIsKeyedBySource) {
+  auto data_dir = [](const std::string& out) {
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(out, m, std::regex("data += (\\S+) \\(train (\\d+) tokens"))) << out;
+    return m.size() > 1 ? m[1].str() : std::string();
+  };
+  auto train_tokens_are = [](const std::string& dir, const std::string& text) {
+    mxdp::TokenDataset ds((fs::path(dir) / "train.bin").string());
+    const size_t n_train = text.size() - size_t(std::floor(0.1 * double(text.size())));
+    if (ds.size() != n_train) return false;
+    for (size_t i = 0; i < n_train; ++i)
+      if (ds.tokens()[i] != uint16_t(static_cast<unsigned char>(text[i]))) return false;
+    return true;
+  };
+  std::string a, b;
+  for (int i = 0; i < 200; ++i) a += "alpha text, line " + std::to_string(i) + "\n";
+  for (int i = 0; i < 150; ++i) b += "BETA: another corpus " + std::to_string(i * 7) + "\n";
+  mt::write_file(d / "other.txt", a);
+  mt::write_file(d / "other.md", b);
+  const std::string run = std::string(kTiny) + " --steps 1 --eval-every 0 --data ";
+  auto ra = mt::run_mxdp("train " + run + q(d / "other.txt"), d / "a.log");
+  ASSERT_EQ(ra.exit_code, 0) << ra.output;
+  const std::string dir_a = data_dir(ra.output);
+  EXPECT_TRUE(train_tokens_are(dir_a, a)) << dir_a;
+  auto rb = mt::run_mxdp("train " + run + q(d / "other.md"), d / "b.log");
+  ASSERT_EQ(rb.exit_code, 0) << rb.output;
+  const std::string dir_b = data_dir(rb.output);
+  EXPECT_TRUE(train_tokens_are(dir_b, b)) << "other.md trained on another file's tokens: " << dir_b;
+  EXPECT_TRUE(train_tokens_are(dir_a, a)) << "preparing other.md overwrote other.txt's shards";
+  // other.txt rewritten in place: same size, other bytes, an old modification time.
+  std::string a2 = a;
+  for (char& c : a2)
+    if (c == 'a') c = 'A';
+  ASSERT_EQ(a2.size(), a.size());
+  mt::write_file(d / "other.txt", a2);
+  const struct timeval old[2] = {{1000000000, 0}, {1000000000, 0}};
+  ASSERT_EQ(::utimes((d / "other.txt").c_str(), old), 0);
+  auto rc = mt::run_mxdp("train " + run + q(d / "other.txt"), d / "c.log");
+  ASSERT_EQ(rc.exit_code, 0) << rc.output;
+  EXPECT_TRUE(train_tokens_are(data_dir(rc.output), a2)) << "a changed file was not prepared again\n" << rc.output;
+  // Unchanged: not prepared again.
+  auto rd = mt::run_mxdp("train " + run + q(d / "other.txt"), d / "d.log");
+  ASSERT_EQ(rd.exit_code, 0) << rd.output;
+  EXPECT_FALSE(mt::contains(rd.output, "preparing")) << rd.output;
+}
+
+// Point 3: the checkpoint carries the schedule. A resumed run with a longer
+// --steps continues the checkpoint's schedule (here: past its decay end, at
+// min_lr) and says so; a schedule option that contradicts the checkpoint is
+// refused unless --override-schedule, which then applies it and says so.
+TEST_F(TrainRobust, ResumeContinuesTheCheckpointSchedule) {
+  const double lr = 3e-3, min_lr = 3e-4;
+  const std::string sched = " --lr 3e-3 --min-lr 3e-4 --warmup-steps 1 --eval-every 0";
+  auto first = train("--steps 4 --save-dir " + q(d / "ck") + sched + " --metrics " + q(d / "m1.jsonl"), "first.log");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+
+  auto longer = train("--steps 7 --load " + q(d / "ck") + sched + " --metrics " + q(d / "m2.jsonl"), "longer.log");
+  ASSERT_EQ(longer.exit_code, 0) << longer.output;
+  EXPECT_TRUE(std::regex_search(longer.output, std::regex("schedule += .*checkpoint"))) << longer.output;
+  int seen = 0;
+  for (const Metric& m : metrics(d / "m2.jsonl")) {
+    if (m.kind == "config") {
+      ASSERT_TRUE(m.line.contains("schedule")) << m.line.dump();
+      EXPECT_EQ(m.line["schedule"].value("source", ""), "checkpoint") << m.line.dump();
+      EXPECT_EQ(m.line["schedule"].value("lr_decay_steps", -1), 4) << m.line.dump();
+    }
+    if (m.kind != "train") continue;
+    ++seen;
+    EXPECT_EQ(m.lr, min_lr) << "step " << m.step << ": the checkpoint's cosine ended at step 4";
+  }
+  EXPECT_EQ(seen, 3);
+
+  auto contradicts = train("--steps 7 --lr-decay-steps 7 --load " + q(d / "ck") + sched, "contra.log");
+  EXPECT_NE(contradicts.exit_code, 0) << contradicts.output;
+  EXPECT_TRUE(mt::contains(contradicts.output, "lr_decay_steps")) << contradicts.output;
+  EXPECT_TRUE(mt::contains(contradicts.output, "--override-schedule")) << contradicts.output;
+
+  auto over = train("--steps 7 --lr-decay-steps 7 --override-schedule --load " + q(d / "ck") + sched +
+                        " --metrics " + q(d / "m3.jsonl"),
+                    "override.log");
+  ASSERT_EQ(over.exit_code, 0) << over.output;
+  EXPECT_TRUE(std::regex_search(over.output, std::regex("schedule += .*override"))) << over.output;
+  for (const Metric& m : metrics(d / "m3.jsonl")) {
+    if (m.kind != "train") continue;
+    const double it = double(m.step - 1), progress = (it - 1) / (7.0 - 1);  // warmup 1, decay ends at 7
+    const double want = it >= 7 ? min_lr : min_lr + 0.5 * (1 + std::cos(M_PI * progress)) * (lr - min_lr);
+    EXPECT_NEAR(m.lr, want, 1e-12) << "step " << m.step;
+  }
+}
+
+// Point 3: --steps 0, or --steps at or below the loaded step, says plainly that
+// there is nothing to train; with --eval-first it is an eval-only run.
+TEST_F(TrainRobust, NothingToTrainIsSaidPlainly) {
+  auto zero = train("--steps 0", "zero.log");
+  EXPECT_NE(zero.exit_code, 0) << zero.output;
+  EXPECT_TRUE(mt::contains(zero.output, "nothing to train")) << zero.output;
+
+  auto eval_only = train("--steps 0 --eval-first --metrics " + q(d / "e0.jsonl"), "eval0.log");
+  ASSERT_EQ(eval_only.exit_code, 0) << eval_only.output;
+  EXPECT_TRUE(mt::contains(eval_only.output, "trains nothing")) << eval_only.output;
+  int evals = 0, trains = 0;
+  for (const Metric& m : metrics(d / "e0.jsonl")) evals += m.kind == "eval", trains += m.kind == "train";
+  EXPECT_EQ(evals, 1);
+  EXPECT_EQ(trains, 0);
+
+  auto first = train("--steps 3 --eval-every 0 --save-dir " + q(d / "ck"), "first.log");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  for (const char* steps : {"3", "2"}) {
+    auto r = train(std::string("--steps ") + steps + " --load " + q(d / "ck"), std::string("at") + steps + ".log");
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(mt::contains(r.output, "nothing to train")) << r.output;
+    EXPECT_TRUE(mt::contains(r.output, "step 3")) << r.output;
+  }
+  auto eval_ck = train("--steps 3 --eval-first --load " + q(d / "ck") + " --metrics " + q(d / "e3.jsonl"), "e3.log");
+  ASSERT_EQ(eval_ck.exit_code, 0) << eval_ck.output;
+  EXPECT_TRUE(mt::contains(eval_ck.output, "trains nothing")) << eval_ck.output;
+  std::vector<int64_t> eval_steps;
+  for (const Metric& m : metrics(d / "e3.jsonl"))
+    if (m.kind == "eval") eval_steps.push_back(m.step);
+  EXPECT_EQ(eval_steps, std::vector<int64_t>{3});
+}
+
+// Point 4: a run whose every step is skipped stops after --max-skipped-steps
+// in a row with an error; a checkpoint of non-finite masters is never written,
+// so `latest` keeps naming the last good one.
+TEST_F(TrainRobust, DivergedRunStopsAndKeepsLatest) {
+  const std::string ck = d / "ck";
+  auto good = train("--steps 2 --eval-every 0 --save-dir " + q(ck), "good.log");
+  ASSERT_EQ(good.exit_code, 0) << good.output;
+  ASSERT_EQ(latest_of(ck), "step_000002.ckpt");
+
+  // A constant lr of 3e38: AdamW's step size lr / (1 - beta1^t) overflows to
+  // Inf, so the masters become non-finite at step 3.
+  const std::string constant = " --min-lr 0 --warmup-steps 0 --lr-decay-steps 0 --override-schedule";
+  auto nan = train("--steps 6 --eval-every 0 --save-every 1 --lr 3e38" + constant + " --load " + q(ck) +
+                       " --save-dir " + q(ck),
+                   "nan.log");
+  EXPECT_NE(nan.exit_code, 0) << nan.output;
+  EXPECT_TRUE(mt::contains(nan.output, "not finite")) << nan.output;
+  EXPECT_EQ(latest_of(ck), "step_000002.ckpt") << nan.output;
+  EXPECT_FALSE(fs::exists(ck + "/step_000003.ckpt")) << "a checkpoint of non-finite masters was written";
+
+  // lr 1e30: finite but huge masters after step 3; every later forward is
+  // non-finite, so every later step is skipped.
+  auto skip = train("--steps 20 --eval-every 0 --lr 1e30" + constant + " --max-skipped-steps 3 --load " +
+                        q(ck) + " --metrics " + q(d / "skip.jsonl"),
+                    "skip.log");
+  EXPECT_NE(skip.exit_code, 0) << skip.output;
+  EXPECT_TRUE(mt::contains(skip.output, "diverged")) << skip.output;
+  EXPECT_TRUE(mt::contains(skip.output, "3 consecutive")) << skip.output;
+  int64_t last = 0, skipped = 0;
+  for (const Metric& m : metrics(d / "skip.jsonl"))
+    if (m.kind == "train") last = m.step, skipped += m.line.value("skipped", false);
+  EXPECT_EQ(skipped, 3);
+  EXPECT_EQ(last, 6) << "steps 4, 5, 6 skipped: the run stops there";
+
+  // The default stops a diverged run too (no --max-skipped-steps given).
+  auto dflt = train("--steps 40 --eval-every 0 --lr 1e30" + constant + " --load " + q(ck), "dflt.log");
+  EXPECT_NE(dflt.exit_code, 0) << dflt.output;
+  EXPECT_TRUE(mt::contains(dflt.output, "diverged")) << dflt.output;
+}
+
+// Point 5: temporaries left by interrupted saves are removed (and reported);
+// --keep-last N keeps only the newest N checkpoints; nothing else is touched.
+TEST_F(TrainRobust, StaleTemporariesRemovedAndKeepLast) {
+  const std::string ck = d / "ck";
+  fs::create_directories(ck + "/step_000009.ckpt.tmp.999");
+  mt::write_file(ck + "/step_000009.ckpt.tmp.999/rank_00000.bin", std::string(1000, 'x'));
+  mt::write_file(ck + "/step_000007.ckpt.tmp.12345", std::string(1000, 'y'));  // a single-file save's temporary
+  mt::write_file(ck + "/latest.tmp.4242", "step_000007.ckpt\n");
+  mt::write_file(ck + "/notes.txt", "mine\n");
+  auto r = train("--steps 4 --eval-every 0 --save-every 1 --keep-last 2 --save-dir " + q(ck), "keep.log");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(mt::contains(r.output, "step_000009.ckpt.tmp.999")) << "removal should be reported\n" << r.output;
+  EXPECT_EQ(entries(ck), (std::vector<std::string>{"latest", "notes.txt", "step_000003.ckpt", "step_000004.ckpt"}))
+      << r.output;
+  EXPECT_EQ(latest_of(ck), "step_000004.ckpt");
+}
+
+// Point 8: --backend self under mpirun would run unrelated one-rank jobs.
+TEST_F(TrainRobust, BackendSelfWithSeveralRanksIsAnError) {
+  const std::string m = MXDP_MPIEXEC;
+  if (m.empty() || ::access(m.c_str(), X_OK) != 0) GTEST_SKIP() << "mpirun not found";
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  const std::string cmd = "timeout -k 5 120 " + q(m) + " --oversubscribe --bind-to none -np 2 " + q(MXDP_BINARY) +
+                          " train " + common + " --steps 1 --eval-every 0 --backend self > " + q(d / "self.log") +
+                          " 2>&1";
+  const int status = std::system(cmd.c_str());
+  const std::string out = mt::read_file(d / "self.log");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 124) << out;
+  EXPECT_TRUE(mt::contains(out, "--backend self")) << out;
+  EXPECT_TRUE(mt::contains(out, "2 ranks")) << out;
+}
+
+// Point 8: `mxdp plan` plans with the bucket size `mxdp train` uses.
+TEST_F(TrainRobust, PlanUsesTrainsBucketSize) {
+  auto help = mt::run_mxdp("train --help", d / "help.log");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(help.output, m, std::regex("--bucket-size INT=(\\d+)"))) << help.output;
+  auto plan = mt::run_mxdp("plan --model tiny --dp 2", d / "plan.log");
+  ASSERT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_TRUE(mt::contains(plan.output, "buckets of " + m[1].str() + " elements")) << plan.output;
+}
