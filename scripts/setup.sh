@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what mxdp needs (Debian/Ubuntu packages, only those missing;
-# librsvg2-bin only lets a test render the loss plot),
+# librsvg2-bin only lets a test render the loss plot; the PyPI packages the
+# interop tests compare against),
 # configures and builds into ./build. Sourced by scripts/train.sh and
 # scripts/test.sh; safe to run again (does nothing that is already done).
 set -euo pipefail
@@ -17,6 +18,24 @@ if ((${#need[@]})); then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# Python packages the interop tests compare against (PyPI): numpy, safetensors, tokenizers.
+py_need=()
+for m in numpy safetensors tokenizers; do python3 -c "import $m" 2>/dev/null || py_need+=("$m"); done
+if ((${#py_need[@]})); then
+  echo "setup: pip installing ${py_need[*]}"
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-pip >/dev/null
+  fi
+  export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
+  # A distribution's own python3 refuses plain installs (PEP 668); then install beside its packages.
+  # Not fatal (a machine without network still builds and trains): the tests that need them say so.
+  python3 -m pip install -q "${py_need[@]}" 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages "${py_need[@]}" ||
+    echo "setup: WARNING: could not pip install ${py_need[*]}; the interop tests will fail until they are installed"
 fi
 
 # CUDA is optional: build its kernels wherever nvcc exists (CI compiles them, a GPU runs them).

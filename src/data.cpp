@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cmath>
@@ -20,6 +21,7 @@
 
 #include "check.h"
 #include "fileio.h"
+#include "llmc_shards.h"
 
 // The payload is read and written as native uint16: only little-endian hosts.
 static_assert(std::endian::native == std::endian::little, "mxdp shards assume a little-endian host");
@@ -167,6 +169,16 @@ TokenDataset::TokenDataset(const std::string& path) : path_(path) {
 
   // From here on, a failed check unmaps through release() before throwing.
   try {
+    const auto* h = static_cast<const unsigned char*>(map_);
+    if (has_llmc_magic(h, size)) {  // an llm.c shard (llmc_shards.h): GPT-2 tokens
+      count_ = parse_llmc_header(h, size, path).count;
+      tokens_ = reinterpret_cast<const uint16_t*>(h + kLlmcHeaderBytes);
+      vocab_size_ = kGpt2VocabSize;
+      for (size_t i = 0; i < count_; ++i)
+        MXDP_CHECK(tokens_[i] < vocab_size_, "llm.c shard '", path, "': token ", tokens_[i], " at position ", i,
+                   " is >= GPT-2's vocab_size ", vocab_size_);
+      return;
+    }
     const ShardInfo info = check_shard_bytes(std::span(static_cast<const uint8_t*>(map_), size), path);
     vocab_size_ = info.vocab_size;
     count_ = size_t(info.count);
@@ -175,6 +187,39 @@ TokenDataset::TokenDataset(const std::string& path) : path_(path) {
     release();
     throw;
   }
+}
+
+TokenDataset::TokenDataset(const std::vector<std::string>& paths) {
+  MXDP_CHECK(!paths.empty(), "a token dataset needs at least one shard");
+  for (const auto& p : paths) {
+    parts_.emplace_back(p);
+    part_start_.push_back(count_);
+    count_ += parts_.back().size();
+    vocab_size_ = std::max(vocab_size_, parts_.back().vocab_size());
+    path_ += (path_.empty() ? "" : ",") + p;
+  }
+}
+
+std::span<const uint16_t> TokenDataset::tokens() const {
+  MXDP_CHECK(parts_.empty(), "token dataset '", path_, "' is made of ", parts_.size(),
+             " files; read it with window()");
+  return {tokens_, count_};
+}
+
+const uint16_t* TokenDataset::window(size_t start, size_t n, std::vector<uint16_t>& scratch) const {
+  MXDP_CHECK(start <= count_ && n <= count_ - start, "token window [", start, ", ", start + n,
+             ") is outside the ", count_, " tokens of '", path_, "'");
+  if (parts_.empty()) return tokens_ + start;
+  size_t k = size_t(std::upper_bound(part_start_.begin(), part_start_.end(), start) - part_start_.begin()) - 1;
+  if (start + n <= part_start_[k] + parts_[k].size()) return parts_[k].tokens_ + (start - part_start_[k]);
+  scratch.resize(n);
+  for (size_t done = 0; done < n; ++k) {
+    const size_t from = start + done - part_start_[k];
+    const size_t take = std::min(n - done, parts_[k].size() - from);
+    std::memcpy(scratch.data() + done, parts_[k].tokens_ + from, take * sizeof(uint16_t));
+    done += take;
+  }
+  return scratch.data();
 }
 
 void TokenDataset::release() {
@@ -193,7 +238,9 @@ TokenDataset::TokenDataset(TokenDataset&& o) noexcept
       map_bytes_(std::exchange(o.map_bytes_, 0)),
       tokens_(std::exchange(o.tokens_, nullptr)),
       count_(std::exchange(o.count_, 0)),
-      vocab_size_(o.vocab_size_) {}
+      vocab_size_(o.vocab_size_),
+      parts_(std::move(o.parts_)),
+      part_start_(std::move(o.part_start_)) {}
 
 TokenDataset& TokenDataset::operator=(TokenDataset&& o) noexcept {
   if (this != &o) {
@@ -204,6 +251,8 @@ TokenDataset& TokenDataset::operator=(TokenDataset&& o) noexcept {
     tokens_ = std::exchange(o.tokens_, nullptr);
     count_ = std::exchange(o.count_, 0);
     vocab_size_ = o.vocab_size_;
+    parts_ = std::move(o.parts_);
+    part_start_ = std::move(o.part_start_);
   }
   return *this;
 }
@@ -346,11 +395,12 @@ void check_geometry(int B, int T, int rank, int world_size) {
 
 // Copies window [start, start+T] into row b: inputs = tokens[start..start+T),
 // targets = tokens[start+1..start+T].
-void fill_row(std::span<const uint16_t> tok, size_t start, int T, int b, std::vector<int32_t>& inputs,
+void fill_row(const TokenDataset& tok, size_t start, int T, int b, std::vector<int32_t>& inputs,
               std::vector<int32_t>& targets) {
   int32_t* in = inputs.data() + size_t(b) * T;
   int32_t* tg = targets.data() + size_t(b) * T;
-  const uint16_t* src = tok.data() + start;
+  std::vector<uint16_t> scratch;  // only for a window across two files
+  const uint16_t* src = tok.window(start, size_t(T) + 1, scratch);
   for (int t = 0; t < T; ++t) {
     in[t] = src[t];
     tg[t] = src[t + 1];
@@ -410,7 +460,7 @@ void DataLoader::start_epoch(uint64_t epoch) {
 
 void DataLoader::next(Batch& batch) {
   const size_t G = size_t(world_size_) * size_t(B_);
-  const auto tok = data_->tokens();
+  const TokenDataset& tok = *data_;
   for (int b = 0; b < B_; ++b)
     fill_row(tok, window_start(size_t(step_) * G + size_t(rank_) * B_ + b), T_, b, inputs_, targets_);
   batch = Batch{inputs_.data(), targets_.data(), B_, T_};
@@ -468,7 +518,7 @@ EvalLoader::EvalLoader(const TokenDataset& dataset, int B, int T, int rank, int 
 bool EvalLoader::next(Batch& batch) {
   if (next_ >= eval_batches_) return false;
   const size_t G = size_t(world_size_) * size_t(B_);
-  const auto tok = data_->tokens();
+  const TokenDataset& tok = *data_;
   for (int b = 0; b < B_; ++b) {
     const size_t k = size_t(next_) * G + size_t(rank_) * B_ + b;
     fill_row(tok, k * size_t(T_), T_, b, inputs_, targets_);

@@ -85,10 +85,15 @@ struct ShardInfo {
 };
 ShardInfo check_shard_bytes(std::span<const uint8_t> bytes, const std::string& what);
 
-// A validated, read-only, memory-mapped shard. Move-only.
+// A validated, read-only, memory-mapped shard. Move-only. `path` may also be
+// an llm.c token shard (llmc_shards.h; told apart by its magic): GPT-2 tokens,
+// vocab_size 50257.
 class TokenDataset {
  public:
   explicit TokenDataset(const std::string& path);
+  // Several shards (either format) read in order as one token sequence; each
+  // stays memory-mapped on its own. vocab_size is the largest of theirs.
+  explicit TokenDataset(const std::vector<std::string>& paths);
   ~TokenDataset();
   TokenDataset(TokenDataset&& other) noexcept;
   TokenDataset& operator=(TokenDataset&& other) noexcept;
@@ -98,7 +103,11 @@ class TokenDataset {
   const std::string& path() const { return path_; }
   uint32_t vocab_size() const { return vocab_size_; }
   size_t size() const { return count_; }
-  std::span<const uint16_t> tokens() const { return {tokens_, count_}; }
+  // All tokens, for a dataset of one file (throws for several: use window()).
+  std::span<const uint16_t> tokens() const;
+  // Tokens [start, start + n): in place when they lie in one file, else
+  // copied into `scratch`. Requires start + n <= size().
+  const uint16_t* window(size_t start, size_t n, std::vector<uint16_t>& scratch) const;
 
  private:
   void release();
@@ -108,6 +117,8 @@ class TokenDataset {
   const uint16_t* tokens_ = nullptr;
   size_t count_ = 0;
   uint32_t vocab_size_ = 0;
+  std::vector<TokenDataset> parts_;  // several files: each part, and where it starts
+  std::vector<size_t> part_start_;
 };
 
 // ---- prepare ----------------------------------------------------------------

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -23,8 +24,11 @@
 #include "data.h"
 #include "engine.h"
 #include "fileio.h"
+#include "hf_gpt2.h"
+#include "llmc_shards.h"
 #include "runtime.h"
 #include "sample.h"
+#include "tokenizer.h"
 
 namespace mxdp {
 
@@ -37,6 +41,7 @@ GptConfig resolve_model(const TrainConfig& cfg) {
   if (cfg.n_head > 0) m.n_head = cfg.n_head;
   if (cfg.d_model > 0) m.d_model = cfg.d_model;
   if (cfg.max_seq > 0) m.max_seq = cfg.max_seq;
+  if (cfg.vocab > 0) m.vocab = cfg.vocab, m.padded_vocab = (cfg.vocab + 127) / 128 * 128;
   validate(m);
   return m;
 }
@@ -197,6 +202,7 @@ class Trainer {
   Device device_ = Device::Cpu;
   std::unique_ptr<EngineOps> ops_;
   std::string data_dir_;
+  std::string tokenizer_dir_;  // where the data's tokenizer.json would be
   std::unique_ptr<TokenDataset> train_ds_, val_ds_;
   std::unique_ptr<DataLoader> loader_;
   std::unique_ptr<EvalLoader> eval_loader_;
@@ -276,7 +282,12 @@ void Trainer::set_threads() {
 void Trainer::open_data() {
   MXDP_CHECK(!cfg_.data.empty(), "no training data: pass --data DIR (made by `mxdp prepare`) or a text file");
   std::error_code ec;
-  if (fs::is_directory(cfg_.data, ec)) {
+  if (const std::optional<LlmcShardSet> llmc = find_llmc_shards(cfg_.data)) {  // llm.c shards, read as they are
+    data_dir_ = cfg_.data;
+    tokenizer_dir_ = fs::path(llmc->train[0]).parent_path().string();
+    train_ds_ = std::make_unique<TokenDataset>(llmc->train);
+    val_ds_ = std::make_unique<TokenDataset>(llmc->val);
+  } else if (fs::is_directory(cfg_.data, ec)) {
     data_dir_ = cfg_.data;
   } else {
     MXDP_CHECK(fs::is_regular_file(cfg_.data, ec), "--data '", cfg_.data, "' is neither a directory nor a file");
@@ -284,10 +295,13 @@ void Trainer::open_data() {
     lead([&] { prepare_cached(cfg_.data, 0.1, stdout); });
     data_dir_ = prepared_dir(cfg_.data);
   }
-  train_ds_ = std::make_unique<TokenDataset>((fs::path(data_dir_) / "train.bin").string());
-  val_ds_ = std::make_unique<TokenDataset>((fs::path(data_dir_) / "val.bin").string());
+  if (!train_ds_) {
+    tokenizer_dir_ = data_dir_;
+    train_ds_ = std::make_unique<TokenDataset>((fs::path(data_dir_) / "train.bin").string());
+    val_ds_ = std::make_unique<TokenDataset>((fs::path(data_dir_) / "val.bin").string());
+  }
   MXDP_CHECK(int(train_ds_->vocab_size()) <= mc_.vocab, "the data's vocab (", train_ds_->vocab_size(),
-             ") is larger than the model's (", mc_.vocab, ")");
+             ") is larger than the model's (", mc_.vocab, "): pass --vocab ", train_ds_->vocab_size());
   loader_ = std::make_unique<DataLoader>(*train_ds_, cfg_.batch_size, cfg_.seq_len, rank_, dp_, cfg_.seed);
   const int max_eval = EvalLoader::max_batches(val_ds_->size(), cfg_.batch_size, cfg_.seq_len, dp_);
   MXDP_CHECK(max_eval >= 1, "val.bin (", val_ds_->size(), " tokens) is too small for one eval batch of ", dp_, " x ",
@@ -376,6 +390,10 @@ bool Trainer::nothing_to_train() {
 void Trainer::build_engine() {
   model_ = make_gpt(device_, mc_, *ops_);
   model_->init_weights(cfg_.seed);
+  if (!cfg_.init_from.empty()) {
+    MXDP_CHECK(cfg_.load.empty(), "--init-from starts a run from given weights, --load resumes one: pass one of them");
+    init_from_hf_gpt2(*model_, cfg_.init_from);
+  }
   engine_ = std::make_unique<DataParallel>(*model_, comm_, cfg_.dp, ops_.get());
 }
 
@@ -421,6 +439,7 @@ void Trainer::print_header() {
   line("max_skipped_steps", cfg_.max_skipped_steps == 0 ? "never stop"
                                                         : ::fmt::format("stop after {} in a row", cfg_.max_skipped_steps));
   line("load", load_path_.empty() ? "-" : load_path_);
+  line("init_from", cfg_.init_from.empty() ? "-" : cfg_.init_from);
   line("metrics", cfg_.metrics.empty() ? "-" : cfg_.metrics);
   for (auto& [k, v] : cfg_.dp.describe()) line(k.c_str(), v);
   std::fflush(stdout);
@@ -545,7 +564,10 @@ void Trainer::save(int64_t step) {
   json sched = schedule_.to_json();
   sched.erase("source");
   sched["steps"] = cfg_.steps;
-  const json extra = {{"data", loader_->state()}, {"model", model_json(mc_)}, {"seed", cfg_.seed}, {"schedule", sched}};
+  const json extra = {{"data", loader_->state()}, {"model", model_json(mc_)}, {"seed", cfg_.seed}, {"schedule", sched},
+                      // what sample/export rebuild the trained weights with
+                      {"weight_format", to_string(cfg_.dp.weight_format)},
+                      {"mxfp8_scale_rounding", to_string(cfg_.dp.mxfp8_scale_rounding)}};
   engine_->save_checkpoint(path, extra);  // refuses a non-finite state on every rank
   std::vector<std::string> removed;
   lead([&] {
@@ -564,8 +586,7 @@ void Trainer::final_sample() {
   SampleOptions so;
   so.tokens = cfg_.sample_tokens;
   so.seed = cfg_.seed;
-  std::printf("sample (%d tokens, temperature %.1f, top-k %d):\n%s\n", so.tokens, so.temperature, so.top_k,
-              (cfg_.sample_prompt + generate(*model_, cfg_.sample_prompt, so)).c_str());
+  print_run_sample(*model_, *data_tokenizer(tokenizer_dir_), train_ds_->vocab_size(), cfg_.sample_prompt, so);
   std::fflush(stdout);
 }
 

@@ -28,8 +28,11 @@ struct TrainConfig {
   // model
   std::string model = "tiny";  // named config; the four fields below override it when > 0
   int n_layer = 0, n_head = 0, d_model = 0, max_seq = 0;
+  int vocab = 0;            // > 0: vocabulary size (wte padded to a multiple of 128 rows)
+  std::string init_from;    // Hugging Face GPT-2 (dir or .safetensors) to start from (hf_gpt2.h)
   // data: a directory with train.bin/val.bin (mxdp prepare), or a text file,
-  // which rank 0 prepares into <file>.mxdp/ beside it (data.h, prepare_cached).
+  // which rank 0 prepares into <file>.mxdp/ beside it (data.h, prepare_cached),
+  // or llm.c token shards (a glob or comma-separated list; llmc_shards.h).
   std::string data;
   // schedule
   int64_t steps = 300;

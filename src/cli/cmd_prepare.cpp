@@ -1,10 +1,11 @@
-// mxdp prepare --input FILE --output DIR [--val-fraction 0.1]
-// Tokenizes a text file (bytes) into DIR/train.bin and DIR/val.bin (docs/data.md).
+// mxdp prepare --input FILE --output DIR [--val-fraction 0.1] [--tokenizer tokenizer.json]
+// Tokenizes a text file (bytes, or a BPE tokenizer) into DIR/train.bin and DIR/val.bin (docs/data.md).
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
 #include "data.h"
+#include "tokenizer.h"
 
 namespace mxdp::cli {
 
@@ -12,6 +13,7 @@ void add_prepare_command(CLI::App& app, Runner& run) {
   struct Opts {
     std::string input, output;
     double val_fraction = 0.1;
+    std::string tokenizer;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -21,9 +23,15 @@ void add_prepare_command(CLI::App& app, Runner& run) {
   cmd->add_option("--val-fraction", o->val_fraction,
                   "Fraction of the text, taken from its end, that becomes val.bin; in (0, 1)")
       ->capture_default_str();
+  cmd->add_option("--tokenizer", o->tokenizer,
+                  "Encode with this Hugging Face tokenizer.json (byte-level BPE, GPT-2's kind) instead of bytes; "
+                  "a copy goes next to the shards (src/tokenizer.h)");
   cmd->callback([o, &run] {
     run = [o] {
-      prepare(o->input, o->output, o->val_fraction);
+      if (!o->tokenizer.empty())
+        prepare_with_tokenizer(o->input, o->output, o->val_fraction, o->tokenizer);
+      else
+        prepare(o->input, o->output, o->val_fraction);
       return 0;
     };
   });

@@ -72,6 +72,10 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_option("--n-head", c.n_head, "Override the number of attention heads (0 = keep)")->group(model);
   cmd->add_option("--d-model", c.d_model, "Override the width, a multiple of 32 (0 = keep)")->group(model);
   cmd->add_option("--max-seq", c.max_seq, "Override the longest sequence (0 = keep)")->group(model);
+  cmd->add_option("--vocab", c.vocab, "Override the vocabulary size, e.g. a BPE tokenizer's (0 = keep)")->group(model);
+  cmd->add_option("--init-from", c.init_from,
+                  "Start from a Hugging Face GPT-2: a directory (model.safetensors + config.json) or a .safetensors file")
+      ->group(model);
 
   auto data = "Data and schedule";
   cmd->add_option("--data", c.data, "Directory with train.bin/val.bin (mxdp prepare), or a text file to prepare")->group(data);

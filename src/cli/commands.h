@@ -16,5 +16,6 @@ void add_train_command(CLI::App& app, Runner& run);      // train (cmd_train.cpp
 void add_sample_command(CLI::App& app, Runner& run);     // sample (cmd_sample.cpp)
 void add_plot_command(CLI::App& app, Runner& run);       // plot (cmd_plot.cpp)
 void add_plan_command(CLI::App& app, Runner& run);       // plan (cmd_plan.cpp)
+void add_export_command(CLI::App& app, Runner& run);     // export (cmd_export.cpp)
 
 }  // namespace mxdp::cli

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   mxdp::cli::add_sample_command(app, run);
   mxdp::cli::add_plot_command(app, run);
   mxdp::cli::add_plan_command(app, run);
+  mxdp::cli::add_export_command(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
