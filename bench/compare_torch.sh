@@ -3,15 +3,17 @@
 # batch shape, in one invocation; prints one table with mxdp's ratio to each.
 #   bash bench/compare_torch.sh [model=gpt2-124m] [batch=16] [seq=1024] [formats=bf16,mxfp8,nvfp4]
 # Needs a CUDA build (build/bench/gpubench_gpt; MXDP_BUILD_DIR to use another) and python3 with torch.
+# STEPS (default 30) timed steps per system; MODES (default "eager compile") the PyTorch modes to run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 MODEL=${1:-gpt2-124m} B=${2:-16} T=${3:-1024} FORMATS=${4:-bf16,mxfp8,nvfp4}
 BIN=${MXDP_BUILD_DIR:-build}/bench/gpubench_gpt
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
 LOG=$(mktemp)
-"$BIN" "$MODEL" "$B" "$T" 30 "$FORMATS" | tee -a "$LOG"
-for mode in eager compile; do
-  python3 bench/torch_gpt.py --model "$MODEL" --batch "$B" --seq "$T" --mode "$mode" 2>/dev/null | tail -1 | tee -a "$LOG" \
+STEPS=${STEPS:-30}
+"$BIN" "$MODEL" "$B" "$T" "$STEPS" "$FORMATS" | tee -a "$LOG"
+for mode in ${MODES:-eager compile}; do
+  python3 bench/torch_gpt.py --model "$MODEL" --batch "$B" --seq "$T" --mode "$mode" --steps "$STEPS" --warmup 5 2>/dev/null | tail -1 | tee -a "$LOG" \
     || echo "{\"system\": \"pytorch-$mode\", \"error\": \"failed (out of memory?)\"}" | tee -a "$LOG"
 done
 python3 - "$LOG" <<'PY'
