@@ -11,6 +11,7 @@
 #include "check.h"
 #include "engine_ops.h"
 #include "layout.h"
+#include "quant.h"
 
 using namespace mxdp;
 
@@ -38,6 +39,19 @@ State start(size_t n, uint32_t seed) {
   return s;
 }
 
+// Codes then scales of a flat range of n elements (n need not be whole blocks).
+struct FlatShape {
+  int64_t code_bytes, shard_bytes;
+};
+FlatShape flat_shape(WeightFormat f, int64_t n) {
+  switch (f) {
+    case WeightFormat::Bf16: return {2 * n, 2 * n};
+    case WeightFormat::Mxfp8: return {mxfp8_code_bytes(1, n), mxfp8_code_bytes(1, n) + mxfp8_scale_bytes_rowwise(1, n)};
+    case WeightFormat::Nvfp4: break;
+  }
+  return {nvfp4_code_bytes(1, n), nvfp4_code_bytes(1, n) + nvfp4_scale_bytes(1, n)};
+}
+
 }  // namespace
 
 TEST(CpuEngineOps, FusedAdamWQuantizeIsAdamWThenQuantize) {
@@ -49,7 +63,7 @@ TEST(CpuEngineOps, FusedAdamWQuantizeIsAdamWThenQuantize) {
           const std::string what = std::string(to_string(f)) + " " + to_string(r) + " n=" + std::to_string(n) +
                                    " grad_scale=" + std::to_string(gs);
           State a = start(n, uint32_t(n)), b = a;
-          const PayloadShape ps = payload_shape(f, n);
+          const FlatShape ps = flat_shape(f, n);
           std::vector<uint8_t> pa(ps.shard_bytes + 64, 0xAB), pb = pa;
           for (int t = 1; t <= 3; ++t) {
             auto g = randn(n, 100 + t, 1.0f);
@@ -96,7 +110,7 @@ TEST(CpuEngineOps, AdamWAmaxThenDeviceAmaxNvfp4IsAdamWThenQuantize) {
       EXPECT_EQ(again, ops->amax(a.p.data(), n)) << what;
       // Quantize and dequantize with the amax in ops memory = with the host value.
       const float tensor_amax = 2.0f * am;  // as if the tensor were sharded
-      const PayloadShape ps = payload_shape(WeightFormat::Nvfp4, n);
+      const FlatShape ps = flat_shape(WeightFormat::Nvfp4, n);
       std::vector<uint8_t> qa(ps.shard_bytes + 16, 0), qb = qa;
       ops->quantize_nvfp4(a.p.data(), n, &tensor_amax, qa.data(), qa.data() + ps.code_bytes);
       ops->quantize(WeightFormat::Nvfp4, ScaleRounding::RCeil, a.p.data(), n, tensor_amax, qb.data(),
