@@ -7,7 +7,12 @@
 // bf16 matrix rate measured in the same run, and whether two runs from the same
 // seed gave bitwise the same losses.
 //
-//   gpubench_gpt [model=gpt2-124m] [batch=16] [seq=1024] [steps=30] [formats=bf16,mxfp8,nvfp4]
+//   gpubench_gpt [model=gpt2-124m] [batch=16] [seq=1024] [steps=30] [formats=bf16,mxfp8,nvfp4] [profile]
+//
+// With "profile" as the sixth argument it runs 5 warm-up steps and then one
+// step between cudaProfilerStart and cudaProfilerStop, for
+// `ncu --profile-from-start off` (scripts/profile_step.py), and prints nothing else.
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -72,7 +77,8 @@ struct Result {
   std::vector<double> losses;
 };
 
-Result run(Communicator& comm, const GptConfig& mc, WeightFormat f, int B, int T, int steps, int warmup) {
+Result run(Communicator& comm, const GptConfig& mc, WeightFormat f, int B, int T, int steps, int warmup,
+           bool profile = false) {
   const size_t before = used_bytes();
   auto ops = make_engine_ops(Device::Cuda);
   auto model = make_gpt(Device::Cuda, mc, *ops);
@@ -97,6 +103,10 @@ Result run(Communicator& comm, const GptConfig& mc, WeightFormat f, int B, int T
     const Batch batch{in.data(), tgt.data(), B, T};
     std::vector<double> times;
     for (int i = 0; i < warmup + steps; ++i) {
+      if (profile && i == warmup) {
+        MXDP_CUDA_CHECK(cudaDeviceSynchronize());
+        MXDP_CUDA_CHECK(cudaProfilerStart());
+      }
       const auto t0 = std::chrono::steady_clock::now();
       r.losses.push_back(engine.train_step({batch}).loss);
       const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -104,6 +114,7 @@ Result run(Communicator& comm, const GptConfig& mc, WeightFormat f, int B, int T
       peak = std::max(peak, used_bytes());
     }
     MXDP_CUDA_CHECK(cudaDeviceSynchronize());
+    if (profile) MXDP_CUDA_CHECK(cudaProfilerStop());
     peak = std::max(peak, used_bytes());
     std::sort(times.begin(), times.end());
     if (!times.empty()) r.ms = times[times.size() / 2] * 1e3;
@@ -119,9 +130,14 @@ int main(int argc, char** argv) {
   const int B = argc > 2 ? std::atoi(argv[2]) : 16, T = argc > 3 ? std::atoi(argv[3]) : 1024;
   const int steps = argc > 4 ? std::atoi(argv[4]) : 30;
   std::string formats = argc > 5 ? argv[5] : "bf16,mxfp8,nvfp4";
+  const bool profile = argc > 6 && std::string(argv[6]) == "profile";
   try {
     auto comm = make_job_communicator(Device::Cuda, {});
     const GptConfig mc = gpt_config(model);
+    if (profile) {
+      run(*comm, mc, parse_weight_format(formats), B, T, 1, 5, /*profile=*/true);
+      return 0;
+    }
     cudaStream_t s;
     MXDP_CUDA_CHECK(cudaStreamCreate(&s));
     const double tflops = matmul_tflops(s);

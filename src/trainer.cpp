@@ -252,6 +252,8 @@ int Trainer::run() {
 // ---- set-up ----------------------------------------------------------------------
 
 void Trainer::check_options() {
+  MXDP_CHECK(cfg_.init_from.empty() || cfg_.load.empty(),
+             "--init-from starts a run from given weights, --load resumes one: pass one of them");
   mc_ = resolve_model(cfg_);
   MXDP_CHECK(cfg_.steps >= 0, "--steps must be >= 0, got ", cfg_.steps);
   MXDP_CHECK(cfg_.batch_size >= 1, "--batch-size must be >= 1, got ", cfg_.batch_size);
@@ -390,10 +392,7 @@ bool Trainer::nothing_to_train() {
 void Trainer::build_engine() {
   model_ = make_gpt(device_, mc_, *ops_);
   model_->init_weights(cfg_.seed);
-  if (!cfg_.init_from.empty()) {
-    MXDP_CHECK(cfg_.load.empty(), "--init-from starts a run from given weights, --load resumes one: pass one of them");
-    init_from_hf_gpt2(*model_, cfg_.init_from);
-  }
+  if (!cfg_.init_from.empty()) init_from_hf_gpt2(*model_, cfg_.init_from);
   engine_ = std::make_unique<DataParallel>(*model_, comm_, cfg_.dp, ops_.get());
 }
 

@@ -120,7 +120,7 @@ TEST(GpuGptKernels, LayerNormForwardAndBackwardMatchCpu) {
     cpu::layernorm_backward(dx.data(), dw.data(), db.data(), d.data(), x.data(), w.data(), mean.data(), rstd.data(), M, C);
     Bf16 gx(x), gw(w), gb(b), gd(d), gout(x.size()), gdx(x.size());
     F32 gmean(M), grstd(M), gdw(std::vector<float>(C, 0.f)), gdb(std::vector<float>(C, 0.f));
-    F32 scratch(size_t(cuda::colsum_scratch_floats(M, C)));
+    F32 scratch(std::vector<float>(size_t(cuda::colsum_scratch_floats(M, C)), 0.f));  // zeroed once
     cuda::layernorm_forward(gout.p, gmean.p, grstd.p, gx.p, gw.p, gb.p, M, C, st.s);
     cuda::layernorm_backward(gdx.p, false, gdw.p, gdb.p, scratch.p, gd.p, gx.p, gw.p, gmean.p, grstd.p, M, C, st.s);
     EXPECT_LT(rel_err(gout.get(), out), 1e-2) << "C=" << C;
@@ -204,6 +204,19 @@ TEST(GpuGptKernels, CudnnAttentionMatchesCpu) {
   }
 }
 
+TEST(GpuGptKernels, GeluMatchesCpu) {
+  REQUIRE_GPU();
+  Stream st;
+  for (int64_t n : {8, 296, 40000}) {
+    auto x = randn(size_t(n), 21, 3.f);
+    std::vector<float> y(x.size()), th(x.size());
+    cpu::gelu_forward(y.data(), th.data(), x.data(), n);
+    Bf16 gx(x), gy(x.size());
+    cuda::gelu_forward(gy.p, gx.p, n, st.s);
+    EXPECT_LT(rel_err(gy.get(), y), 1e-2) << "n=" << n;  // one bf16 rounding of the output
+  }
+}
+
 TEST(GpuGptKernels, BiasGradientMatchesCpu) {
   REQUIRE_GPU();
   Stream st;
@@ -213,9 +226,13 @@ TEST(GpuGptKernels, BiasGradientMatchesCpu) {
       std::vector<float> db(N, 0.25f);
       cpu::colsum_accumulate(db.data(), d.data(), M, N);
       Bf16 gd(d);
-      F32 gdb(std::vector<float>(N, 0.25f)), scratch(size_t(cuda::colsum_scratch_floats(M, N)));
+      F32 gdb(std::vector<float>(N, 0.25f)), scratch(std::vector<float>(size_t(cuda::colsum_scratch_floats(M, N)), 0.f));
       cuda::bias_backward(gdb.p, scratch.p, gd.p, M, N, st.s);
       EXPECT_LT(rel_err(gdb.get(), db), 1e-5) << M << "x" << N;
+      // Again with the same scratch: its counters were left at zero.
+      cpu::colsum_accumulate(db.data(), d.data(), M, N);
+      cuda::bias_backward(gdb.p, scratch.p, gd.p, M, N, st.s);
+      EXPECT_LT(rel_err(gdb.get(), db), 1e-5) << M << "x" << N << ", second use of the scratch";
     }
 }
 

@@ -64,7 +64,7 @@ std::vector<double> eval_losses(const std::string& metrics) {
 // The numpy GPT-2's loss on the export in `dir` (the last line it prints).
 double numpy_loss(const TempDir& d, const std::string& dir) {
   const RunResult r = run_python(q(source_path("scripts/hf_gpt2_numpy.py")) + " --model " + q(dir) + " --tokens " +
-                                     q(d / "t/val.bin") + " --seq-len 32 --windows " + std::to_string(kWindows),
+                                     q(d / "t.txt.mxdp/val.bin") + " --seq-len 32 --windows " + std::to_string(kWindows),
                                  dir + ".numpy.log");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   const size_t nl = r.output.find_last_of('\n', r.output.size() - 2);

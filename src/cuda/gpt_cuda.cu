@@ -176,7 +176,7 @@ class GptCuda final : public GptModel {
 
   // Activations for one (B, T), carved out of one allocation.
   struct Activations {
-    uint16_t *resid, *resid_mid, *ln1, *ln2, *qkv, *atty, *fch_pre, *fch_gelu, *lnf, *logits;
+    uint16_t *resid, *resid_mid, *ln1, *ln2, *qkv, *atty, *fch_pre, *lnf, *logits;
     uint16_t *tmp, *dresid, *dln, *datty, *dqkv, *dfch;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lnf_mean, *lnf_rstd, *stats, *losses, *scratch;
     int32_t *tokens, *targets, *order, *seg_start, *seg_token;
@@ -239,7 +239,6 @@ void GptCuda::ensure_activations(int B, int T) {
     take(a.qkv, L * BT * 3 * C);
     take(a.atty, L * BT * C);
     take(a.fch_pre, L * BT * 4 * C);
-    take(a.fch_gelu, L * BT * 4 * C);
     take(a.lnf, BT * C);
     take(a.logits, BT * Vp);
     take(a.tmp, BT * C);
@@ -267,6 +266,8 @@ void GptCuda::ensure_activations(int B, int T) {
       base = arena_.get();
     }
   }
+  // The column sums' counters start at zero (the kernels leave them so).
+  MXDP_CUDA_CHECK(cudaMemsetAsync(act_.scratch, 0, kColsumCounters * sizeof(float), s_));
   B_ = B;
   T_ = T;
 }
@@ -340,7 +341,7 @@ void GptCuda::run_forward(ModelHooks& hooks) {
     uint16_t* mid = a.resid_mid + l * BTC;
     uint16_t* ln2 = a.ln2 + l * BTC;
     uint16_t* pre = a.fch_pre + l * 4 * BTC;
-    uint16_t* h = a.fch_gelu + l * 4 * BTC;
+    uint16_t* h = a.dfch;  // the GELU output is not kept (backward recomputes it): dfch is free in forward
     gemm_.forward(qkv, ln1, w(p.qkvw), w(p.qkvb), M, 3 * C, C);
     att_.forward(atty, a.stats + int64_t(l) * B * NH * T, qkv, B, T, NH, HS);
     gemm_.forward(a.tmp, atty, w(p.projw), w(p.projb), M, C, C);
@@ -380,11 +381,13 @@ void GptCuda::backward(ModelHooks& hooks) {
     const uint16_t* mid = a.resid_mid + l * BTC;
     const uint16_t* ln2 = a.ln2 + l * BTC;
     const uint16_t* pre = a.fch_pre + l * 4 * BTC;
-    const uint16_t* h = a.fch_gelu + l * 4 * BTC;
-    // MLP: resid[l+1] = mid + mproj(gelu(fc(ln2))).
-    gemm_.backward_data(a.dfch, a.dresid, w(p.mprojw), M, C, 4 * C, pre);  // through the GELU too
-    gemm_.backward_weight(hooks.grad(p.mprojw), a.dresid, h, M, C, 4 * C);
+    // MLP: resid[l+1] = mid + mproj(gelu(fc(ln2))). The GELU's output is
+    // recomputed from pre into dfch, used by mproj's weight gradient, then
+    // overwritten there by the gradient through the GELU.
+    gelu_forward(a.dfch, pre, 4 * BTC, s_);
+    gemm_.backward_weight(hooks.grad(p.mprojw), a.dresid, a.dfch, M, C, 4 * C);
     bias_backward(hooks.grad(p.mprojb), a.scratch, a.dresid, M, C, s_);
+    gemm_.backward_data(a.dfch, a.dresid, w(p.mprojw), M, C, 4 * C, pre);  // through the GELU too
     gemm_.backward_data(a.dln, a.dfch, w(p.fcw), M, 4 * C, C);
     gemm_.backward_weight(hooks.grad(p.fcw), a.dfch, ln2, M, 4 * C, C);
     bias_backward(hooks.grad(p.fcb), a.scratch, a.dfch, M, 4 * C, s_);

@@ -5,6 +5,8 @@
 #include "cuda_check.h"
 #include "formats.h"
 
+#include <initializer_list>
+
 namespace mxdp::cuda {
 
 namespace {
@@ -56,22 +58,65 @@ __global__ void wte_backward_kernel(float* dwte, const uint16_t* dx, const int32
   dwte[int64_t(seg_token[seg]) * C + c] += s;
 }
 
+// ---------------------------------------------------------------- vectors
+
+// W consecutive bf16 values (W = 8: one 16-byte access; the callers check the
+// alignment) as floats, and back.
+template <int W>
+__device__ __forceinline__ void load(const uint16_t* p, float (&f)[W]) {
+  if constexpr (W == 8) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(&u);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f[i] = codec::bf16_to_f32(h[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < W; ++i) f[i] = codec::bf16_to_f32(p[i]);
+  }
+}
+template <int W>
+__device__ __forceinline__ void store(uint16_t* p, const float (&f)[W]) {
+  if constexpr (W == 8) {
+    uint4 u;
+    uint16_t* h = reinterpret_cast<uint16_t*>(&u);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) h[i] = bf(f[i]);
+    *reinterpret_cast<uint4*>(p) = u;
+  } else {
+#pragma unroll
+    for (int i = 0; i < W; ++i) p[i] = bf(f[i]);
+  }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
 // ---------------------------------------------------------------- LayerNorm
 
-// One warp per row.
+// One warp per row of C (a multiple of 8) values; lane l takes the 8-element
+// chunks l, l+32, ... in every pass, so a lane reads back only what it wrote.
+// Two-pass statistics (mean, then the mean of squared deviations); the row
+// stays in L1 between passes.
 __device__ __forceinline__ void ln_row(uint16_t* out, float* mean, float* rstd, const uint16_t* x, const uint16_t* w,
-                                       const uint16_t* b, int64_t m, int C) {
-  const int lane = threadIdx.x % 32;
-  float s = 0.f;
-  for (int c = lane; c < C; c += 32) s += ld(x, c);
-  const float mu = warp_sum(s) / float(C);
+                                       const uint16_t* b, int64_t m, int C, float partial_sum) {
+  const int lane = threadIdx.x % 32, chunks = C / 8;
+  float f[8];
+  const float mu = warp_sum(partial_sum) / float(C);
   float v = 0.f;
-  for (int c = lane; c < C; c += 32) {
-    const float d = ld(x, c) - mu;
-    v += d * d;
+  for (int k = lane; k < chunks; k += 32) {
+    load(x + 8 * k, f);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v += (f[i] - mu) * (f[i] - mu);
   }
   const float r = 1.f / sqrtf(warp_sum(v) / float(C) + kLnEps);
-  for (int c = lane; c < C; c += 32) out[c] = bf((ld(x, c) - mu) * r * ld(w, c) + ld(b, c));
+  for (int k = lane; k < chunks; k += 32) {
+    float g[8], o[8];
+    load(x + 8 * k, f);
+    load(w + 8 * k, g);
+    load(b + 8 * k, o);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[i] = (f[i] - mu) * r * g[i] + o[i];
+    store(out + 8 * k, o);
+  }
   if (lane == 0) {
     mean[m] = mu;
     rstd[m] = r;
@@ -82,7 +127,14 @@ __global__ void layernorm_forward_kernel(uint16_t* out, float* mean, float* rstd
                                          const uint16_t* w, const uint16_t* b, int M, int C) {
   const int64_t m = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
   if (m >= M) return;
-  ln_row(out + m * C, mean, rstd, inp + m * C, w, b, m, C);
+  const uint16_t* x = inp + m * C;
+  float s = 0.f, f[8];
+  for (int k = threadIdx.x % 32; k < C / 8; k += 32) {
+    load(x + 8 * k, f);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s += f[i];
+  }
+  ln_row(out + m * C, mean, rstd, x, w, b, m, C, s);
 }
 
 __global__ void residual_layernorm_forward_kernel(uint16_t* res, uint16_t* out, float* mean, float* rstd,
@@ -90,92 +142,147 @@ __global__ void residual_layernorm_forward_kernel(uint16_t* res, uint16_t* out, 
                                                   const uint16_t* bias, int M, int C) {
   const int64_t m = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
   if (m >= M) return;
-  const int lane = threadIdx.x % 32;
-  for (int c = lane; c < C; c += 32) res[m * C + c] = bf(ld(a, m * C + c) + ld(bb, m * C + c));
-  __syncwarp();
-  ln_row(out + m * C, mean, rstd, res + m * C, w, bias, m, C);
+  float s = 0.f;
+  for (int k = threadIdx.x % 32; k < C / 8; k += 32) {
+    float f[8], g[8];
+    load(a + m * C + 8 * k, f);
+    load(bb + m * C + 8 * k, g);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      f[i] = codec::bf16_to_f32(bf(f[i] + g[i]));  // the statistics see the stored (rounded) residual
+      s += f[i];
+    }
+    store(res + m * C + 8 * k, f);
+  }
+  ln_row(out + m * C, mean, rstd, res + m * C, w, bias, m, C, s);
 }
 
 __global__ void layernorm_backward_kernel(uint16_t* dinp, bool accumulate, const uint16_t* dout, const uint16_t* inp,
                                           const uint16_t* w, const float* mean, const float* rstd, int M, int C) {
   const int64_t m = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
   if (m >= M) return;
-  const int lane = threadIdx.x % 32;
+  const int lane = threadIdx.x % 32, chunks = C / 8;
   const uint16_t* x = inp + m * C;
   const uint16_t* d = dout + m * C;
   const float mu = mean[m], r = rstd[m];
   float a = 0.f, b = 0.f;
-  for (int c = lane; c < C; c += 32) {
-    const float dn = ld(w, c) * ld(d, c);
-    a += dn;
-    b += dn * ((ld(x, c) - mu) * r);
+  for (int k = lane; k < chunks; k += 32) {
+    float fx[8], fd[8], fw[8];
+    load(x + 8 * k, fx);
+    load(d + 8 * k, fd);
+    load(w + 8 * k, fw);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float dn = fw[i] * fd[i];
+      a += dn;
+      b += dn * ((fx[i] - mu) * r);
+    }
   }
   const float dnorm_mean = warp_sum(a) / float(C), dnorm_norm_mean = warp_sum(b) / float(C);
   uint16_t* di = dinp + m * C;
-  for (int c = lane; c < C; c += 32) {
-    const float norm = (ld(x, c) - mu) * r;
-    const float g = (ld(w, c) * ld(d, c) - dnorm_mean - norm * dnorm_norm_mean) * r;
-    di[c] = bf(accumulate ? ld(di, c) + g : g);
+  for (int k = lane; k < chunks; k += 32) {
+    float fx[8], fd[8], fw[8], o[8];
+    load(x + 8 * k, fx);
+    load(d + 8 * k, fd);
+    load(w + 8 * k, fw);
+    if (accumulate) load(di + 8 * k, o);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float g = (fw[i] * fd[i] - dnorm_mean - (fx[i] - mu) * r * dnorm_norm_mean) * r;
+      o[i] = accumulate ? o[i] + g : g;
+    }
+    store(di + 8 * k, o);
   }
 }
 
 // ---------------------------------------------------------------- column sums
 
-// Block = 32 columns x 8 warps over one chunk of kColsumRows rows; warp w takes
-// rows w, w+8, ... of the chunk in order; the 8 warp sums are added in warp
-// order. partial layout: [2][chunks][N]. With ln (mean != null): sum a = dout *
-// norm(inp), sum b = dout (LayerNorm dw, db); otherwise a = dout (bias).
-__global__ void colsum_partial_kernel(float* partial, const uint16_t* dout, const uint16_t* inp, const float* mean,
-                                      const float* rstd, int M, int N) {
-  __shared__ float sa[8][32], sb[8][32];
+// One kernel: a block takes 256 columns (8 per lane, one 16-byte access per
+// row) of one chunk of kColsumRows rows; warp w adds rows w, w+8, ... of the
+// chunk in order; the 8 warp sums are added in warp order into the chunk's
+// partial sum ([2][chunks][N] after the counters in scratch). The last block
+// of a column range to finish (a counter per range) adds the chunks' partial
+// sums in chunk order into the destination and resets the counter. Which block
+// is last does not change the order of any addition: the bits are fixed.
+// With ln (mean != null): a = sum dout * norm(inp), b = sum dout (LayerNorm dw,
+// db); otherwise a = sum dout (bias).
+constexpr int kColsumCols = 256;
+
+__global__ void colsum_kernel(float* dst_a, float* dst_b, float* scratch, const uint16_t* dout, const uint16_t* inp,
+                              const float* mean, const float* rstd, int M, int N) {
+  __shared__ float sa[8][kColsumCols], sb[8][kColsumCols];
+  __shared__ bool last;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int n = blockIdx.x * 32 + lane;
+  const int n0 = blockIdx.x * kColsumCols + lane * 8;
   const int chunk = blockIdx.y, chunks = gridDim.y;
   const int r0 = chunk * kColsumRows, r1 = min(M, r0 + kColsumRows);
-  float a = 0.f, b = 0.f;
-  if (n < N) {
+  unsigned* counters = reinterpret_cast<unsigned*>(scratch);
+  float* partial = scratch + kColsumCounters;
+  float a[8] = {}, b[8] = {};
+  if (n0 < N) {
+#pragma unroll 4
     for (int m = r0 + warp; m < r1; m += 8) {
-      const float d = ld(dout, int64_t(m) * N + n);
+      float d[8];
+      load(dout + int64_t(m) * N + n0, d);
       if (mean) {
-        a += d * ((ld(inp, int64_t(m) * N + n) - mean[m]) * rstd[m]);
-        b += d;
+        float x[8];
+        load(inp + int64_t(m) * N + n0, x);
+        const float mu = mean[m], rs = rstd[m];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          a[i] += d[i] * ((x[i] - mu) * rs);
+          b[i] += d[i];
+        }
       } else {
-        a += d;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) a[i] += d[i];
       }
     }
   }
-  sa[warp][lane] = a;
-  sb[warp][lane] = b;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    sa[warp][lane * 8 + i] = a[i];
+    sb[warp][lane * 8 + i] = b[i];
+  }
   __syncthreads();
-  if (warp == 0 && n < N) {
+  const int c = threadIdx.x, n = blockIdx.x * kColsumCols + c;  // one column per thread from here
+  if (n < N) {
     float ta = 0.f, tb = 0.f;
     for (int w = 0; w < 8; ++w) {
-      ta += sa[w][lane];
-      tb += sb[w][lane];
+      ta += sa[w][c];
+      tb += sb[w][c];
     }
     partial[int64_t(chunk) * N + n] = ta;
     partial[(int64_t(chunks) + chunk) * N + n] = tb;
   }
-}
-
-__global__ void colsum_finish_kernel(float* dst_a, float* dst_b, const float* partial, int chunks, int N) {
-  const int n = blockIdx.x * blockDim.x + threadIdx.x;
-  if (n >= N) return;
-  float a = 0.f, b = 0.f;
-  for (int c = 0; c < chunks; ++c) {
-    a += partial[int64_t(c) * N + n];
-    b += partial[(int64_t(chunks) + c) * N + n];
+  __threadfence();  // the partial sums are visible before the counter says so
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&counters[blockIdx.x], 1u) == unsigned(chunks - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (n < N) {
+    float ta = 0.f, tb = 0.f;
+#pragma unroll 16
+    for (int k = 0; k < chunks; ++k) {  // independent loads: many in flight, added in chunk order
+      ta += __ldcg(&partial[int64_t(k) * N + n]);
+      tb += __ldcg(&partial[(int64_t(chunks) + k) * N + n]);
+    }
+    dst_a[n] += ta;
+    if (dst_b) dst_b[n] += tb;
   }
-  dst_a[n] += a;
-  if (dst_b) dst_b[n] += b;
+  if (threadIdx.x == 0) counters[blockIdx.x] = 0;
 }
 
 void colsums(float* dst_a, float* dst_b, float* scratch, const uint16_t* dout, const uint16_t* inp, const float* mean,
              const float* rstd, int M, int N, cudaStream_t s) {
+  MXDP_CHECK(N % 8 == 0 && aligned16(dout) && (!inp || aligned16(inp)),
+             "column sums need N % 8 == 0 and 16-byte aligned rows, got N=", N);
+  const int col_blocks = (N + kColsumCols - 1) / kColsumCols;
+  MXDP_CHECK(col_blocks <= kColsumCounters, "column sums over N=", N, " columns: more than ",
+             kColsumCounters * kColsumCols, " are not supported");
   const int chunks = (M + kColsumRows - 1) / kColsumRows;
-  colsum_partial_kernel<<<dim3((N + 31) / 32, chunks), 256, 0, s>>>(scratch, dout, inp, mean, rstd, M, N);
-  MXDP_CUDA_CHECK_LAUNCH();
-  colsum_finish_kernel<<<(N + 255) / 256, 256, 0, s>>>(dst_a, dst_b, scratch, chunks, N);
+  colsum_kernel<<<dim3(col_blocks, chunks), 256, 0, s>>>(dst_a, dst_b, scratch, dout, inp, mean, rstd, M, N);
   MXDP_CUDA_CHECK_LAUNCH();
 }
 
@@ -193,14 +300,31 @@ __device__ __forceinline__ MaxSum combine(MaxSum a, MaxSum b) {
 
 constexpr int kClsThreads = 512;
 
+// One block per row, W logits per access (W = 8 when Vp % 8 == 0). Each
+// thread keeps a running max and a sum rescaled when the max grows (one exp
+// per logit, one more per access at most), then the block combines them in a fixed tree.
+template <int W>
 __global__ void classifier_kernel(uint16_t* logits, float* losses, const int32_t* targets, int V, int Vp,
                                   float grad_scale, bool write_grad) {
   __shared__ MaxSum warps[kClsThreads / 32];
   __shared__ float lse_sh;
   const int64_t row = blockIdx.x;
   uint16_t* z = logits + row * Vp;
-  MaxSum acc{-INFINITY, 0.f};
-  for (int v = threadIdx.x; v < V; v += kClsThreads) acc = combine(acc, MaxSum{ld(z, v), 1.f});
+  float mx = -INFINITY, sum = 0.f;
+  for (int k = threadIdx.x; k * W < V; k += kClsThreads) {
+    float f[W];
+    load(z + k * W, f);
+    float cm = -INFINITY;  // the access's max first, so the sum rescales at most once per access
+#pragma unroll
+    for (int i = 0; i < W; ++i) cm = k * W + i < V ? fmaxf(cm, f[i]) : cm;
+    if (cm > mx) {
+      sum *= expf(mx - cm);
+      mx = cm;
+    }
+#pragma unroll
+    for (int i = 0; i < W; ++i) sum += k * W + i < V ? expf(f[i] - mx) : 0.f;
+  }
+  MaxSum acc{mx, sum};
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) {
     MaxSum other{__shfl_xor_sync(0xffffffffu, acc.m, o), __shfl_xor_sync(0xffffffffu, acc.s, o)};
@@ -218,10 +342,15 @@ __global__ void classifier_kernel(uint16_t* logits, float* losses, const int32_t
   if (!write_grad) return;
   const float lse = lse_sh;
   const int target = targets[row];
-  for (int v = threadIdx.x; v < Vp; v += kClsThreads) {
-    float g = 0.f;
-    if (v < V) g = (expf(ld(z, v) - lse) - (v == target ? 1.f : 0.f)) * grad_scale;
-    z[v] = bf(g);
+  for (int k = threadIdx.x; k * W < Vp; k += kClsThreads) {
+    float f[W];
+    load(z + k * W, f);
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+      const int v = k * W + i;
+      f[i] = v < V ? (expf(f[i] - lse) - (v == target ? 1.f : 0.f)) * grad_scale : 0.f;
+    }
+    store(z + k * W, f);
   }
 }
 
@@ -253,7 +382,26 @@ __global__ void bf16_to_f32_kernel(const uint16_t* x, float* y, int64_t n) {
     y[i] = ld(x, i);
 }
 
+// gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), 8 at a time.
+__global__ void gelu_forward_kernel(uint16_t* y, const uint16_t* x, int64_t n8) {
+  constexpr float kS = 0.7978845608028654f;  // sqrt(2 / pi)
+  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n8; k += int64_t(gridDim.x) * blockDim.x) {
+    float f[8];
+    load(x + 8 * k, f);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f[i] = 0.5f * f[i] * (1.f + tanhf(kS * (f[i] + 0.044715f * f[i] * f[i] * f[i])));
+    store(y + 8 * k, f);
+  }
+}
+
 }  // namespace
+
+void gelu_forward(uint16_t* y, const uint16_t* x, int64_t n, cudaStream_t s) {
+  MXDP_CHECK(n % 8 == 0 && aligned16(x) && aligned16(y), "gelu_forward needs n % 8 == 0 and 16-byte aligned arrays, got n=", n);
+  if (n == 0) return;
+  gelu_forward_kernel<<<grid_for(n / 8, 256), 256, 0, s>>>(y, x, n / 8);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
 
 void encoder_forward(uint16_t* x, const int32_t* tokens, const uint16_t* wte, const uint16_t* wpe, int B, int T, int C,
                      cudaStream_t s) {
@@ -271,8 +419,16 @@ void encoder_backward(float* dwte, float* dwpe, const uint16_t* dx, const int32_
   }
 }
 
+// The row kernels read and write 8 bf16 at a time: C % 8 == 0 (d_model is a
+// multiple of 32) and every row 16-byte aligned.
+void check_rows(int C, std::initializer_list<const void*> ptrs) {
+  MXDP_CHECK(C % 8 == 0, "LayerNorm kernels need C % 8 == 0, got C=", C);
+  for (const void* p : ptrs) MXDP_CHECK(aligned16(p), "LayerNorm kernels need 16-byte aligned rows");
+}
+
 void layernorm_forward(uint16_t* out, float* mean, float* rstd, const uint16_t* inp, const uint16_t* w,
                        const uint16_t* b, int M, int C, cudaStream_t s) {
+  check_rows(C, {out, inp, w, b});
   layernorm_forward_kernel<<<(M + 7) / 8, 256, 0, s>>>(out, mean, rstd, inp, w, b, M, C);
   MXDP_CUDA_CHECK_LAUNCH();
 }
@@ -280,6 +436,7 @@ void layernorm_forward(uint16_t* out, float* mean, float* rstd, const uint16_t* 
 void residual_layernorm_forward(uint16_t* res, uint16_t* out, float* mean, float* rstd, const uint16_t* a,
                                 const uint16_t* b, const uint16_t* w, const uint16_t* bias, int M, int C,
                                 cudaStream_t s) {
+  check_rows(C, {res, out, a, b, w, bias});
   residual_layernorm_forward_kernel<<<(M + 7) / 8, 256, 0, s>>>(res, out, mean, rstd, a, b, w, bias, M, C);
   MXDP_CUDA_CHECK_LAUNCH();
 }
@@ -287,6 +444,7 @@ void residual_layernorm_forward(uint16_t* res, uint16_t* out, float* mean, float
 void layernorm_backward(uint16_t* dinp, bool accumulate, float* dw, float* db, float* scratch, const uint16_t* dout,
                         const uint16_t* inp, const uint16_t* w, const float* mean, const float* rstd, int M, int C,
                         cudaStream_t s) {
+  check_rows(C, {dinp, dout, inp, w});
   layernorm_backward_kernel<<<(M + 7) / 8, 256, 0, s>>>(dinp, accumulate, dout, inp, w, mean, rstd, M, C);
   MXDP_CUDA_CHECK_LAUNCH();
   colsums(dw, db, scratch, dout, inp, mean, rstd, M, C, s);
@@ -303,7 +461,10 @@ void bias_backward(float* dbias, float* scratch, const uint16_t* dout, int M, in
 
 void classifier(uint16_t* logits, float* losses, const int32_t* targets, int M, int V, int Vp, float grad_scale,
                 bool write_grad, cudaStream_t s) {
-  classifier_kernel<<<M, kClsThreads, 0, s>>>(logits, losses, targets, V, Vp, grad_scale, write_grad);
+  if (Vp % 8 == 0 && aligned16(logits))
+    classifier_kernel<8><<<M, kClsThreads, 0, s>>>(logits, losses, targets, V, Vp, grad_scale, write_grad);
+  else
+    classifier_kernel<1><<<M, kClsThreads, 0, s>>>(logits, losses, targets, V, Vp, grad_scale, write_grad);
   MXDP_CUDA_CHECK_LAUNCH();
 }
 

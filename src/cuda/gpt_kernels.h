@@ -5,8 +5,9 @@
 //
 // Determinism: no floating-point atomics anywhere. Every sum runs in a fixed
 // order: a row's statistics in a fixed warp/block tree, parameter gradients as
-// per-chunk partial sums over fixed row ranges, added in chunk order by a
-// second kernel (colsum_finish).
+// per-chunk partial sums over fixed row ranges, added in chunk order by the
+// last block to finish (an integer counter says which; the order of the
+// additions does not depend on it).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -15,10 +16,16 @@
 
 namespace mxdp::cuda {
 
-// Rows per chunk of the two-pass column sums (bias and LayerNorm gradients).
-constexpr int kColsumRows = 256;
-// Floats of scratch the column sums of an [M, N] matrix need (two sums per column).
-inline int64_t colsum_scratch_floats(int64_t M, int64_t N) { return 2 * ((M + kColsumRows - 1) / kColsumRows) * N; }
+// Rows per chunk of the column sums (bias and LayerNorm gradients).
+constexpr int kColsumRows = 128;
+// Counters at the start of the scratch (one per 256 columns: N <= 256 * 1024).
+constexpr int kColsumCounters = 1024;
+// Floats of scratch the column sums of an [M, N] matrix need: the counters and
+// two partial sums per column and chunk. It must be ZEROED once before its
+// first use (the kernels leave the counters zero again).
+inline int64_t colsum_scratch_floats(int64_t M, int64_t N) {
+  return kColsumCounters + 2 * ((M + kColsumRows - 1) / kColsumRows) * N;
+}
 
 // x[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]   (x, wte, wpe bf16; sum in fp32, one rounding)
 void encoder_forward(uint16_t* x, const int32_t* tokens, const uint16_t* wte, const uint16_t* wpe, int B, int T, int C,
@@ -39,11 +46,14 @@ void residual_layernorm_forward(uint16_t* res, uint16_t* out, float* mean, float
                                 const uint16_t* b, const uint16_t* w, const uint16_t* bias, int M, int C,
                                 cudaStream_t s);
 // dinp (+)= d LayerNorm / d inp (accumulate: bf16(dinp + contribution), or
-// overwrite); dw, db += (two-pass column sums, `scratch` of
-// colsum_scratch_floats(M, C) floats).
+// overwrite); dw, db += (column sums, `scratch` of colsum_scratch_floats(M, C)
+// floats, zeroed before its first use). C % 8 == 0, rows 16-byte aligned.
 void layernorm_backward(uint16_t* dinp, bool accumulate, float* dw, float* db, float* scratch, const uint16_t* dout,
                         const uint16_t* inp, const uint16_t* w, const float* mean, const float* rstd, int M, int C,
                         cudaStream_t s);
+// y = bf16(gelu_tanh(x)), n elements (n % 8 == 0, 16-byte aligned): the MLP's
+// activation recomputed in backward from the stored pre-activation.
+void gelu_forward(uint16_t* y, const uint16_t* x, int64_t n, cudaStream_t s);
 // y = bf16(a + b), n elements.
 void residual_add(uint16_t* y, const uint16_t* a, const uint16_t* b, int64_t n, cudaStream_t s);
 // dbias[n] += sum over m (fixed chunks) of dout[m, n]; scratch as above.
