@@ -221,25 +221,32 @@ void DataParallel::stage(int f, int b, const Update* u) {
     // device, and pass 2 quantizes reading them there: no host round trip.
     float* am = bs.amax.data() + bs.amax_off[b];
     ops_->zero(am, bk.params.size() * sizeof(float));
+    const auto pass1 = [&](const Piece& pc, int64_t off) {
+      const int64_t at = off + pc.shard_pos;
+      float* slot = am + amax_slot_[pc.param];
+      if (u)
+        ops_->adamw_amax(bs.master.data() + at, bs.m.data() + at, bs.v.data() + at, bs.main_grad + at, pc.len,
+                         u->grad_scale, adamw_params(pc.param), slot);
+      else
+        ops_->amax_into(bs.master.data() + at, pc.len, slot);
+    };
+    // dp 1: each param of the bucket is one piece of its one shard, so its amax
+    // is complete after its own pass 1, and pass 2 follows right away (reading
+    // masters just written, from L2 when the param fits there).
+    const bool per_piece = dp_ == 1;
+    if (!per_piece) {
+      for (int s = 0; s < dp_; ++s) {
+        if (!owns(s)) continue;
+        for (const Piece& pc : bk.shards[s])
+          if (pc.len > 0) pass1(pc, shard_local_off(f, b, s));
+      }
+      if (opt_.distributed_optimizer && dp_ > 1)
+        comm_.all_reduce(am, am, bk.params.size(), DType::F32, RedOp::Max, ops_->stream());
+    }
     for (int s = 0; s < dp_; ++s) {
       if (!owns(s)) continue;
       const int64_t off = shard_local_off(f, b, s);
-      for (const Piece& pc : bk.shards[s]) {
-        if (pc.len <= 0) continue;
-        const int64_t at = off + pc.shard_pos;
-        float* slot = am + amax_slot_[pc.param];
-        if (u)
-          ops_->adamw_amax(bs.master.data() + at, bs.m.data() + at, bs.v.data() + at, bs.main_grad + at, pc.len,
-                           u->grad_scale, adamw_params(pc.param), slot);
-        else
-          ops_->amax_into(bs.master.data() + at, pc.len, slot);
-      }
-    }
-    if (opt_.distributed_optimizer && dp_ > 1)
-      comm_.all_reduce(am, am, bk.params.size(), DType::F32, RedOp::Max, ops_->stream());
-    for (int s = 0; s < dp_; ++s) {
-      if (!owns(s)) continue;
-      const float* x = bs.master.data() + shard_local_off(f, b, s);
+      const float* x = bs.master.data() + off;
       uint8_t* slot = base + s * ps.shard_bytes;
       // Segments of the shard, each piece with its param's tensor amax, the
       // padding between them as zeros (amax 0).
@@ -251,9 +258,11 @@ void DataParallel::stage(int f, int b, const Update* u) {
       int64_t pos = 0;
       for (const Piece& pc : bk.shards[s]) {
         pad(pos, pc.shard_pos - pos);
-        if (pc.len > 0)
+        if (pc.len > 0) {
+          if (per_piece) pass1(pc, off);
           ops_->quantize_nvfp4(x + pc.shard_pos, pc.len, am + amax_slot_[pc.param], slot + pc.shard_pos / 2,
                                slot + ps.code_bytes + pc.shard_pos / kNvfp4Block);
+        }
         pos = pc.shard_pos + pc.len;
       }
       pad(pos, bk.shard_numel - pos);
