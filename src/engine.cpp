@@ -32,18 +32,21 @@ MemoryPlan plan_memory(const std::vector<ParamSpec>& params, const Layout& layou
     m.laid_out += gb.numel;
     m.grad_bytes += gb.numel * int64_t(sizeof(float));
     const bool reused = opt.payload_in_grad_buffer(gb.format);
+    // At dp 1 the reduce-scatter is a copy: the main grads are the grad buffer
+    // itself, unless that buffer also holds the gathered payload (reuse).
+    const bool aliased = dp == 1 && !reused;
     for (const Bucket& b : gb.buckets) {
       const int64_t owned = opt.distributed_optimizer ? b.shard_numel : b.numel;
       m.master_bytes += owned * int64_t(sizeof(float));
       m.adam_bytes += 2 * owned * int64_t(sizeof(float));
-      m.main_grad_bytes += owned * int64_t(sizeof(float));
+      if (!aliased) m.main_grad_bytes += owned * int64_t(sizeof(float));
       const int64_t payload = dp * payload_shape(gb.format, b.shard_numel).shard_bytes;
       if (!reused) m.payload_bytes += payload;
       if (opt.distributed_optimizer) m.gather_bytes += payload;
       if (opt.grad_reduce_dtype == GradReduceDType::Bf16) {
         m.grad_reduce_bytes += (b.numel + b.shard_numel) * 2;
         m.reduce_bytes += b.numel * 2;
-      } else {
+      } else if (!aliased) {
         m.reduce_bytes += b.numel * int64_t(sizeof(float));
       }
       // Reference mode gathers the reduced fp32 gradients instead of parameters.
@@ -61,7 +64,7 @@ MemoryPlan DataParallel::allocated() const {
     m.laid_out += layout_.buffers[f].numel;
     m.master_bytes += int64_t(bs.master.size() * sizeof(float));
     m.adam_bytes += int64_t((bs.m.size() + bs.v.size()) * sizeof(float));
-    m.main_grad_bytes += int64_t(bs.main_grad.size() * sizeof(float));
+    m.main_grad_bytes += int64_t(bs.main_grad_own.size() * sizeof(float));
     m.grad_bytes += int64_t(bs.grad.size() * sizeof(float));
     m.grad_reduce_bytes += int64_t((bs.grad_bf16.size() + bs.shard_bf16.size()) * sizeof(uint16_t));
     m.payload_bytes += int64_t(bs.payload.size());
@@ -95,7 +98,7 @@ DataParallel::DataParallel(Model& model, Communicator& comm, const DpOptions& op
   }
   layout_ = Layout::build(params_, opt_.weight_format, opt_.bucket_size, dp_, opt_.layout_order);
   fwd_order_ = layout_.forward_order();
-  param_amax_.assign(np, 0.0f);
+  amax_slot_.assign(np, -1);
 
   buf_.resize(layout_.buffers.size());
   for (size_t f = 0; f < buf_.size(); ++f) {
@@ -120,11 +123,29 @@ DataParallel::DataParallel(Model& model, Communicator& comm, const DpOptions& op
     bs.master = DeviceArray<float>(*ops_, local);
     bs.m = DeviceArray<float>(*ops_, local);
     bs.v = DeviceArray<float>(*ops_, local);
-    bs.main_grad = DeviceArray<float>(*ops_, local);
+    // dp 1: a shard is its whole bucket and the reduce-scatter a copy, so the
+    // reduced grads may be the grad buffer itself (not where it holds payloads).
+    bs.aliased = dp_ == 1 && !reused(int(f));
+    if (bs.aliased) {
+      MXDP_CHECK(local == gb.numel, "internal: dp 1 owns ", local, " of ", gb.numel, " elements");
+      bs.main_grad = bs.grad.data();
+    } else {
+      bs.main_grad_own = DeviceArray<float>(*ops_, local);
+      bs.main_grad = bs.main_grad_own.data();
+    }
+    if (gb.format == WeightFormat::Nvfp4) {
+      int64_t slots = 0;
+      for (const Bucket& b : gb.buckets) {
+        bs.amax_off.push_back(slots);
+        for (size_t i = 0; i < b.params.size(); ++i) amax_slot_[b.params[i]] = int(i);
+        slots += int64_t(b.params.size());
+      }
+      bs.amax = DeviceArray<float>(*ops_, slots);
+    }
   }
   int buckets = 0;
   for (const GatherBuffer& gb : layout_.buffers) buckets += int(gb.buckets.size());
-  norm_partials_ = DeviceArray<double>(*ops_, size_t(dp_) * buckets);
+  norm_partials_ = DeviceArray<double>(*ops_, size_t(dp_) * (buckets + 1));  // + each rank's loss
   // The model's initial weights become the masters of the shards this rank owns.
   for_each_owned_piece([&](int f, const Piece& pc, int64_t at) {
     ops_->copy(buf_[f].master.data() + at, model_.initial_weights(pc.param) + pc.param_begin, pc.len * sizeof(float));
@@ -168,7 +189,16 @@ uint8_t* DataParallel::payload_ptr(int f, int b) {
 
 // ---------------------------------------------------------------- the chain
 
-void DataParallel::stage(int f, int b) {
+const float* DataParallel::param_amax(int p) const {
+  const ParamPlace& pl = layout_.place[p];
+  return buf_[pl.buffer].amax.data() + buf_[pl.buffer].amax_off[pl.bucket] + amax_slot_[p];
+}
+
+// Quantizes the shards this rank owns into the bucket's payload. With `u` (the
+// optimizer step) AdamW runs first, in the same pass over memory: the fused ops
+// read g, m, v and the master once and write m, v, the master and the payload.
+// Every element gets exactly the bits of adamw() then quantize() (engine_ops.h).
+void DataParallel::stage(int f, int b, const Update* u) {
   const GatherBuffer& gb = layout_.buffers[f];
   const Bucket& bk = gb.buckets[b];
   BufferState& bs = buf_[f];
@@ -178,45 +208,101 @@ void DataParallel::stage(int f, int b) {
                " buffer into its grad region, which still holds live gradients");
   const PayloadShape ps = payload_shape(gb.format, bk.shard_numel);
   uint8_t* base = payload_ptr(f, b);
+  const auto adamw_params = [&](int param) {
+    return AdamWParams{u->lr, float(opt_.adam_beta1), float(opt_.adam_beta2), float(opt_.adam_eps),
+                       params_[param].decay ? float(opt_.weight_decay) : 0.0f, u->t};
+  };
 
   if (gb.format == WeightFormat::Nvfp4) {
-    // One tensor scale per param: the max over every shard's amax, so each rank
-    // quantizes its piece exactly as a rank holding the whole tensor would.
-    std::vector<float> am(bk.params.size(), 0.0f);
+    // One tensor scale per param: the max over every shard's amax of the
+    // (updated) master, so each rank quantizes its piece exactly as a rank holding
+    // the whole tensor would. Pass 1 (fused with AdamW) folds each piece's amax
+    // into its param's slot in device memory, the slots are all-reduced on the
+    // device, and pass 2 quantizes reading them there: no host round trip.
+    float* am = bs.amax.data() + bs.amax_off[b];
+    ops_->zero(am, bk.params.size() * sizeof(float));
+    const auto pass1 = [&](const Piece& pc, int64_t off) {
+      const int64_t at = off + pc.shard_pos;
+      float* slot = am + amax_slot_[pc.param];
+      if (u)
+        ops_->adamw_amax(bs.master.data() + at, bs.m.data() + at, bs.v.data() + at, bs.main_grad + at, pc.len,
+                         u->grad_scale, adamw_params(pc.param), slot);
+      else
+        ops_->amax_into(bs.master.data() + at, pc.len, slot);
+    };
+    // dp 1: each param of the bucket is one piece of its one shard, so its amax
+    // is complete after its own pass 1, and pass 2 follows right away (reading
+    // masters just written, from L2 when the param fits there).
+    const bool per_piece = dp_ == 1;
+    if (!per_piece) {
+      for (int s = 0; s < dp_; ++s) {
+        if (!owns(s)) continue;
+        for (const Piece& pc : bk.shards[s])
+          if (pc.len > 0) pass1(pc, shard_local_off(f, b, s));
+      }
+      if (opt_.distributed_optimizer && dp_ > 1)
+        comm_.all_reduce(am, am, bk.params.size(), DType::F32, RedOp::Max, ops_->stream());
+    }
     for (int s = 0; s < dp_; ++s) {
       if (!owns(s)) continue;
-      const float* x = bs.master.data() + shard_local_off(f, b, s);
+      const int64_t off = shard_local_off(f, b, s);
+      const float* x = bs.master.data() + off;
+      uint8_t* slot = base + s * ps.shard_bytes;
+      // Segments of the shard, each piece with its param's tensor amax, the
+      // padding between them as zeros (amax 0).
+      auto pad = [&](int64_t at, int64_t len) {
+        if (len > 0)
+          ops_->quantize(WeightFormat::Nvfp4, opt_.mxfp8_scale_rounding, x + at, len, 0.0f, slot + at / 2,
+                         slot + ps.code_bytes + at / kNvfp4Block);
+      };
+      int64_t pos = 0;
       for (const Piece& pc : bk.shards[s]) {
-        size_t i = std::find(bk.params.begin(), bk.params.end(), pc.param) - bk.params.begin();
-        am[i] = std::max(am[i], ops_->amax(x + pc.shard_pos, pc.len));
+        pad(pos, pc.shard_pos - pos);
+        if (pc.len > 0) {
+          if (per_piece) pass1(pc, off);
+          ops_->quantize_nvfp4(x + pc.shard_pos, pc.len, am + amax_slot_[pc.param], slot + pc.shard_pos / 2,
+                               slot + ps.code_bytes + pc.shard_pos / kNvfp4Block);
+        }
+        pos = pc.shard_pos + pc.len;
       }
+      pad(pos, bk.shard_numel - pos);
     }
-    if (opt_.distributed_optimizer && dp_ > 1) host_all_reduce_max(am.data(), am.size());
-    for (size_t i = 0; i < am.size(); ++i) param_amax_[bk.params[i]] = am[i];
-  }
-
-  for (int s = 0; s < dp_; ++s) {
-    if (!owns(s)) continue;
-    const float* x = bs.master.data() + shard_local_off(f, b, s);
-    uint8_t* slot = base + s * ps.shard_bytes;
-    if (gb.format != WeightFormat::Nvfp4) {
-      ops_->quantize(gb.format, opt_.mxfp8_scale_rounding, x, bk.shard_numel, 0.0f, slot, slot + ps.code_bytes);
-      continue;
+  } else {
+    for (int s = 0; s < dp_; ++s) {
+      if (!owns(s)) continue;
+      const int64_t off = shard_local_off(f, b, s);
+      uint8_t* slot = base + s * ps.shard_bytes;
+      if (!u) {
+        ops_->quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + off, bk.shard_numel, 0.0f, slot,
+                       slot + ps.code_bytes);
+        continue;
+      }
+      // The whole shard in as few passes as its params' weight decay allows:
+      // consecutive pieces with the same decay are one range, the padding
+      // around them included (its grads, moments and masters are zero and stay
+      // zero under AdamW with any decay). Ranges start at piece starts, which
+      // are whole MXFP8 blocks, so the blocks are those of the whole shard.
+      const auto fused = [&](int64_t at, int64_t len, int param) {
+        if (len <= 0) return;
+        const int64_t e = off + at;
+        const int64_t code_at = gb.format == WeightFormat::Bf16 ? 2 * at : at;
+        ops_->adamw_quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + e, bs.m.data() + e,
+                             bs.v.data() + e, bs.main_grad + e, len, u->grad_scale, adamw_params(param),
+                             slot + code_at, slot + ps.code_bytes + at / kMxfp8Block);
+      };
+      const std::vector<Piece>& pcs = bk.shards[s];
+      int64_t begin = 0;
+      int run_param = pcs.empty() ? bk.params.front() : pcs.front().param;
+      for (const Piece& pc : pcs) {
+        if (params_[pc.param].decay == params_[run_param].decay) continue;
+        MXDP_CHECK(gb.format != WeightFormat::Mxfp8 || pc.shard_pos % kMxfp8Block == 0, "internal: piece of '",
+                   params_[pc.param].name, "' starts inside an MXFP8 block (", pc.shard_pos, ")");
+        fused(begin, pc.shard_pos - begin, run_param);
+        begin = pc.shard_pos;
+        run_param = pc.param;
+      }
+      fused(begin, bk.shard_numel - begin, run_param);
     }
-    // NVFP4: segments of the shard, each piece with its param's tensor amax,
-    // the padding between them as zeros (amax 0).
-    auto quant = [&](int64_t at, int64_t len, float tensor_amax) {
-      if (len > 0)
-        ops_->quantize(WeightFormat::Nvfp4, opt_.mxfp8_scale_rounding, x + at, len, tensor_amax, slot + at / 2,
-                       slot + ps.code_bytes + at / kNvfp4Block);
-    };
-    int64_t pos = 0;
-    for (const Piece& pc : bk.shards[s]) {
-      quant(pos, pc.shard_pos - pos, 0.0f);
-      quant(pc.shard_pos, pc.len, param_amax_[pc.param]);
-      pos = pc.shard_pos + pc.len;
-    }
-    quant(pos, bk.shard_numel - pos, 0.0f);
   }
   st.staged_v = version_;
   if (reused(f)) st.region = Region::Payload;
@@ -284,8 +370,8 @@ void DataParallel::unpack(int f, int b) {
           ops_->dequantize(gb.format, slot + at, slot + ps.code_bytes + at / kMxfp8Block, pc.len, 0.0f, w, dt);
           break;
         case WeightFormat::Nvfp4:
-          ops_->dequantize(gb.format, slot + at / 2, slot + ps.code_bytes + at / kNvfp4Block, pc.len,
-                           param_amax_[pc.param], w, dt);
+          ops_->dequantize_nvfp4(slot + at / 2, slot + ps.code_bytes + at / kNvfp4Block, pc.len, param_amax(pc.param),
+                                 w, dt);
           break;
       }
     }
@@ -350,7 +436,7 @@ void DataParallel::begin_backward() {
       // the weights are unpacked from it may backward overwrite it.
       MXDP_CHECK(st.weights_v == version_, "backward would overwrite bucket ", b,
                  " whose weights (version ", st.weights_v, ") were never unpacked for version ", version_);
-      MXDP_CHECK(!st.reduce, "bucket ", b, " still has a reduce-scatter in flight");
+      MXDP_CHECK(!st.reducing, "bucket ", b, " still has a reduce-scatter in flight");
       const Bucket& bk = layout_.buffers[f].buckets[b];
       ops_->zero(buf_[f].grad.data() + bk.offset, bk.numel * sizeof(float));
       if (reused(int(f))) {
@@ -380,9 +466,13 @@ void DataParallel::start_reduce(int f, int b) {
   const Bucket& bk = layout_.buffers[f].buckets[b];
   BufferState& bs = buf_[f];
   BucketState& st = bs.st[b];
-  MXDP_CHECK(!st.reduce, "bucket ", b, " reduce-scatter started twice");
+  MXDP_CHECK(!st.reducing, "bucket ", b, " reduce-scatter started twice");
+  st.reducing = true;
   float* g = bs.grad.data() + bk.offset;
-  float* out = bs.main_grad.data() + shard_local_off(f, b, rank_);
+  float* out = bs.main_grad + shard_local_off(f, b, rank_);
+  // One rank, fp32, main grads aliasing the grad buffer: the reduce-scatter
+  // would copy the bucket onto itself. Nothing to do.
+  if (bs.aliased && opt_.grad_reduce_dtype == GradReduceDType::Fp32) return;
   reduce_bytes_ += bk.numel * (opt_.grad_reduce_dtype == GradReduceDType::Fp32 ? 4 : 2);
   if (opt_.grad_reduce_dtype == GradReduceDType::Fp32) {
     st.reduce = comm_.reduce_scatter_async(g, out, bk.shard_numel, DType::F32, RedOp::Avg, ops_->stream());
@@ -398,16 +488,18 @@ void DataParallel::finish_reduce(int f, int b) {
   const Bucket& bk = layout_.buffers[f].buckets[b];
   BufferState& bs = buf_[f];
   BucketState& st = bs.st[b];
-  MXDP_CHECK(st.reduce, "bucket ", b, " has no reduce-scatter to finish");
-  st.reduce->wait();
+  MXDP_CHECK(st.reducing, "bucket ", b, " has no reduce-scatter to finish");
+  st.reducing = false;
+  if (st.reduce) st.reduce->wait();
   st.reduce.reset();
-  float* out = bs.main_grad.data() + shard_local_off(f, b, rank_);
+  float* out = bs.main_grad + shard_local_off(f, b, rank_);
   if (opt_.grad_reduce_dtype == GradReduceDType::Bf16) {
+    // (aliased: the grad buffer, whose grads the bf16 copy already took)
     ops_->from_bf16(bs.shard_bf16.data() + bs.shard_off[b], out, bk.shard_numel);
   }
   // Reference mode: every rank needs the whole reduced gradient.
   if (!opt_.distributed_optimizer && dp_ > 1) {
-    comm_.all_gather(out, bs.main_grad.data() + bs.local_off[b], bk.shard_numel * sizeof(float), ops_->stream());
+    comm_.all_gather(out, bs.main_grad + bs.local_off[b], bk.shard_numel * sizeof(float), ops_->stream());
     gather_bytes_ += bk.numel * int64_t(sizeof(float));
   }
   if (reused(f)) st.region = Region::Idle;  // grads consumed: the region may take a payload
@@ -448,49 +540,53 @@ StepResult DataParallel::optimizer_step() {
   MXDP_CHECK(micro_ == opt_.micro_batches, "optimizer_step after ", micro_, " of ",
              opt_.micro_batches, " micro-batches");
   StepResult r;
-  // Mean loss over micro-batches and ranks, added in rank order.
-  {
-    std::vector<double> losses(dp_);
-    losses[rank_] = micro_loss_sum_;
-    host_all_gather(losses.data(), sizeof(double));
-    double sum = 0;
-    for (double l : losses) sum += l;
-    r.loss = sum / (double(dp_) * opt_.micro_batches);
-  }
   for (size_t f = 0; f < buf_.size(); ++f)
     for (size_t b = 0; b < buf_[f].st.size(); ++b) finish_reduce(int(f), int(b));
-  micro_ = 0;
-  micro_loss_sum_ = 0;
 
   // Averaged over ranks by the reduce-scatter; over micro-batches here.
   if (opt_.micro_batches > 1) {
     const float inv = float(1.0 / opt_.micro_batches);
-    for (auto& bs : buf_) ops_->scale(bs.main_grad.data(), int64_t(bs.main_grad.size()), inv);
+    for (auto& bs : buf_) ops_->scale(bs.main_grad, int64_t(bs.master.size()), inv);
   }
 
   // Global grad norm from per-(bucket, shard) partial sums, added in a fixed
-  // order (bucket, then shard) on every rank and in both modes.
+  // order (bucket, then shard) on every rank and in both modes. The sums stay
+  // in ops memory, [shard][bucket] with each row's last column this rank's loss
+  // sum (dp > 1); one all-gather of each rank's row (in reference mode the rows
+  // of other shards it brings are the same values this rank computed: every rank
+  // holds the same reduced grads), then one copy to the host. That read is the
+  // step's one host wait: the host needs the norm to decide skip and clip.
   int nb = 0;
   for (auto& gb : layout_.buffers) nb += int(gb.buckets.size());
-  // The sums stay in ops memory ([shard][bucket]); one all-gather of each
-  // rank's row, then one copy to the host: one wait per step, not per bucket.
-  std::vector<double> partial(size_t(dp_) * nb, 0.0);
+  const int row = nb + 1;
+  std::vector<double> partial(size_t(dp_) * row, 0.0);
   {
-    DeviceArray<double>& dpart = norm_partials_;
+    double* dpart = norm_partials_.data();
     int gi = 0;
     for (size_t f = 0; f < buf_.size(); ++f)
       for (size_t b = 0; b < buf_[f].st.size(); ++b, ++gi)
         for (int s = 0; s < dp_; ++s)
           if (owns(s))
-            ops_->sum_squares_into(buf_[f].main_grad.data() + shard_local_off(int(f), int(b), s),
-                                   layout_.buffers[f].buckets[b].shard_numel, dpart.data() + size_t(s) * nb + gi);
-    if (opt_.distributed_optimizer && dp_ > 1)
-      comm_.all_gather(dpart.data() + size_t(rank_) * nb, dpart.data(), nb * sizeof(double), ops_->stream());
-    ops_->copy_to_host(partial.data(), dpart.data(), dpart.bytes());
+            ops_->sum_squares_into(buf_[f].main_grad + shard_local_off(int(f), int(b), s),
+                                   layout_.buffers[f].buckets[b].shard_numel, dpart + size_t(s) * row + gi);
+    if (dp_ > 1) {
+      ops_->write_f64(dpart + size_t(rank_) * row + nb, micro_loss_sum_);
+      comm_.all_gather(dpart + size_t(rank_) * row, dpart, row * sizeof(double), ops_->stream());
+    }
+    ops_->copy_to_host(partial.data(), dpart, size_t(dp_) * row * sizeof(double));
   }
+  if (dp_ == 1) partial[nb] = micro_loss_sum_;
+  // Mean loss over micro-batches and ranks, added in rank order.
+  {
+    double sum = 0;
+    for (int q = 0; q < dp_; ++q) sum += partial[size_t(q) * row + nb];
+    r.loss = sum / (double(dp_) * opt_.micro_batches);
+  }
+  micro_ = 0;
+  micro_loss_sum_ = 0;
   double total = 0;
   for (int gi = 0; gi < nb; ++gi)
-    for (int s = 0; s < dp_; ++s) total += partial[size_t(s) * nb + gi];
+    for (int s = 0; s < dp_; ++s) total += partial[size_t(s) * row + gi];
   r.grad_norm = std::sqrt(total);
   r.lr = lr_at(iteration_, opt_.lr, opt_.min_lr, opt_.warmup_steps, opt_.lr_decay_steps);
   ++iteration_;
@@ -502,24 +598,20 @@ StepResult DataParallel::optimizer_step() {
     close_traffic_window();
     return r;
   }
+  // Clipping scales the gradient inside the fused AdamW pass (the same fp32
+  // product g * coeff a separate scaling pass would store).
+  Update u{float(r.lr), 1.0f, version_ + 1};
   if (opt_.clip_grad > 0) {
     const double coeff = opt_.clip_grad / (r.grad_norm + 1e-6);
-    if (coeff < 1.0) {
-      for (auto& bs : buf_) ops_->scale(bs.main_grad.data(), int64_t(bs.main_grad.size()), float(coeff));
-    }
+    if (coeff < 1.0) u.grad_scale = float(coeff);
   }
-  for_each_owned_piece([&](int f, const Piece& pc, int64_t at) {
-    BufferState& bs = buf_[f];
-    const AdamWParams a{float(r.lr), float(opt_.adam_beta1), float(opt_.adam_beta2), float(opt_.adam_eps),
-                        params_[pc.param].decay ? float(opt_.weight_decay) : 0.0f, version_ + 1};
-    ops_->adamw(bs.master.data() + at, bs.m.data() + at, bs.v.data() + at, bs.main_grad.data() + at, pc.len, a);
-  });
   ++version_;
   r.version = version_;
 
-  // Stage every bucket now; gather now, or (overlap) dispatch only the first
-  // bucket the next forward needs and defer the rest to the forward itself.
-  for (auto [f, b] : fwd_order_) stage(f, b);
+  // AdamW and stage, fused, bucket by bucket; then gather now, or (overlap)
+  // dispatch only the first bucket the next forward needs and defer the rest to
+  // the forward itself.
+  for (auto [f, b] : fwd_order_) stage(f, b, &u);
   if (!opt_.overlap_param_gather) {
     for (auto [f, b] : fwd_order_) start_gather(f, b);
     for (auto [f, b] : fwd_order_) {
@@ -583,6 +675,7 @@ void DataParallel::drop_inflight() {
       st.gather.reset();
       if (st.reduce) st.reduce->wait();
       st.reduce.reset();
+      st.reducing = false;
     }
 }
 
@@ -604,6 +697,7 @@ std::vector<float> DataParallel::full_bucket(const DeviceArray<float>& local, in
 
 void DataParallel::host_all_gather(void* host, size_t b) {
   uint8_t* h = static_cast<uint8_t*>(host);
+  if (dp_ == 1) return;  // this rank's slot is the whole result: no device round trip
   if (!comm_.device_memory()) {
     comm_.all_gather(h + rank_ * b, h, b);
     return;
@@ -612,17 +706,6 @@ void DataParallel::host_all_gather(void* host, size_t b) {
   ops_->copy_from_host(d.data() + rank_ * b, h + rank_ * b, b);
   comm_.all_gather(d.data() + rank_ * b, d.data(), b, ops_->stream());
   ops_->copy_to_host(h, d.data(), d.bytes());
-}
-
-void DataParallel::host_all_reduce_max(float* host, size_t n) {
-  if (!comm_.device_memory()) {
-    comm_.all_reduce(host, host, n, DType::F32, RedOp::Max);
-    return;
-  }
-  DeviceArray<float> d(*ops_, n);
-  ops_->copy_from_host(d.data(), host, n * sizeof(float));
-  comm_.all_reduce(d.data(), d.data(), n, DType::F32, RedOp::Max, ops_->stream());
-  ops_->copy_to_host(host, d.data(), d.bytes());
 }
 
 void broadcast_host_bytes(Communicator& comm, EngineOps& ops, void* host, size_t bytes, int root) {
@@ -637,6 +720,7 @@ void broadcast_host_bytes(Communicator& comm, EngineOps& ops, void* host, size_t
 }
 
 void DataParallel::host_broadcast(void* host, size_t bytes, int root) {
+  if (dp_ == 1) return;
   if (!comm_.device_memory()) {
     comm_.broadcast(host, bytes, root);
     return;

@@ -58,14 +58,16 @@ struct MemoryPlan {
   int64_t laid_out = 0;         // elements in the buffers, padding included
   int64_t master_bytes = 0;     // fp32 master weights held by this rank
   int64_t adam_bytes = 0;       // AdamW m and v held by this rank
-  int64_t main_grad_bytes = 0;  // reduced fp32 gradients of what this rank updates
+  int64_t main_grad_bytes = 0;  // reduced fp32 gradients of what this rank updates (0 where they
+                                // are the grad buffer itself: dp 1, payload not in the grad buffer)
   int64_t grad_bytes = 0;       // grad buffer (fp32, where backward accumulates)
   int64_t grad_reduce_bytes = 0;  // bf16 reduce-scatter staging (grad_reduce_dtype bf16)
   int64_t payload_bytes = 0;    // gathered parameter payloads outside the grad buffer
   // Traffic of one optimizer step (allocated(): measured over the last step, from
   // the end of the previous optimizer step to the end of this one).
   int64_t gather_bytes = 0;     // all-gathered payload (every rank's slices; reference: fp32 grads)
-  int64_t reduce_bytes = 0;     // reduce-scatter input of this rank
+  int64_t reduce_bytes = 0;     // reduce-scatter input of this rank (none where main grads alias
+                                // the fp32 grad buffer: a one-rank reduce-scatter is a copy)
   int64_t total_bytes() const {
     return master_bytes + adam_bytes + main_grad_bytes + grad_bytes + grad_reduce_bytes + payload_bytes;
   }
@@ -136,7 +138,8 @@ class DataParallel final : private ModelHooks {
     std::unique_ptr<Work> gather;   // dispatched all-gather, carries gather_v
     int64_t gather_v = -1;
     bool gather_done = false;       // waited for, record kept (only under a test fault, faults.h)
-    std::unique_ptr<Work> reduce;   // reduce-scatter in flight
+    std::unique_ptr<Work> reduce;   // reduce-scatter in flight (none when it is a no-op: aliased)
+    bool reducing = false;          // start_reduce ran, finish_reduce not yet
     Region region = Region::Idle;   // what the bucket's grad region holds (reuse)
     int grads_pending = 0;          // params whose grads are not yet complete
   };
@@ -148,7 +151,12 @@ class DataParallel final : private ModelHooks {
     std::vector<int64_t> payload_off;  // per bucket: byte offset in payload
     std::vector<int64_t> local_off;    // per bucket: offset of its owned range in master/m/v/main_grad
     std::vector<int64_t> shard_off;    // per bucket: offset of its shard in shard_bf16
-    DeviceArray<float> master, m, v, main_grad;
+    DeviceArray<float> master, m, v;
+    DeviceArray<float> main_grad_own;  // reduced grads, unless they alias the grad buffer
+    float* main_grad = nullptr;        // master.size() elements: main_grad_own, or grad itself
+    bool aliased = false;              // main_grad == grad (dp 1, payload not in the grad buffer)
+    DeviceArray<float> amax;           // NVFP4: per bucket, one tensor amax per param of the bucket
+    std::vector<int64_t> amax_off;     // per bucket: its first slot in amax
     std::vector<BucketState> st;
   };
 
@@ -161,7 +169,14 @@ class DataParallel final : private ModelHooks {
   void weights_for_forward(int f, int b);
   void start_gather(int f, int b);
   void finish_gather(int f, int b);
-  void stage(int f, int b);
+  // The optimizer's update of one bucket (AdamW on every owned piece), done by
+  // stage() in the same pass as the quantize.
+  struct Update {
+    float lr;
+    float grad_scale;  // clip coefficient (1: none)
+    int64_t t;         // AdamW step (1-based)
+  };
+  void stage(int f, int b, const Update* u = nullptr);  // u: AdamW first, fused
   void unpack(int f, int b);
   void check_fresh(int param) const;
 
@@ -183,7 +198,6 @@ class DataParallel final : private ModelHooks {
   // Collectives on small host values, staged through ops_ memory when the
   // communicator works on device memory.
   void host_all_gather(void* host, size_t bytes_per_rank);
-  void host_all_reduce_max(float* host, size_t count);
   void host_broadcast(void* host, size_t bytes, int root);
 
   // Checkpoints.
@@ -209,7 +223,8 @@ class DataParallel final : private ModelHooks {
   std::vector<BufferState> buf_;
   std::vector<std::pair<int, int>> fwd_order_;  // buckets in forward order
   std::vector<std::vector<int>> layer_params_;  // params whose first layer is L
-  std::vector<float> param_amax_;               // NVFP4 tensor amax of each param (last stage)
+  std::vector<int> amax_slot_;                  // per param: its slot in its bucket's NVFP4 amaxes
+  const float* param_amax(int p) const;         // NVFP4 tensor amax of param p (last stage), ops memory
   DeviceArray<double> norm_partials_;           // [shard][bucket] sums of squares of one step
 
   int64_t version_ = 0, iteration_ = 0, skipped_steps_ = 0;

@@ -5,8 +5,10 @@
 // Pointers are in the ops' memory space (host for the CPU ops, device memory
 // for CUDA ops); the model's weights() live there too. Operations are ordered
 // on stream() (nullptr on the CPU); copy_to_host and the host-valued results
-// (amax, sum_squares) are complete on return. Every operation is deterministic:
-// the same inputs give the same bits run to run (fixed reduction order).
+// (amax, sum_squares) are complete on return: those are the host waits, which
+// host_waits() counts (the engine's optimizer step makes one). Every operation
+// is deterministic: the same inputs give the same bits run to run (fixed
+// reduction order).
 #pragma once
 
 #include <cstddef>
@@ -52,6 +54,34 @@ class EngineOps {
   // engine collects every partial sum of a step this way and reads them once.
   virtual void sum_squares_into(const float* x, int64_t n, double* out) = 0;
   virtual void adamw(float* p, float* m, float* v, const float* g, int64_t n, const AdamWParams& a) = 0;
+
+  // ---- the optimizer step's fused work (docs/engine.md, "The optimizer step")
+  // One pass over (g, m, v, p): AdamW on n elements with the gradient
+  // g[i] * grad_scale (the clip coefficient; 1 leaves g as it is), writing m, v,
+  // p, and the updated p quantized into codes/scales. Bitwise exactly
+  // adamw(p, m, v, g * grad_scale, n, a) followed by quantize(f, r, p, n, ...).
+  // f: BF16 or MXFP8 (NVFP4 needs the tensor amax first: adamw_amax, then
+  // quantize_nvfp4).
+  virtual void adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m, float* v, const float* g,
+                              int64_t n, float grad_scale, const AdamWParams& a, uint8_t* codes,
+                              uint8_t* scales) = 0;
+  // The same AdamW, then *amax = max(*amax, amax(updated p)) in ops memory:
+  // the first pass of an NVFP4 stage.
+  virtual void adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, float grad_scale,
+                          const AdamWParams& a, float* amax) = 0;
+  // *out = max(*out, amax(x)), *out in ops memory (no host round trip).
+  virtual void amax_into(const float* x, int64_t n, float* out) = 0;
+  // NVFP4 quantize / dequantize with the tensor amax read from ops memory:
+  // the same bits as quantize/dequantize given *tensor_amax as a host value.
+  virtual void quantize_nvfp4(const float* x, int64_t n, const float* tensor_amax, uint8_t* codes,
+                              uint8_t* scales) = 0;
+  virtual void dequantize_nvfp4(const uint8_t* codes, const uint8_t* scales, int64_t n, const float* tensor_amax,
+                                void* y, ComputeDType out) = 0;
+  // *dst = value (ops memory), without waiting for anything.
+  virtual void write_f64(double* dst, double value) = 0;
+  // Host waits so far: every stream synchronisation (a blocking copy, a
+  // host-valued result, release). The CPU ops never wait: 0.
+  virtual int64_t host_waits() const { return 0; }
 };
 
 // Host memory, fp32, the reference every other implementation is compared with.

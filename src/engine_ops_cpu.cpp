@@ -77,6 +77,32 @@ class CpuOps final : public EngineOps {
   void adamw(float* p, float* m, float* v, const float* g, int64_t n, const AdamWParams& a) override {
     adamw_update(p, m, v, g, n, a);
   }
+
+  // The reference of the fused ops: exactly the separate ops, in order.
+  void adamw_scaled(float* p, float* m, float* v, const float* g, int64_t n, float grad_scale, const AdamWParams& a) {
+    const AdamWScalars s = adamw_scalars(a);
+    for (int64_t i = 0; i < n; ++i) adamw_element(p[i], m[i], v[i], g[i] * grad_scale, s);
+  }
+  void adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m, float* v, const float* g, int64_t n,
+                      float grad_scale, const AdamWParams& a, uint8_t* codes, uint8_t* scales) override {
+    MXDP_CHECK(f != WeightFormat::Nvfp4, "adamw_quantize: NVFP4 needs the tensor amax first (adamw_amax, then quantize_nvfp4)");
+    adamw_scaled(p, m, v, g, n, grad_scale, a);
+    quantize(f, r, p, n, 0.0f, codes, scales);
+  }
+  void adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, float grad_scale, const AdamWParams& a,
+                  float* am) override {
+    adamw_scaled(p, m, v, g, n, grad_scale, a);
+    amax_into(p, n, am);
+  }
+  void amax_into(const float* x, int64_t n, float* out) override { *out = std::max(*out, amax(x, n)); }
+  void quantize_nvfp4(const float* x, int64_t n, const float* tensor_amax, uint8_t* codes, uint8_t* scales) override {
+    quantize(WeightFormat::Nvfp4, ScaleRounding::RCeil, x, n, *tensor_amax, codes, scales);
+  }
+  void dequantize_nvfp4(const uint8_t* codes, const uint8_t* scales, int64_t n, const float* tensor_amax, void* y,
+                        ComputeDType out) override {
+    dequantize(WeightFormat::Nvfp4, codes, scales, n, *tensor_amax, y, out);
+  }
+  void write_f64(double* dst, double value) override { *dst = value; }
 };
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "cuda_check.h"
 #include "engine_ops.h"
 #include "layout.h"
+#include "quant.h"
 #include "gpu_test_util.h"
 
 using namespace mxdp;
@@ -54,6 +55,19 @@ size_t mismatches(const std::vector<T>& a, const std::vector<T>& b) {
   size_t bad = a.size() == b.size() ? 0 : 1;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) bad += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
   return bad;
+}
+
+// Codes then scales of a flat range of n elements (n need not be whole blocks).
+struct FlatShape {
+  int64_t code_bytes, shard_bytes;
+};
+FlatShape flat_shape(WeightFormat f, int64_t n) {
+  switch (f) {
+    case WeightFormat::Bf16: return {2 * n, 2 * n};
+    case WeightFormat::Mxfp8: return {mxfp8_code_bytes(1, n), mxfp8_code_bytes(1, n) + mxfp8_scale_bytes_rowwise(1, n)};
+    case WeightFormat::Nvfp4: break;
+  }
+  return {nvfp4_code_bytes(1, n), nvfp4_code_bytes(1, n) + nvfp4_scale_bytes(1, n)};
 }
 
 }  // namespace
@@ -144,5 +158,127 @@ TEST(GpuEngineOps, SumSquaresCloseToCpuAndRepeatable) {
     // Both sum n non-negative fp64 terms; the sequential CPU sum's error bound
     // is n * 2^-53 relative (the tree's is smaller): allow that.
     EXPECT_NEAR(g1, c, double(n) * 0x1p-53 * c) << "n = " << n;
+  }
+}
+
+// The fused optimizer ops (engine_ops.h) on the device against the CPU's
+// separate adamw then quantize (which test_engine_ops holds equal to the CPU's
+// fused ops): bitwise, several steps, sizes that are not whole blocks or whole
+// float4s, pointers that are not 16-byte aligned (the general kernel) and that
+// are (the vectorized one, with the tail in the general kernel), with and
+// without a clip coefficient. Each format: bf16, mxfp8 (rceil, floor), and
+// nvfp4 (adamw_amax folding into an amax in device memory, then quantize_nvfp4
+// reading it there). None of them waits on the host.
+TEST(GpuEngineOps, FusedAdamWStageBitwiseEqualToCpuAdamWThenQuantize) {
+  REQUIRE_GPU();
+  auto cpu = make_cpu_ops();
+  auto gpu = cuda::make_cuda_ops();
+  int checked = 0;
+  for (int64_t n : {int64_t(1), int64_t(5), int64_t(31), int64_t(32), int64_t(33), int64_t(100), int64_t(4096 + 7),
+                    int64_t(300007), int64_t(1 << 20) + 96})
+    for (int64_t shift : {int64_t(0), int64_t(1)})  // elements: 1 makes every pointer 4-byte aligned only
+      for (WeightFormat f : {WeightFormat::Bf16, WeightFormat::Mxfp8, WeightFormat::Nvfp4})
+        for (ScaleRounding r : {ScaleRounding::RCeil, ScaleRounding::Floor}) {
+          if (f != WeightFormat::Mxfp8 && r == ScaleRounding::Floor) continue;
+          const std::string what = std::string(to_string(f)) + " " + to_string(r) + " n=" + std::to_string(n) +
+                                   " shift=" + std::to_string(shift);
+          const size_t len = size_t(n + shift);
+          auto p = random_floats(len, 11 + uint32_t(n), 0.02f);
+          std::vector<float> m(len, 0.0f), v(len, 0.0f);
+          const FlatShape ps = flat_shape(f, n);
+          const int64_t code_shift = f == WeightFormat::Bf16 ? 2 * shift : (f == WeightFormat::Mxfp8 ? shift : 0);
+          std::vector<uint8_t> pay(size_t(ps.shard_bytes + code_shift + 64), 0x5A);
+          Dev<float> dp(*gpu, p), dm(*gpu, m), dv(*gpu, v);
+          Dev<uint8_t> dpay(*gpu, pay);
+          Dev<float> damax(*gpu, std::vector<float>(1, 0.0f));
+          int64_t waits = 0;  // in the fused ops
+          for (int t = 1; t <= 4; ++t) {
+            auto g = random_floats(len, 200 + t, t == 3 ? 1e-6f : 1.0f);
+            Dev<float> dg(*gpu, g);
+            const float gs = t % 2 ? 1.0f : 0.25f;
+            const AdamWParams a{2e-3f, 0.9f, 0.95f, 1e-8f, t == 2 ? 0.0f : 0.1f, t};
+            float* P = p.data() + shift;
+            float* M = m.data() + shift;
+            float* V = v.data() + shift;
+            std::vector<float> gc(g.begin() + shift, g.end());
+            cpu->scale(gc.data(), n, gs);
+            cpu->adamw(P, M, V, gc.data(), n, a);
+            uint8_t* codes = pay.data() + code_shift;
+            uint8_t* dcodes = dpay.a.data() + code_shift;
+            float* gP = dp.a.data() + shift;
+            float* gM = dm.a.data() + shift;
+            float* gV = dv.a.data() + shift;
+            const float* gG = dg.a.data() + shift;
+            const int64_t w0 = gpu->host_waits();
+            if (f != WeightFormat::Nvfp4) {
+              cpu->quantize(f, r, P, n, 0.0f, codes, codes + ps.code_bytes);
+              gpu->adamw_quantize(f, r, gP, gM, gV, gG, n, gs, a, dcodes, dcodes + ps.code_bytes);
+              waits += gpu->host_waits() - w0;
+            } else {
+              const float tensor_amax = cpu->amax(P, n);
+              cpu->quantize(f, r, P, n, tensor_amax, codes, codes + ps.code_bytes);
+              gpu->zero(damax.a.data(), sizeof(float));
+              gpu->adamw_amax(gP, gM, gV, gG, n, gs, a, damax.a.data());
+              gpu->quantize_nvfp4(gP, n, damax.a.data(), dcodes, dcodes + ps.code_bytes);
+              waits += gpu->host_waits() - w0;
+              EXPECT_EQ(damax.get()[0], tensor_amax) << what << " step " << t << ": amax";
+            }
+          }
+          EXPECT_EQ(waits, 0) << what << ": the fused ops waited on the host";
+          EXPECT_EQ(mismatches(dp.get(), p), 0u) << what << ": masters";
+          EXPECT_EQ(mismatches(dm.get(), m), 0u) << what << ": first moments";
+          EXPECT_EQ(mismatches(dv.get(), v), 0u) << what << ": second moments";
+          EXPECT_EQ(mismatches(dpay.get(), pay), 0u) << what << ": payload (codes, scales, and nothing past them)";
+          ++checked;
+        }
+  EXPECT_EQ(checked, 9 * 2 * 4);
+}
+
+// The NVFP4 ops with the tensor amax in device memory, the amax fold, and the
+// device write: the same bits as their host-valued counterparts, no host wait.
+TEST(GpuEngineOps, DeviceAmaxOpsBitwiseEqualToCpu) {
+  REQUIRE_GPU();
+  auto cpu = make_cpu_ops();
+  auto gpu = cuda::make_cuda_ops();
+  for (int64_t n : {int64_t(1), int64_t(16), int64_t(17), int64_t(256 * 1031), int64_t(256 * 1031) + 3}) {
+    auto x = random_floats(size_t(n), 7 + uint32_t(n), 0.05f);
+    Dev<float> dx(*gpu, x);
+    const float tensor_amax = 1.5f * cpu->amax(x.data(), n);
+    Dev<float> dam(*gpu, std::vector<float>{tensor_amax, 0.0f, 10.0f});
+    int64_t waits = gpu->host_waits();
+    gpu->amax_into(dx.a.data(), n, dam.a.data() + 1);   // from 0
+    gpu->amax_into(dx.a.data(), n, dam.a.data() + 2);   // a larger value stays
+    const FlatShape ps = flat_shape(WeightFormat::Nvfp4, n);
+    std::vector<uint8_t> cpay(ps.shard_bytes, 0);
+    cpu->quantize(WeightFormat::Nvfp4, ScaleRounding::RCeil, x.data(), n, tensor_amax, cpay.data(),
+                  cpay.data() + ps.code_bytes);
+    Dev<uint8_t> dpay(*gpu, std::vector<uint8_t>(ps.shard_bytes, 0));
+    Dev<float> dy(*gpu, std::vector<float>(n));
+    Dev<uint16_t> dy16(*gpu, std::vector<uint16_t>(n));
+    DeviceArray<double> d(*gpu, 1);
+    waits = gpu->host_waits() - waits;  // the uploads above wait; the ops below must not
+    const int64_t w0 = gpu->host_waits();
+    gpu->quantize_nvfp4(dx.a.data(), n, dam.a.data(), dpay.a.data(), dpay.a.data() + ps.code_bytes);
+    std::vector<float> cy(n);
+    cpu->dequantize(WeightFormat::Nvfp4, cpay.data(), cpay.data() + ps.code_bytes, n, tensor_amax, cy.data(),
+                    ComputeDType::F32);
+    std::vector<uint16_t> cy16(n);
+    cpu->dequantize(WeightFormat::Nvfp4, cpay.data(), cpay.data() + ps.code_bytes, n, tensor_amax, cy16.data(),
+                    ComputeDType::BF16);
+    gpu->dequantize_nvfp4(dpay.a.data(), dpay.a.data() + ps.code_bytes, n, dam.a.data(), dy.a.data(), ComputeDType::F32);
+    gpu->dequantize_nvfp4(dpay.a.data(), dpay.a.data() + ps.code_bytes, n, dam.a.data(), dy16.a.data(),
+                          ComputeDType::BF16);
+    gpu->write_f64(d.data(), 0.1);
+    EXPECT_EQ(gpu->host_waits(), w0) << "n = " << n;
+    EXPECT_EQ(waits, 3) << "n = " << n << ": the three uploads, and the amax folds made none";
+    const std::vector<float> am = dam.get();
+    EXPECT_EQ(am[1], cpu->amax(x.data(), n)) << "n = " << n;
+    EXPECT_EQ(am[2], 10.0f) << "n = " << n;
+    EXPECT_EQ(mismatches(dpay.get(), cpay), 0u) << "n = " << n;
+    EXPECT_EQ(mismatches(dy.get(), cy), 0u) << "n = " << n;
+    EXPECT_EQ(mismatches(dy16.get(), cy16), 0u) << "n = " << n;
+    double h = 0;
+    gpu->copy_to_host(&h, d.data(), sizeof h);
+    EXPECT_EQ(h, 0.1);
   }
 }

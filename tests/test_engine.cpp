@@ -131,6 +131,45 @@ TEST(Engine, MicroBatchesAverageTheGradient) {
   EXPECT_LT(r2.grad_norm, 1.5 * r1.grad_norm);
 }
 
+TEST(Engine, MainGradsAreTheGradBufferAtDp1) {
+  // One rank: the reduce-scatter would copy the grads, so the reduced grads the
+  // optimizer reads are the grad buffer itself, except in a buffer whose grad
+  // region also takes the gathered payload (MXFP8 with reuse). Whether they are
+  // a copy or the buffer changes no bit.
+  auto run = [](WeightFormat f, bool reuse, GradReduceDType rd, int64_t want_main_grad_elems) {
+    auto comm = self();
+    ToyModel m;
+    m.init_weights(4);
+    DpOptions o;
+    o.weight_format = f;
+    o.reuse_grad_buf = reuse;
+    o.grad_reduce_dtype = rd;
+    o.clip_grad = 0.05;  // clipped steps: the fused AdamW scales the grads
+    DataParallel dp(m, *comm, o);
+    std::vector<double> losses;
+    for (int s = 0; s < 4; ++s) losses.push_back(dp.train_step({make_batch(s, 0, 0, false).batch}).loss);
+    const MemoryPlan got = dp.allocated(), plan = plan_memory(m.params(), dp.layout(), o);
+    EXPECT_EQ(got, plan);
+    if (want_main_grad_elems < 0)
+      for (const GatherBuffer& gb : dp.layout().buffers)
+        if (gb.format == WeightFormat::Mxfp8) want_main_grad_elems = gb.numel;
+    EXPECT_EQ(got.main_grad_bytes, 4 * want_main_grad_elems) << to_string(f) << (reuse ? " reuse" : "");
+    if (rd == GradReduceDType::Fp32 && !reuse) EXPECT_EQ(got.reduce_bytes, 0) << "no reduce-scatter onto itself";
+    std::vector<std::vector<float>> w;
+    for (int p = 0; p < int(m.params().size()); ++p) w.push_back(dp.full_master(p));
+    return std::make_pair(losses, w);
+  };
+  for (GradReduceDType rd : {GradReduceDType::Fp32, GradReduceDType::Bf16}) {
+    auto aliased = run(WeightFormat::Mxfp8, false, rd, 0);
+    auto copied = run(WeightFormat::Mxfp8, true, rd, -1);  // the MXFP8 buffer keeps its own main grads
+    EXPECT_EQ(aliased.first, copied.first);
+    for (size_t p = 0; p < aliased.second.size(); ++p)
+      EXPECT_TRUE(same_bits(aliased.second[p], copied.second[p])) << "param " << p;
+    run(WeightFormat::Bf16, false, rd, 0);
+    run(WeightFormat::Nvfp4, false, rd, 0);
+  }
+}
+
 TEST(Engine, MisuseIsAClearError) {
   auto comm = self();
   ToyModel m;

@@ -2,7 +2,10 @@
 // multiply and add on its own to give the host's bits.
 #include "cuda/engine_ops_cuda.h"
 
+#include <climits>
+
 #include "check.h"
+#include "cuda/fp8_encode.cuh"
 #include "cuda/quant_cuda.h"
 #include "cuda_check.h"
 #include "formats.h"
@@ -34,6 +37,206 @@ __global__ void adamw_kernel(float* p, float* m, float* v, const float* g, int64
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     adamw_element(p[i], m[i], v[i], g[i], s);
 }
+// ---- fused AdamW + stage --------------------------------------------------------
+// One pass over (g, m, v, p): every element's AdamW (adamw_element, the host's
+// bits under -fmad=false) on the gradient g * grad_scale, then the updated p
+// quantized in registers. Vectorized kernels: lane l of warp w handles float4s
+// w*32U + j*32 + l (j < U), so every load is a coalesced 512-byte warp access and
+// each thread has 4U independent 16-byte loads in flight; an MXFP8 block (32
+// elements = 8 float4s = 8 lanes) reduces its amax with 3 xor-shuffles. A
+// general kernel (one warp per 32 elements, lane = element) takes what the
+// vectorized one cannot: a partial last block, unaligned pointers.
+constexpr unsigned kFullMask = 0xFFFFFFFFu;
+
+__device__ __forceinline__ float warp_max(float v, int width) {
+  for (int o = width / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+__device__ __forceinline__ float fold4(float acc, float4 v) {
+  return codec::amax_fold(codec::amax_fold(codec::amax_fold(codec::amax_fold(acc, v.x), v.y), v.z), v.w);
+}
+__device__ __forceinline__ void adamw4(float4& p, float4& m, float4& v, float4 g, float gs, const AdamWScalars& s) {
+  adamw_element(p.x, m.x, v.x, g.x * gs, s);
+  adamw_element(p.y, m.y, v.y, g.y * gs, s);
+  adamw_element(p.z, m.z, v.z, g.z * gs, s);
+  adamw_element(p.w, m.w, v.w, g.w * gs, s);
+}
+__device__ __forceinline__ uint32_t bf16x2(float a, float b) {
+  return uint32_t(codec::bf16_from_f32(a)) | (uint32_t(codec::bf16_from_f32(b)) << 16);
+}
+
+enum class FusedOut : uint8_t { Bf16, Mxfp8, Amax };
+
+// n4 float4s; Mxfp8: n4 % 8 == 0 (whole blocks). Bf16 codes: uint2 per float4;
+// Mxfp8 codes: uint32 per float4, one scale per 8 float4s; Amax: folded into *amax.
+template <FusedOut O, ScaleRounding R, int U>
+__global__ void __launch_bounds__(kThreads)
+    adamw_fused_vec(float4* __restrict__ p, float4* __restrict__ m, float4* __restrict__ v,
+                    const float4* __restrict__ g, int64_t n4, AdamWScalars s, float gs, void* __restrict__ codes,
+                    uint8_t* __restrict__ scales, unsigned* __restrict__ amax) {
+  const int lane = threadIdx.x & 31;
+  const int64_t base = ((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5) * (32 * U) + lane;
+  float4 pp[U], mm[U], vv[U], gg[U];
+  const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int j = 0; j < U; ++j) {
+    const int64_t i = base + j * 32;
+    const bool in = i < n4;
+    gg[j] = in ? g[i] : z;
+    mm[j] = in ? m[i] : z;
+    vv[j] = in ? v[i] : z;
+    pp[j] = in ? p[i] : z;
+  }
+  float am_all = 0.0f;
+#pragma unroll
+  for (int j = 0; j < U; ++j) {
+    const int64_t i = base + j * 32;
+    const bool in = i < n4;
+    adamw4(pp[j], mm[j], vv[j], gg[j], gs, s);
+    if (in) {
+      p[i] = pp[j];
+      m[i] = mm[j];
+      v[i] = vv[j];
+    }
+    if constexpr (O == FusedOut::Bf16) {
+      if (in)
+        static_cast<uint2*>(codes)[i] = make_uint2(bf16x2(pp[j].x, pp[j].y), bf16x2(pp[j].z, pp[j].w));
+    } else if constexpr (O == FusedOut::Mxfp8) {
+      const float am = warp_max(fold4(0.0f, pp[j]), 8);
+      const uint8_t sb = codec::mxfp8_scale_byte(am, Fp8Kind::E4M3, R);
+      const float mul = codec::e8m0_multiplier(sb);
+      const uint32_t q = device::encode4<Fp8Kind::E4M3, device::kEnc>(pp[j].x * mul, pp[j].y * mul, pp[j].z * mul,
+                                                                      pp[j].w * mul);
+      if (in) {  // whole blocks are in or out: n4 % 8 == 0
+        static_cast<uint32_t*>(codes)[i] = q;
+        if ((lane & 7) == 0) scales[i >> 3] = sb;
+      }
+    } else {
+      if (in) am_all = fold4(am_all, pp[j]);
+    }
+  }
+  if constexpr (O == FusedOut::Amax) {
+    am_all = warp_max(am_all, 32);
+    __shared__ float part[kThreads / 32];
+    if (lane == 0) part[threadIdx.x / 32] = am_all;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      am_all = threadIdx.x < kThreads / 32 ? part[threadIdx.x] : 0.0f;
+      am_all = warp_max(am_all, 32);
+      // Non-negative floats order like their bits: an integer max is exact and order-free.
+      if (threadIdx.x == 0 && am_all > 0.0f) atomicMax(amax, __float_as_uint(am_all));
+    }
+  }
+}
+
+// Any n, any alignment: one warp per 32 consecutive elements, lane = element.
+template <FusedOut O, ScaleRounding R>
+__global__ void __launch_bounds__(kThreads)
+    adamw_fused_any(float* __restrict__ p, float* __restrict__ m, float* __restrict__ v, const float* __restrict__ g,
+                    int64_t n, AdamWScalars s, float gs, void* __restrict__ codes, uint8_t* __restrict__ scales,
+                    unsigned* __restrict__ amax) {
+  const int lane = threadIdx.x & 31;
+  const int64_t nb = (n + 31) / 32, nwarps = int64_t(gridDim.x) * blockDim.x / 32;
+  float am_all = 0.0f;
+  for (int64_t b = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; b < nb; b += nwarps) {
+    const int64_t i = b * 32 + lane;
+    const bool in = i < n;
+    float pi = 0.0f, mi = 0.0f, vi = 0.0f;
+    if (in) {
+      pi = p[i];
+      mi = m[i];
+      vi = v[i];
+      adamw_element(pi, mi, vi, g[i] * gs, s);
+      p[i] = pi;
+      m[i] = mi;
+      v[i] = vi;
+    }
+    if constexpr (O == FusedOut::Bf16) {
+      if (in) static_cast<uint16_t*>(codes)[i] = codec::bf16_from_f32(pi);
+    } else if constexpr (O == FusedOut::Mxfp8) {
+      const float am = warp_max(codec::amax_fold(0.0f, pi), 32);  // absent lanes fold 0: the amax of those present
+      const uint8_t sb = codec::mxfp8_scale_byte(am, Fp8Kind::E4M3, R);
+      if (in) static_cast<uint8_t*>(codes)[i] = device::encode1<Fp8Kind::E4M3, device::kEnc>(pi * codec::e8m0_multiplier(sb));
+      if (lane == 0) scales[b] = sb;
+    } else {
+      am_all = codec::amax_fold(am_all, pi);
+    }
+  }
+  if constexpr (O == FusedOut::Amax) {
+    am_all = warp_max(am_all, 32);
+    if (lane == 0 && am_all > 0.0f) atomicMax(amax, __float_as_uint(am_all));
+  }
+}
+
+// *out = max(*out, amax(x)): the fold of amax_kernel (quant_cuda.cu) without its reset.
+__global__ void __launch_bounds__(kThreads) amax_fold_kernel(const float* __restrict__ x, int64_t n, bool vec,
+                                                             unsigned* __restrict__ out) {
+  const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = int64_t(gridDim.x) * blockDim.x;
+  float am = 0.0f;
+  int64_t done = 0;
+  if (vec) {
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    for (int64_t i = tid; i < n / 4; i += stride) am = fold4(am, x4[i]);
+    done = n / 4 * 4;
+  }
+  for (int64_t i = done + tid; i < n; i += stride) am = codec::amax_fold(am, x[i]);
+  am = warp_max(am, 32);
+  __shared__ float part[kThreads / 32];
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = am;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    am = threadIdx.x < kThreads / 32 ? part[threadIdx.x] : 0.0f;
+    am = warp_max(am, 32);
+    if (threadIdx.x == 0 && am > 0.0f) atomicMax(out, __float_as_uint(am));
+  }
+}
+
+__global__ void write_f64_kernel(double* dst, double value) { *dst = value; }
+
+bool aligned(const void* q, int a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }
+
+template <FusedOut O, ScaleRounding R>
+void launch_fused(float* p, float* m, float* v, const float* g, int64_t n, const AdamWScalars& s, float gs,
+                  void* codes, uint8_t* scales, unsigned* amax, int unroll, cudaStream_t st) {
+  // The vectorized kernel takes the longest prefix of whole float4s (MXFP8:
+  // whole 32-element blocks) when every pointer allows 16-byte loads and the
+  // codes their vector stores; the general kernel does the rest.
+  const int64_t quantum = O == FusedOut::Mxfp8 ? 32 : 4;
+  const int code_align = O == FusedOut::Bf16 ? 8 : (O == FusedOut::Mxfp8 ? 4 : 1);
+  const bool vec = aligned(p, 16) && aligned(m, 16) && aligned(v, 16) && aligned(g, 16) &&
+                   (O == FusedOut::Amax || aligned(codes, code_align));
+  const int64_t nv = vec ? n / quantum * quantum : 0;
+  if (nv > 0) {
+    const int64_t n4 = nv / 4;
+    auto go = [&]<int U>() {
+      const int64_t blocks = ((n4 + 32 * U - 1) / (32 * U) * 32 + kThreads - 1) / kThreads;
+      MXDP_CHECK(blocks <= INT_MAX, "fused AdamW: too many elements for one launch: ", n);
+      adamw_fused_vec<O, R, U><<<unsigned(blocks), kThreads, 0, st>>>(
+          reinterpret_cast<float4*>(p), reinterpret_cast<float4*>(m), reinterpret_cast<float4*>(v),
+          reinterpret_cast<const float4*>(g), n4, s, gs, codes, scales, amax);
+    };
+    switch (unroll) {
+      case 1: go.template operator()<1>(); break;
+      case 4: go.template operator()<4>(); break;
+      default: go.template operator()<2>(); break;
+    }
+    MXDP_CUDA_CHECK_LAUNCH();
+  }
+  if (nv < n) {
+    const int64_t rest = n - nv, warps = (rest + 31) / 32;
+    const int blocks = int(std::min<int64_t>((warps * 32 + kThreads - 1) / kThreads, 65535 * 16));
+    void* c = nullptr;
+    uint8_t* sc = nullptr;
+    if constexpr (O == FusedOut::Bf16) c = static_cast<uint16_t*>(codes) + nv;
+    if constexpr (O == FusedOut::Mxfp8) {
+      c = static_cast<uint8_t*>(codes) + nv;
+      sc = scales + nv / 32;
+    }
+    adamw_fused_any<O, R><<<blocks, kThreads, 0, st>>>(p + nv, m + nv, v + nv, g + nv, rest, s, gs, c, sc, amax);
+    MXDP_CUDA_CHECK_LAUNCH();
+  }
+}
+
 // Dequantize straight into bf16 compute weights: bf16_rne(fp32 dequantized
 // value), element by element the CPU's to_bf16(dequantize(x)). Each thread
 // does 8 consecutive elements (one 16-byte store when aligned).
@@ -49,7 +252,9 @@ __device__ __forceinline__ float dequant_at(const uint8_t* codes, const uint8_t*
   }
 }
 template <WeightFormat F, bool kVec>
-__global__ void dequant_bf16_kernel(const uint8_t* codes, const uint8_t* scales, int64_t n, float s_dec, uint16_t* y) {
+__global__ void dequant_bf16_kernel(const uint8_t* codes, const uint8_t* scales, int64_t n, float s_dec,
+                                    const float* d_amax, uint16_t* y) {
+  if (d_amax) s_dec = codec::nvfp4_tensor_scale_of(*d_amax).s_dec;  // NVFP4, tensor amax in device memory
   for (int64_t i0 = 8 * (blockIdx.x * int64_t(blockDim.x) + threadIdx.x); i0 < n; i0 += 8 * int64_t(gridDim.x) * blockDim.x) {
     if (kVec && i0 + 8 <= n) {
       uint16_t v[8];
@@ -68,12 +273,12 @@ __global__ void dequant_bf16_kernel(const uint8_t* codes, const uint8_t* scales,
 }
 template <WeightFormat F>
 void launch_dequant_bf16(const uint8_t* codes, const uint8_t* scales, int64_t n, float s_dec, uint16_t* y,
-                         cudaStream_t st) {
+                         cudaStream_t st, const float* d_amax = nullptr) {
   const int blocks = int(std::min<int64_t>((n + 8 * kThreads - 1) / (8 * kThreads), 65535 * 16));
   if (reinterpret_cast<uintptr_t>(y) % 16 == 0)
-    dequant_bf16_kernel<F, true><<<blocks, kThreads, 0, st>>>(codes, scales, n, s_dec, y);
+    dequant_bf16_kernel<F, true><<<blocks, kThreads, 0, st>>>(codes, scales, n, s_dec, d_amax, y);
   else
-    dequant_bf16_kernel<F, false><<<blocks, kThreads, 0, st>>>(codes, scales, n, s_dec, y);
+    dequant_bf16_kernel<F, false><<<blocks, kThreads, 0, st>>>(codes, scales, n, s_dec, d_amax, y);
   MXDP_CUDA_CHECK_LAUNCH();
 }
 
@@ -105,7 +310,7 @@ class CudaOps final : public EngineOps {
       MXDP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
       own_stream_ = true;
     }
-    MXDP_CUDA_CHECK(cudaMalloc(&scratch_, (kSumBlocks + 1) * sizeof(double) + sizeof(float)));
+    MXDP_CUDA_CHECK(cudaMalloc(&scratch_, (kSumBlocks + 1) * sizeof(double) + 4 * sizeof(float)));
   }
   ~CudaOps() override {
     cudaStreamSynchronize(stream_);
@@ -124,7 +329,7 @@ class CudaOps final : public EngineOps {
   }
   void release(void* p) override {
     if (!p) return;
-    MXDP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    sync();
     MXDP_CUDA_CHECK(cudaFree(p));
   }
   void zero(void* p, size_t bytes) override {
@@ -135,12 +340,12 @@ class CudaOps final : public EngineOps {
   }
   void copy_to_host(void* host, const void* src, size_t bytes) override {
     if (bytes) MXDP_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
-    MXDP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    sync();
   }
   void copy_from_host(void* dst, const void* host, size_t bytes) override {
     if (!bytes) return;
     MXDP_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
-    MXDP_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host buffer may go away
+    sync();  // the host buffer may go away
   }
   float amax(const float* x, int64_t n) override {
     float* d = reinterpret_cast<float*>(scratch_ + kSumBlocks + 1);
@@ -221,13 +426,86 @@ class CudaOps final : public EngineOps {
     MXDP_CUDA_CHECK_LAUNCH();
   }
 
+  void adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m, float* v, const float* g, int64_t n,
+                      float grad_scale, const AdamWParams& a, uint8_t* codes, uint8_t* scales) override {
+    detail::adamw_quantize(f, r, p, m, v, g, n, grad_scale, adamw_scalars(a), codes, scales, stream_);
+  }
+  void adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, float grad_scale, const AdamWParams& a,
+                  float* am) override {
+    detail::adamw_amax(p, m, v, g, n, grad_scale, adamw_scalars(a), am, stream_);
+  }
+  void amax_into(const float* x, int64_t n, float* out) override {
+    if (n <= 0) return;
+    const int blocks = int(std::min<int64_t>((n / 4 + kThreads - 1) / kThreads + 1, 1 << 14));
+    amax_fold_kernel<<<blocks, kThreads, 0, stream_>>>(x, n, aligned(x, 16), reinterpret_cast<unsigned*>(out));
+    MXDP_CUDA_CHECK_LAUNCH();
+  }
+  void quantize_nvfp4(const float* x, int64_t n, const float* tensor_amax, uint8_t* codes, uint8_t* scales) override {
+    cuda::nvfp4_quantize_rowwise_device_amax(x, 1, n, tensor_amax, codes, scales, stream_);
+  }
+  void dequantize_nvfp4(const uint8_t* codes, const uint8_t* scales, int64_t n, const float* tensor_amax, void* out,
+                        ComputeDType dt) override {
+    if (n <= 0) return;
+    if (dt == ComputeDType::BF16) {
+      launch_dequant_bf16<WeightFormat::Nvfp4>(codes, scales, n, 0.f, static_cast<uint16_t*>(out), stream_, tensor_amax);
+      return;
+    }
+    Nvfp4TensorScale* ts = scale_scratch();  // stream order protects it
+    cuda::nvfp4_tensor_scale(tensor_amax, ts, stream_);
+    cuda::nvfp4_dequantize_rowwise_device_sdec(codes, scales, &ts->s_dec, 1, n, static_cast<float*>(out), stream_);
+  }
+  void write_f64(double* dst, double value) override {
+    write_f64_kernel<<<1, 1, 0, stream_>>>(dst, value);
+    MXDP_CUDA_CHECK_LAUNCH();
+  }
+  int64_t host_waits() const override { return waits_; }
+
  private:
   cudaStream_t stream_ = nullptr;
   bool own_stream_ = false;
-  double* scratch_ = nullptr;  // sum_squares partials + result, then one float for amax
+  double* scratch_ = nullptr;  // sum_squares partials + result, then one float for amax, then an Nvfp4TensorScale
+  int64_t waits_ = 0;
+  void sync() {
+    ++waits_;
+    MXDP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  Nvfp4TensorScale* scale_scratch() { return reinterpret_cast<Nvfp4TensorScale*>(reinterpret_cast<float*>(scratch_ + kSumBlocks + 1) + 2); }
 };
 
 }  // namespace
+
+void detail::adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m, float* v, const float* g, int64_t n,
+                            float grad_scale, const AdamWScalars& s, uint8_t* codes, uint8_t* scales,
+                            cudaStream_t st, int unroll) {
+  MXDP_CHECK(n >= 0, "adamw_quantize: n must be >= 0, got ", n);
+  if (n == 0) return;
+  MXDP_CHECK(p && m && v && g && codes && (f == WeightFormat::Bf16 || scales), "adamw_quantize: null pointer");
+  switch (f) {
+    case WeightFormat::Bf16:
+      launch_fused<FusedOut::Bf16, ScaleRounding::RCeil>(p, m, v, g, n, s, grad_scale, codes, nullptr, nullptr,
+                                                          unroll, st);
+      break;
+    case WeightFormat::Mxfp8:
+      if (r == ScaleRounding::RCeil)
+        launch_fused<FusedOut::Mxfp8, ScaleRounding::RCeil>(p, m, v, g, n, s, grad_scale, codes, scales, nullptr,
+                                                             unroll, st);
+      else
+        launch_fused<FusedOut::Mxfp8, ScaleRounding::Floor>(p, m, v, g, n, s, grad_scale, codes, scales, nullptr,
+                                                             unroll, st);
+      break;
+    case WeightFormat::Nvfp4:
+      MXDP_FAIL("adamw_quantize: NVFP4 needs the tensor amax first (adamw_amax, then quantize_nvfp4)");
+  }
+}
+
+void detail::adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, float grad_scale,
+                        const AdamWScalars& s, float* amax, cudaStream_t st, int unroll) {
+  MXDP_CHECK(n >= 0, "adamw_amax: n must be >= 0, got ", n);
+  if (n == 0) return;
+  MXDP_CHECK(p && m && v && g && amax, "adamw_amax: null pointer");
+  launch_fused<FusedOut::Amax, ScaleRounding::RCeil>(p, m, v, g, n, s, grad_scale, nullptr, nullptr,
+                                                      reinterpret_cast<unsigned*>(amax), unroll, st);
+}
 
 std::unique_ptr<EngineOps> make_cuda_ops(cudaStream_t stream) { return std::make_unique<CudaOps>(stream); }
 

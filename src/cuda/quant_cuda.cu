@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "check.h"
+#include "cuda/fp8_encode.cuh"
 #include "cuda_check.h"
 #include "formats.h"
 
@@ -56,30 +57,10 @@ void check_args(const char* fn, int64_t rows, int64_t cols, const void* a, const
   MXDP_CHECK(empty || (a && b && c), fn, ": null pointer for a ", rows, " x ", cols, " matrix");
 }
 
-// ---- FP8 encoders --------------------------------------------------------------
-template <Fp8Kind K, detail::Fp8Encoder E>
-__device__ __forceinline__ uint32_t encode4(float a, float b, float c, float d) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  if constexpr (E == detail::Fp8Encoder::Hardware) {
-    constexpr __nv_fp8_interpretation_t kInterp = K == Fp8Kind::E4M3 ? __NV_E4M3 : __NV_E5M2;
-    const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kInterp);
-    const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, kInterp);
-    return lo | (hi << 16);
-  }
-#endif
-  return uint32_t(codec::fp8_from_f32(a, K)) | (uint32_t(codec::fp8_from_f32(b, K)) << 8) |
-         (uint32_t(codec::fp8_from_f32(c, K)) << 16) | (uint32_t(codec::fp8_from_f32(d, K)) << 24);
-}
-
-template <Fp8Kind K, detail::Fp8Encoder E>
-__device__ __forceinline__ uint8_t encode1(float a) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  if constexpr (E == detail::Fp8Encoder::Hardware)
-    return __nv_cvt_float_to_fp8(a, __NV_SATFINITE, K == Fp8Kind::E4M3 ? __NV_E4M3 : __NV_E5M2);
-#endif
-  return codec::fp8_from_f32(a, K);
-}
-constexpr detail::Fp8Encoder kEnc = detail::Fp8Encoder::Hardware;  // = kDefaultEncoder, at compile time
+// ---- FP8 encoders (cuda/fp8_encode.cuh) ------------------------------------------
+using device::encode1;
+using device::encode4;
+using device::kEnc;
 
 __device__ __forceinline__ float fold4(float acc, float4 v) {
   return codec::amax_fold(codec::amax_fold(codec::amax_fold(codec::amax_fold(acc, v.x), v.y), v.z), v.w);
