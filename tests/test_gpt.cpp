@@ -252,6 +252,7 @@ TEST(GptGolden, Bf16CheckAcceptsBf16WeightsAndRejectsWrongResults) {
 struct TrajectoryVariant {
   bool bf16_weights = true;
   double grad_noise = 0;  // each gradient element times (1 + grad_noise * N(0, 1))
+  double grad_noise_rms = 0;  // plus grad_noise_rms * (RMS of its tensor) * N(0, 1)
   float lr_scale = 1;
   bool skip_first_update = false;
 };
@@ -284,15 +285,23 @@ std::vector<float> golden_trajectory(const Golden& g, const TrajectoryVariant& v
     if (var.grad_noise > 0)
       for (auto& t : hooks.grads)
         for (float& x : t) x = float(x * (1 + var.grad_noise * normal()));
+    if (var.grad_noise_rms > 0)
+      for (auto& t : hooks.grads) {
+        double ss = 0;
+        for (float x : t) ss += double(x) * x;
+        const double rms = std::sqrt(ss / double(t.size()));
+        for (float& x : t) x = float(x + var.grad_noise_rms * rms * normal());
+      }
     if (!(var.skip_first_update && s == 0)) opt.update(mp, m.params(), hooks.grads);
   }
   return losses;
 }
 
-// kBf16TrajectoryTolerance accepts bf16 weights, also with 5% noise on every
-// gradient element (the GPU's whole-gradient error is within 5%, and is not
-// noise but a smaller systematic rounding), and rejects an lr off by 25%, a
-// skipped update, and a run that does not learn.
+// kBf16TrajectoryTolerance accepts bf16 weights, also with 5% relative noise on
+// every gradient element or noise of 5% of each gradient's RMS added to every
+// element (the GPU's whole-gradient error is within 5% of its norm, and is a
+// systematic rounding rather than noise), and rejects an lr 25% too high or 20%
+// too low, a skipped update, and a run that does not learn.
 TEST(GptGolden, Bf16TrajectoryCheckAcceptsBf16AndRejectsWrongUpdates) {
   const Golden g = load_golden();
   const double tol = testing::kBf16TrajectoryTolerance;
@@ -302,6 +311,7 @@ TEST(GptGolden, Bf16TrajectoryCheckAcceptsBf16AndRejectsWrongUpdates) {
   };
   EXPECT_TRUE(check("bf16 weights", {}).empty());
   EXPECT_TRUE(check("bf16 weights, 5% gradient noise", {.grad_noise = 0.05}).empty());
+  EXPECT_TRUE(check("bf16 weights, noise of 5% of each gradient's RMS", {.grad_noise_rms = 0.05}).empty());
   EXPECT_FALSE(check("lr x 1.25", {.lr_scale = 1.25f}).empty());
   EXPECT_FALSE(check("lr x 0.8", {.lr_scale = 0.8f}).empty());
   EXPECT_FALSE(check("first update skipped", {.skip_first_update = true}).empty());
