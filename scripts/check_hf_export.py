@@ -48,6 +48,11 @@ def main():
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     ap.add_argument("--steps", type=int, default=200)
     a = ap.parse_args()
+    a.mxdp = os.path.abspath(a.mxdp)
+    # Everything is local: transformers must not look for the model on the Hub
+    # (the GPU machine has no network).
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
         import torch
         from transformers import GPT2LMHeadModel
@@ -78,7 +83,9 @@ def main():
         run([a.mxdp, "export", "--load", os.path.join(w, "ck"), "--output", os.path.join(w, name)] + flags)
 
     import numpy as np
-    tok = np.fromfile(os.path.join(w, "kjv", "val.bin"), dtype="<u2", offset=64).astype(np.int64)
+    # `--data FILE.txt` is prepared into FILE.txt.mxdp/ beside it (docs/data.md).
+    val_bin = os.path.join(w, "kjv.txt.mxdp", "val.bin")
+    tok = np.fromfile(val_bin, dtype="<u2", offset=64).astype(np.int64)
     windows = torch.tensor(np.stack([tok[k * T:k * T + T + 1] for k in range(E * B)]), device=dev)
 
     def hf_loss(name):
@@ -116,7 +123,7 @@ def main():
         print("numpy forward pass skipped: the safetensors package is not installed")
     else:
         out = run([sys.executable, os.path.join(ROOT, "scripts", "hf_gpt2_numpy.py"), "--model",
-                   os.path.join(w, "master"), "--tokens", os.path.join(w, "kjv", "val.bin"), "--seq-len", str(T),
+                   os.path.join(w, "master"), "--tokens", val_bin, "--seq-len", str(T),
                    "--windows", str(E * B)])
         npl = float(out.strip().splitlines()[-1])
         r = rel(res["master"][0], npl)

@@ -14,6 +14,7 @@ step() {  # name, command...
   if timeout 420 "$@" >"$LOGDIR/$name.log" 2>&1; then echo "PASS $name"; else echo "FAIL $name (rc $?)"; tail -25 "$LOGDIR/$name.log"; fail=1; fi
 }
 step gputest_gpt "$B/tests/gputest_gpt"
+step gputest_gpt_golden "$B/tests/gputest_gpt_golden"
 step gputest_engine_ops "$B/tests/gputest_engine_ops"
 step gputest_quant "$B/tests/gputest_quant"
 step mpigputest_engine "$B/tests/mpigputest_engine"
@@ -21,8 +22,17 @@ step mpigputest_comm "$B/tests/mpigputest_comm"
 step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 "$B/tests/gputest_gpt"
 step racecheck compute-sanitizer --tool racecheck --error-exitcode 1 "$B/tests/gputest_gpt" \
   --gtest_filter='GpuGpt.*:GpuGptKernels.Layer*:GpuGptKernels.Bias*:GpuGptKernels.Encoder*:GpuGptKernels.Classifier*'
+# racecheck on mxdp's own kernels only: the full-model tests above run cuDNN's
+# attention kernels, which show racecheck hazards of their own; the kernel tests
+# minus the two that test library kernels (cuDNN attention, cuBLASLt GEMMs), and
+# the engine ops (quantize, dequantize, AdamW, sums: all mxdp's).
+step racecheck_kernels compute-sanitizer --tool racecheck --error-exitcode 1 "$B/tests/gputest_gpt" \
+  --gtest_filter='GpuGptKernels.*-GpuGptKernels.CudnnAttention*:GpuGptKernels.Gemms*'
+step racecheck_engine_ops compute-sanitizer --tool racecheck --error-exitcode 1 "$B/tests/gputest_engine_ops"
 step gpu_vs_cpu bash scripts/check_gpu_vs_cpu.sh "$B"
 step torch_trajectory python3 tests/gpu_torch_trajectory.py "$B"
+step gpu_cpu_checkpoint bash scripts/check_gpu_cpu_checkpoint.sh "$B"
+step hf_export python3 scripts/check_hf_export.py --mxdp "$B/mxdp" --device cuda
 step train_124m "$B/mxdp" train --device cuda --model gpt2-124m --batch-size 16 --seq-len 1024 --steps 60 \
   --eval-every 30 --eval-batches 4 --sample-tokens 0 --progress lines --log-every 10 --save-dir "$LOGDIR/ckpt"
 step sample_cuda "$B/mxdp" sample --device cuda --load "$LOGDIR/ckpt" --tokens 80

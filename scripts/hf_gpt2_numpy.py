@@ -12,7 +12,7 @@ Windows (mxdp's EvalLoader, docs/data.md): window k holds tokens
 [k*T, k*T + T] of the shard; the first --windows of them are scored. With one
 rank, --eval-batches E and --batch-size B, mxdp's eval reads E*B windows.
 
-    python3 scripts/hf_gpt2_numpy.py --model DIR --tokens data/kjv/val.bin --seq-len 64 --windows 32
+    python3 scripts/hf_gpt2_numpy.py --model DIR --tokens data/kjv.txt.mxdp/val.bin --seq-len 64 --windows 32
 
 Prints the loss (repr, round-trip exact) on the last line. Needs numpy and
 safetensors (pip install numpy safetensors).

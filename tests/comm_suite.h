@@ -29,6 +29,7 @@
 
 #include "check.h"
 #include "comm.h"
+#include "mpi_session.h"
 
 extern char** environ;
 
@@ -488,6 +489,10 @@ inline ChildResult run_child_job(const std::string& backend, double limit_s) {
     env.push_back(v);
   }
   env.push_back(std::string(kChildEnv) + "=" + backend);
+  // Its own Open MPI session directory (the parent's was dropped above with the
+  // rest of its launcher's settings): concurrent mpiruns race on a shared one.
+  const mxdp::testing::MpiSessionDir session;
+  for (const std::string& v : session.env()) env.push_back(v);
   std::vector<char*> envp;
   for (auto& v : env) envp.push_back(v.data());
   envp.push_back(nullptr);

@@ -1,9 +1,16 @@
 // What every single-process GPU test needs: skip cleanly (GTEST_SKIP, which
-// ctest reports as skipped) when this machine has no usable CUDA device.
+// ctest reports as skipped) when this machine has no usable CUDA device; fp32
+// device gradient buffers for driving a GPU model without the engine.
 #pragma once
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "cuda_check.h"
+#include "model.h"
 
 namespace mxdp::gputest {
 
@@ -15,6 +22,35 @@ inline bool have_gpu() {
   }
   return n > 0;
 }
+
+// ModelHooks whose gradient buffers are fp32 device memory, zeroed (what the
+// engine hands a GPU model); records the hook order.
+struct DevHooks final : ModelHooks {
+  std::vector<float*> g;
+  std::vector<int64_t> n;
+  std::vector<int> fwd, bwd;
+  explicit DevHooks(const std::vector<ParamSpec>& ps) {
+    for (const auto& p : ps) {
+      float* d = nullptr;
+      MXDP_CUDA_CHECK(cudaMalloc(&d, p.numel() * 4));
+      MXDP_CUDA_CHECK(cudaMemset(d, 0, p.numel() * 4));
+      g.push_back(d);
+      n.push_back(p.numel());
+    }
+  }
+  ~DevHooks() override {
+    for (float* d : g) cudaFree(d);
+  }
+  void before_layer(int l) override { fwd.push_back(l); }
+  float* grad(int p) override { return g[p]; }
+  void after_layer_backward(int l) override { bwd.push_back(l); }
+  std::vector<float> get(int p) const {
+    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<float> h(n[p]);
+    MXDP_CUDA_CHECK(cudaMemcpy(h.data(), g[p], h.size() * 4, cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
 
 }  // namespace mxdp::gputest
 

@@ -20,6 +20,7 @@
 #include "cuda/gemm.h"
 #include "cuda/gpt_cuda.h"
 #include "cuda/gpt_kernels.h"
+#include "compare_util.h"
 #include "cuda_check.h"
 #include "formats.h"
 #include "gpt.h"
@@ -27,11 +28,11 @@
 #include "gpu_test_util.h"
 
 using namespace mxdp;
+using mxdp::testing::bfr;
+using mxdp::testing::rel_err;
+using mxdp::gputest::DevHooks;
 
 namespace {
-
-
-float bfr(float x) { return codec::bf16_to_f32(codec::bf16_from_f32(x)); }
 
 std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.f) {
   std::mt19937_64 g(seed);
@@ -39,17 +40,6 @@ std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.f) {
   std::vector<float> v(n);
   for (auto& x : v) x = bfr(scale * d(g));
   return v;
-}
-
-double rel_err(const std::vector<float>& a, const std::vector<float>& ref) {
-  EXPECT_EQ(a.size(), ref.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    num += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
-    den += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
 }
 
 // Device arrays: bf16 (uint16_t) from floats, fp32, and back.
@@ -325,33 +315,6 @@ TEST(GpuGptKernels, ClassifierLossAndGradientMatchDoubleReference) {
 
 // ---------------------------------------------------------------- the model
 
-// Gradient buffers in device memory, zeroed; records the hook order.
-struct DevHooks final : ModelHooks {
-  std::vector<float*> g;
-  std::vector<int64_t> n;
-  std::vector<int> fwd, bwd;
-  explicit DevHooks(const std::vector<ParamSpec>& ps) {
-    for (const auto& p : ps) {
-      float* d = nullptr;
-      MXDP_CUDA_CHECK(cudaMalloc(&d, p.numel() * 4));
-      MXDP_CUDA_CHECK(cudaMemset(d, 0, p.numel() * 4));
-      g.push_back(d);
-      n.push_back(p.numel());
-    }
-  }
-  ~DevHooks() override {
-    for (float* d : g) cudaFree(d);
-  }
-  void before_layer(int l) override { fwd.push_back(l); }
-  float* grad(int p) override { return g[p]; }
-  void after_layer_backward(int l) override { bwd.push_back(l); }
-  std::vector<float> get(int p) const {
-    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<float> h(n[p]);
-    MXDP_CUDA_CHECK(cudaMemcpy(h.data(), g[p], h.size() * 4, cudaMemcpyDeviceToHost));
-    return h;
-  }
-};
 struct HostHooks final : ModelHooks {
   std::vector<std::vector<float>> g;
   explicit HostHooks(const std::vector<ParamSpec>& ps) {

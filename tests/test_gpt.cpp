@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -13,9 +14,13 @@
 
 #include "check.h"
 #include "gpt.h"
+#include "gpt_golden.h"
 
 namespace mxdp {
 namespace {
+
+using testing::Golden;
+using testing::load_golden;
 
 // ---------------------------------------------------------------- helpers
 
@@ -34,71 +39,6 @@ class TestHooks : public ModelHooks {
   std::vector<std::vector<float>> grads;
   std::vector<int> before, after;
 };
-
-struct Golden {
-  GptConfig cfg;
-  int B = 0, T = 0, n_steps = 0;
-  float lr = 0, beta1 = 0, beta2 = 0, eps = 0, wd = 0;
-  std::vector<std::vector<int64_t>> shapes;
-  std::vector<int32_t> inputs, targets;
-  std::vector<std::vector<float>> params, grads;
-  std::vector<float> logits, losses;
-  float loss = 0;
-};
-
-Golden load_golden() {
-  const std::string path = std::string(MXDP_SOURCE_DIR) + "/tests/data/gpt_golden.bin";
-  std::ifstream f(path, std::ios::binary);
-  MXDP_CHECK(f.good(), "cannot open ", path);
-  auto read = [&](void* dst, size_t n) {
-    f.read(static_cast<char*>(dst), std::streamsize(n));
-    MXDP_CHECK(f.good(), "truncated golden file ", path);
-  };
-  char magic[8];
-  read(magic, 8);
-  MXDP_CHECK(std::memcmp(magic, "MXGPTGD1", 8) == 0, "bad magic in ", path);
-  int32_t h[12];
-  read(h, sizeof h);
-  MXDP_CHECK(h[0] == 1, "golden version ", h[0]);
-  Golden g;
-  g.cfg = {.vocab = h[1], .padded_vocab = h[2], .max_seq = h[3], .n_layer = h[4], .n_head = h[5], .d_model = h[6]};
-  g.B = h[7];
-  g.T = h[8];
-  g.n_steps = h[9];
-  const int n_params = h[10];
-  float hp[5];
-  read(hp, sizeof hp);
-  g.lr = hp[0], g.beta1 = hp[1], g.beta2 = hp[2], g.eps = hp[3], g.wd = hp[4];
-  for (int i = 0; i < n_params; ++i) {
-    int32_t nd;
-    read(&nd, 4);
-    std::vector<int32_t> d(static_cast<size_t>(nd));
-    read(d.data(), 4 * size_t(nd));
-    g.shapes.emplace_back(d.begin(), d.end());
-  }
-  const size_t BT = size_t(g.B) * g.T;
-  g.inputs.resize(BT);
-  g.targets.resize(BT);
-  read(g.inputs.data(), 4 * BT);
-  read(g.targets.data(), 4 * BT);
-  auto read_tensors = [&](std::vector<std::vector<float>>& out) {
-    for (const auto& s : g.shapes) {
-      int64_t n = 1;
-      for (int64_t d : s) n *= d;
-      out.emplace_back(size_t(n));
-      read(out.back().data(), 4 * size_t(n));
-    }
-  };
-  read_tensors(g.params);
-  g.logits.resize(BT * size_t(g.cfg.padded_vocab));
-  read(g.logits.data(), 4 * g.logits.size());
-  read(&g.loss, 4);
-  read_tensors(g.grads);
-  g.losses.resize(size_t(g.n_steps));
-  read(g.losses.data(), 4 * g.losses.size());
-  MXDP_CHECK(f.peek() == EOF, "trailing bytes in ", path);
-  return g;
-}
 
 void set_weights(Gpt& m, const std::vector<std::vector<float>>& w) {
   for (size_t i = 0; i < w.size(); ++i) std::copy(w[i].begin(), w[i].end(), m.weights(int(i)));
@@ -180,13 +120,19 @@ struct AdamW {
   std::vector<std::vector<float>> m, v;
   int step = 0;
   void update(Gpt& model, const std::vector<std::vector<float>>& grads) {
+    std::vector<float*> p;
+    for (size_t i = 0; i < grads.size(); ++i) p.push_back(model.weights(int(i)));
+    update(p, model.params(), grads);
+  }
+  void update(const std::vector<float*>& params, const std::vector<ParamSpec>& specs,
+              const std::vector<std::vector<float>>& grads) {
     if (m.empty())
       for (const auto& g : grads) m.emplace_back(g.size(), 0.f), v.emplace_back(g.size(), 0.f);
     ++step;
     const float bc1 = 1.f - std::pow(b1, float(step)), bc2 = 1.f - std::pow(b2, float(step));
     for (size_t i = 0; i < grads.size(); ++i) {
-      float* p = model.weights(int(i));
-      const float decay = model.params()[i].decay ? wd : 0.f;
+      float* p = params[i];
+      const float decay = specs[i].decay ? wd : 0.f;
       for (size_t j = 0; j < grads[i].size(); ++j) {
         const float g = grads[i][j];
         p[j] *= 1.f - lr * decay;
@@ -219,6 +165,157 @@ TEST(GptGolden, AdamWLossTrajectoryMatchesPyTorch) {
     EXPECT_NEAR(loss, g.losses[size_t(s)], 1e-5 + 1e-5 * std::fabs(g.losses[size_t(s)])) << "step " << s;
   }
   std::printf("  max abs loss err over %d steps: %.3e\n", g.n_steps, max_err);
+}
+
+// ---------------------------------------------------------------- the GPU's golden checks
+
+// The checks gputest_gpt_golden.cu holds the bf16 GPU GPT to (gpt_golden.h),
+// run here on the CPU GPT so that what they accept and reject is tested
+// without a GPU.
+
+std::vector<float> real_logits_of(Gpt& m, const Golden& g) {
+  std::vector<float> out;
+  for (int b = 0; b < g.B; ++b)
+    for (int t = 0; t < g.T; ++t) out.insert(out.end(), m.logits(b, t), m.logits(b, t) + g.cfg.vocab);
+  return out;
+}
+
+std::vector<std::string> names_of(const Gpt& m) {
+  std::vector<std::string> n;
+  for (const auto& p : m.params()) n.push_back(p.name);
+  return n;
+}
+
+// The bf16 check accepts the CPU GPT computing with the golden weights rounded
+// to bf16 (what the GPU holds), and rejects each of these wrong results: a
+// gradient off by 10% (a wrong scale), half a gradient missing (a lost term, a
+// race), a gradient read in the wrong layout (transposed), two sequences'
+// logits swapped (a wrong index), a loss off by 1%.
+TEST(GptGolden, Bf16CheckAcceptsBf16WeightsAndRejectsWrongResults) {
+  const Golden g = load_golden();
+  Gpt m(g.cfg);
+  auto w = g.params;
+  for (auto& t : w)
+    for (float& x : t) x = testing::bfr(x);
+  set_weights(m, w);
+  TestHooks hooks(m);
+  const float loss = m.forward(batch_of(g.inputs, g.targets, g.B, g.T), hooks);
+  const std::vector<float> logits = real_logits_of(m, g);
+  m.backward(hooks);
+  const auto names = names_of(m);
+  const auto tol = testing::kBf16GoldenTolerance;
+  const auto ok = testing::golden_mismatches(g, loss, logits, hooks.grads, names, tol, true);
+  EXPECT_TRUE(ok.empty()) << "bf16 weights alone exceed the GPU's tolerances: " << (ok.empty() ? "" : ok[0]);
+
+  auto rejected = [&](const std::string& what, float l, const std::vector<float>& z,
+                      const std::vector<std::vector<float>>& gr, const std::string& must_name) {
+    const auto bad = testing::golden_mismatches(g, l, z, gr, names, tol, false);
+    bool named = false;
+    for (const auto& b : bad) named |= b.rfind(must_name + ":", 0) == 0;
+    EXPECT_TRUE(named) << what << ": not reported as a mismatch of " << must_name;
+  };
+  auto find = [&](const std::string& n) { return size_t(std::find(names.begin(), names.end(), n) - names.begin()); };
+  {
+    auto gr = hooks.grads;
+    for (float& x : gr[find("h1.mlp.fc.w")]) x *= 1.1f;
+    rejected("gradient scaled by 1.1", loss, logits, gr, "h1.mlp.fc.w");
+  }
+  {
+    auto gr = hooks.grads;
+    auto& t = gr[find("h0.attn.qkv.b")];
+    std::fill(t.begin() + t.size() / 2, t.end(), 0.f);
+    rejected("half a gradient missing", loss, logits, gr, "h0.attn.qkv.b");
+  }
+  {
+    auto gr = hooks.grads;
+    auto& t = gr[find("h0.attn.proj.w")];  // [C, C]
+    const size_t C = size_t(g.cfg.d_model);
+    std::vector<float> tr(t.size());
+    for (size_t i = 0; i < C; ++i)
+      for (size_t j = 0; j < C; ++j) tr[j * C + i] = t[i * C + j];
+    t = tr;
+    rejected("gradient transposed", loss, logits, gr, "h0.attn.proj.w");
+  }
+  {
+    auto z = logits;
+    const size_t row = size_t(g.T) * g.cfg.vocab;
+    std::swap_ranges(z.begin(), z.begin() + row, z.begin() + row);
+    rejected("logits of sequences 0 and 1 swapped", loss, z, hooks.grads, "logits");
+  }
+  rejected("loss off by 1%", loss * 1.01f, logits, hooks.grads, "loss");
+}
+
+// The golden AdamW trajectory of the CPU GPT under variations: fp32 masters,
+// compute weights bf16(master) (the GPU engine's bf16 gather), optionally
+// every gradient perturbed by relative noise (a stand-in for the GPU's bf16
+// activations), the lr scaled, or the first update skipped.
+struct TrajectoryVariant {
+  bool bf16_weights = true;
+  double grad_noise = 0;  // each gradient element times (1 + grad_noise * N(0, 1))
+  double grad_noise_rms = 0;  // plus grad_noise_rms * (RMS of its tensor) * N(0, 1)
+  float lr_scale = 1;
+  bool skip_first_update = false;
+};
+std::vector<float> golden_trajectory(const Golden& g, const TrajectoryVariant& var) {
+  Gpt m(g.cfg);
+  auto master = g.params;
+  TestHooks hooks(m);
+  AdamW opt{g.lr * var.lr_scale, g.beta1, g.beta2, g.eps, g.wd, {}, {}, 0};
+  std::vector<float*> mp;
+  for (auto& t : master) mp.push_back(t.data());
+  uint64_t rng = 12345;
+  auto normal = [&] {  // Box-Muller on a 64-bit LCG: reproducible everywhere
+    auto u = [&] {
+      rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+      return (double(rng >> 11) + 0.5) / 9007199254740992.0;
+    };
+    const double a = u(), b = u();
+    return std::sqrt(-2 * std::log(a)) * std::cos(6.283185307179586 * b);
+  };
+  std::vector<float> losses;
+  for (int s = 0; s < g.n_steps; ++s) {
+    auto w = master;
+    if (var.bf16_weights)
+      for (auto& t : w)
+        for (float& x : t) x = testing::bfr(x);
+    set_weights(m, w);
+    hooks.zero();
+    losses.push_back(m.forward(batch_of(g.inputs, g.targets, g.B, g.T), hooks));
+    m.backward(hooks);
+    if (var.grad_noise > 0)
+      for (auto& t : hooks.grads)
+        for (float& x : t) x = float(x * (1 + var.grad_noise * normal()));
+    if (var.grad_noise_rms > 0)
+      for (auto& t : hooks.grads) {
+        double ss = 0;
+        for (float x : t) ss += double(x) * x;
+        const double rms = std::sqrt(ss / double(t.size()));
+        for (float& x : t) x = float(x + var.grad_noise_rms * rms * normal());
+      }
+    if (!(var.skip_first_update && s == 0)) opt.update(mp, m.params(), hooks.grads);
+  }
+  return losses;
+}
+
+// kBf16TrajectoryTolerance accepts bf16 weights, also with 5% relative noise on
+// every gradient element or noise of 5% of each gradient's RMS added to every
+// element (the GPU's whole-gradient error is within 5% of its norm, and is a
+// systematic rounding rather than noise), and rejects an lr 25% too high or 20%
+// too low, a skipped update, and a run that does not learn.
+TEST(GptGolden, Bf16TrajectoryCheckAcceptsBf16AndRejectsWrongUpdates) {
+  const Golden g = load_golden();
+  const double tol = testing::kBf16TrajectoryTolerance;
+  auto check = [&](const char* what, const TrajectoryVariant& v) {
+    std::printf(" %s:\n", what);
+    return testing::golden_trajectory_mismatches(g, golden_trajectory(g, v), tol, true);
+  };
+  EXPECT_TRUE(check("bf16 weights", {}).empty());
+  EXPECT_TRUE(check("bf16 weights, 5% gradient noise", {.grad_noise = 0.05}).empty());
+  EXPECT_TRUE(check("bf16 weights, noise of 5% of each gradient's RMS", {.grad_noise_rms = 0.05}).empty());
+  EXPECT_FALSE(check("lr x 1.25", {.lr_scale = 1.25f}).empty());
+  EXPECT_FALSE(check("lr x 0.8", {.lr_scale = 0.8f}).empty());
+  EXPECT_FALSE(check("first update skipped", {.skip_first_update = true}).empty());
+  EXPECT_FALSE(check("no update", {.lr_scale = 0.f}).empty());
 }
 
 // ---------------------------------------------------------------- determinism

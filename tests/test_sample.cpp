@@ -7,6 +7,7 @@
 #include "check.h"
 #include "checkpoint.h"
 #include "gpt.h"
+#include "mpi_session.h"
 #include "python_util.h"
 #include "sample.h"
 #include "tmpdir_util.h"
@@ -121,7 +122,8 @@ TEST_P(SampleAsTrained, SampleOfTheCheckpointIsTheEndOfRunSample) {
   RunResult tr;
   if (c.mpirun && ::access(MXDP_MPIEXEC, X_OK) != 0) GTEST_SKIP() << "no mpirun at '" << MXDP_MPIEXEC << "'";
   if (c.mpirun) {
-    const std::string cmd = std::string("'") + MXDP_MPIEXEC + "' --allow-run-as-root --oversubscribe --bind-to none -np 2 '" + MXDP_BINARY +
+    const mxdp::testing::MpiSessionDir session;  // Open MPI's session files apart from concurrent tests
+    const std::string cmd = session.shell_prefix() + "'" + MXDP_MPIEXEC + "' --allow-run-as-root --oversubscribe --bind-to none -np 2 '" + MXDP_BINARY +
                             "' " + args + " > '" + (d / "train.log") + "' 2>&1";
     const int st = std::system(cmd.c_str());
     tr.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;

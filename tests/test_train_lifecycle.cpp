@@ -35,6 +35,7 @@
 #include "checkpoint.h"
 #include "data.h"
 #include "gpt.h"
+#include "mpi_session.h"
 #include "oracle.h"
 #include "sample.h"
 #include "tmpdir_util.h"
@@ -112,7 +113,8 @@ Job mpirun_train(int np, const std::string& args, const std::string& dir) {
   fs::create_directories(dir);
   Job j;
   j.dir = dir;
-  j.cmd = "timeout -k 10 " + std::to_string(kRunTimeoutS) + " " + quote(MXDP_MPIEXEC) +
+  const mt::MpiSessionDir session;  // its own Open MPI session directory: jobs run side by side
+  j.cmd = session.shell_prefix() + "timeout -k 10 " + std::to_string(kRunTimeoutS) + " " + quote(MXDP_MPIEXEC) +
           " --oversubscribe --bind-to none -np " + std::to_string(np) + " " + quote(MXDP_BINARY) +
           " train " + args + " --metrics " + quote(j.metrics_path()) + " --save-dir " +
           quote(j.save_dir());

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "data.h"
+#include "mpi_session.h"
 #include "tmpdir_util.h"
 
 namespace {
@@ -290,7 +291,8 @@ TEST_F(TrainRobust, BackendSelfWithSeveralRanksIsAnError) {
   if (m.empty() || ::access(m.c_str(), X_OK) != 0) GTEST_SKIP() << "mpirun not found";
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  const std::string cmd = "timeout -k 5 120 " + q(m) + " --oversubscribe --bind-to none -np 2 " + q(MXDP_BINARY) +
+  const mt::MpiSessionDir session;  // Open MPI's session files apart from concurrent tests
+  const std::string cmd = session.shell_prefix() + "timeout -k 5 120 " + q(m) + " --oversubscribe --bind-to none -np 2 " + q(MXDP_BINARY) +
                           " train " + common + " --steps 1 --eval-every 0 --backend self > " + q(d / "self.log") +
                           " 2>&1";
   const int status = std::system(cmd.c_str());
