@@ -16,7 +16,8 @@ From the repository root, after building:
    in float64 on the CPU or float32 on the GPU (TF32 off), and requires
      as trained, fp32 : within 1e-5 relative of mxdp's final eval loss
      masters,  fp32   : within 1e-5 of scripts/hf_gpt2_numpy.py on the same export
-                        (skipped without numpy/safetensors), and not mxdp's loss
+                        (skipped without numpy/safetensors), and 10x further from mxdp's
+                        loss than the trained weights' loss is
      as trained, bf16 : equal to the fp32 file's loss within 1e-5 (MXFP8 weights
                         are bf16-exact)
 Prints every number, then PASS (exit 0) or FAIL (exit 1).
@@ -108,15 +109,19 @@ def main():
         if rel(l, ce) > 1e-6:
             print(f"  FAIL: transformers' loss and the hand-computed one differ")
             ok = False
-    r = rel(res["trained"][0], mxdp_loss)
+    r_trained = r = rel(res["trained"][0], mxdp_loss)
     print(f"as trained vs mxdp eval: relative difference {r:.3e} (limit 1e-5)")
     ok &= r <= 1e-5
     r = rel(res["trained_bf16"][0], res["trained"][0])
     print(f"bf16 file vs fp32 file: relative difference {r:.3e} (limit 1e-5)")
     ok &= r <= 1e-5
+    # The masters are not what training evaluated: their loss must be further
+    # from mxdp's than the trained weights' is, by 10x (seen on an H200: trained
+    # 7.6e-08, masters 8.8e-06, a 116x gap; a fixed 1e-5 was too tight there).
     r = rel(res["master"][0], mxdp_loss)
-    print(f"masters vs mxdp eval: relative difference {r:.3e} (must exceed 1e-5: the formats differ)")
-    ok &= r > 1e-5
+    need = 10 * max(r_trained, 1e-8)
+    print(f"masters vs mxdp eval: relative difference {r:.3e} (must exceed {need:.1e}, 10x the trained weights': the formats differ)")
+    ok &= r > need
     try:
         import safetensors  # noqa: F401  (the numpy forward pass reads the file with it)
     except ImportError:

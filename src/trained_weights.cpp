@@ -60,6 +60,13 @@ InferenceWeights load_inference_weights(const std::string& where, WeightsMode mo
   w.config = checkpoint_model_config(c, w.path);
   w.specs = gpt_param_specs(w.config);
   w.iteration = c.iteration;
+  w.data_vocab = w.config.vocab;
+  if (c.extra.contains("data_vocab")) {
+    MXDP_CHECK(c.extra["data_vocab"].is_number_integer() && c.extra["data_vocab"].get<int64_t>() >= 1 &&
+                   c.extra["data_vocab"].get<int64_t>() <= w.config.vocab,
+               w.path, ": the checkpoint's data_vocab ", c.extra["data_vocab"].dump(), " is not in [1, ", w.config.vocab, "]");
+    w.data_vocab = c.extra["data_vocab"].get<int64_t>();
+  }
   MXDP_CHECK(c.params.size() == w.specs.size(), w.path, ": ", c.params.size(), " params in the checkpoint, its model (",
              w.config.n_layer, " layers) has ", w.specs.size());
   WeightFormat format = WeightFormat::Bf16;

@@ -46,6 +46,9 @@ struct InferenceWeights {
   std::vector<ParamSpec> specs;
   std::vector<std::vector<float>> weights;  // per param, numel floats
   int64_t iteration = 0;
+  // The vocabulary of the data it was trained on (the checkpoint's data_vocab;
+  // older checkpoints: the model's): <= 256 means bytes, no tokenizer needed.
+  int64_t data_vocab = 0;
   WeightsMode mode = WeightsMode::Trained;
   std::string describe;  // e.g. "as trained: mxfp8 (rceil) for 2-D weights, bf16 for the rest"
 };

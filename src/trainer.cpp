@@ -566,6 +566,7 @@ void Trainer::save(int64_t step) {
   const json extra = {{"data", loader_->state()}, {"model", model_json(mc_)}, {"seed", cfg_.seed}, {"schedule", sched},
                       // what sample/export rebuild the trained weights with
                       {"weight_format", to_string(cfg_.dp.weight_format)},
+                      {"data_vocab", train_ds_->vocab_size()},  // <= 256: bytes (sample needs no tokenizer)
                       {"mxfp8_scale_rounding", to_string(cfg_.dp.mxfp8_scale_rounding)}};
   engine_->save_checkpoint(path, extra);  // refuses a non-finite state on every rank
   std::vector<std::string> removed;

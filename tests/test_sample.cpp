@@ -75,6 +75,33 @@ TEST(Sample, FromATrainingCheckpoint) {
   EXPECT_TRUE(contains(missing.output, "cannot open")) << missing.output;
 }
 
+// A model wider than its byte data (GPT-2's 50257-token vocabulary on bytes,
+// here --vocab 300): the checkpoint records the data's vocabulary, so sample
+// needs no tokenizer and draws only bytes; a data vocabulary beyond bytes
+// without --tokenizer is refused.
+TEST(Sample, ByteDataOnAWiderModelNeedsNoTokenizer) {
+  TempDir d;
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "And God said, Let there be light: and there was light.\n";
+  write_file(d / "t.txt", text);
+  RunResult tr = run_mxdp("train --device cpu --data '" + (d / "t.txt") + "' --vocab 300 --steps 2 --n-layer 1 --d-model 32 "
+                          "--seq-len 32 --batch-size 2 --eval-every 0 --sample-tokens 0 --threads 1 --save-dir '" +
+                              (d / "ck") + "'",
+                          d / "train.log");
+  ASSERT_EQ(tr.exit_code, 0) << tr.output;
+  RunResult s = run_mxdp("sample --device cpu --load '" + (d / "ck") + "' --prompt And --tokens 20 --raw --threads 1", d / "s.log");
+  ASSERT_EQ(s.exit_code, 0) << s.output;
+  EXPECT_EQ(s.output.size(), 3u + 20u + 1u) << "prompt, 20 bytes, newline: " << s.output;
+  // The same checkpoint claiming BPE data: refused without --tokenizer.
+  const std::string path = d / "ck/step_000002.ckpt";
+  CheckpointData c = read_checkpoint(path);
+  c.extra["data_vocab"] = 300;
+  write_file_atomic(d / "bpe.ckpt", serialize_checkpoint(c));
+  RunResult r = run_mxdp("sample --device cpu --load '" + (d / "bpe.ckpt") + "' --tokens 5 --threads 1", d / "r.log");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "vocabulary of 300 tokens; pass --tokenizer")) << r.output;
+}
+
 // ---- the trained model, as trained (issue 11) ----------------------------------
 
 namespace {

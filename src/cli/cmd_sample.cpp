@@ -46,8 +46,8 @@ void add_sample_command(CLI::App& app, Runner& run) {
   cmd->callback([o, &run] {
     run = [o] {
       const InferenceWeights w = load_inference_weights(o->load, parse_weights_mode(o->weights));
-      MXDP_CHECK(!o->tokenizer.empty() || w.config.vocab <= 256, w.path, ": the model has a vocabulary of ",
-                 w.config.vocab, " tokens; pass --tokenizer FILE (the tokenizer.json its data was encoded with)");
+      MXDP_CHECK(!o->tokenizer.empty() || w.data_vocab <= 256, w.path, ": the model was trained on data with a vocabulary of ",
+                 w.data_vocab, " tokens; pass --tokenizer FILE (the tokenizer.json its data was encoded with)");
       const std::unique_ptr<Tokenizer> tok = load_tokenizer(o->tokenizer);
       if (o->threads > 0) omp_set_num_threads(o->threads);
       const Device device = resolve_device(o->device);

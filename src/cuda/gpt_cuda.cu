@@ -109,11 +109,17 @@ class GptCuda final : public GptModel {
   void release_initial_weights() override {
     MXDP_CUDA_CHECK(cudaStreamSynchronize(s_));
     init_.reset();
+    init_released_ = true;
   }
-  // Before the engine took the initial values (e.g. --init-from), they change
-  // too: the engine starts its masters from initial_weights(), not from bf16.
+  // Until the engine took the initial values (e.g. --init-from, or weights set
+  // without init_weights), they change too, as the CPU model's do: the engine
+  // starts its masters from initial_weights(), not from bf16.
   void set_weights(int p, const float* host) override {
     const int64_t n = specs_[check_param(p)].numel();
+    if (!init_.get() && !init_released_) {
+      init_.resize(total_);
+      MXDP_CUDA_CHECK(cudaMemsetAsync(init_.get(), 0, size_t(total_) * sizeof(float), s_));
+    }
     Buf<float> tmp;
     float* dst = init_.get() ? init_.get() + offsets_[p] : (tmp.resize(n), tmp.get());
     MXDP_CUDA_CHECK(cudaMemcpyAsync(dst, host, size_t(n) * sizeof(float), cudaMemcpyHostToDevice, s_));
@@ -201,6 +207,7 @@ class GptCuda final : public GptModel {
   int64_t total_ = 0;
   Buf<uint16_t> weights_;
   Buf<float> init_;
+  bool init_released_ = false;  // the engine took the initial values
   std::vector<BlockParams> blocks_;
   int lnfw_ = 0, lnfb_ = 0;
 
