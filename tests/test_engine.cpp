@@ -154,7 +154,9 @@ TEST(Engine, MainGradsAreTheGradBufferAtDp1) {
       for (const GatherBuffer& gb : dp.layout().buffers)
         if (gb.format == WeightFormat::Mxfp8) want_main_grad_elems = gb.numel;
     EXPECT_EQ(got.main_grad_bytes, 4 * want_main_grad_elems) << to_string(f) << (reuse ? " reuse" : "");
-    if (rd == GradReduceDType::Fp32 && !reuse) EXPECT_EQ(got.reduce_bytes, 0) << "no reduce-scatter onto itself";
+    if (rd == GradReduceDType::Fp32 && !reuse) {
+      EXPECT_EQ(got.reduce_bytes, 0) << "no reduce-scatter onto itself";
+    }
     std::vector<std::vector<float>> w;
     for (int p = 0; p < int(m.params().size()); ++p) w.push_back(dp.full_master(p));
     return std::make_pair(losses, w);
