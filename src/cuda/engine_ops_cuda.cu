@@ -168,29 +168,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// *out = max(*out, amax(x)): the fold of amax_kernel (quant_cuda.cu) without its reset.
-__global__ void __launch_bounds__(kThreads) amax_fold_kernel(const float* __restrict__ x, int64_t n, bool vec,
-                                                             unsigned* __restrict__ out) {
-  const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = int64_t(gridDim.x) * blockDim.x;
-  float am = 0.0f;
-  int64_t done = 0;
-  if (vec) {
-    const float4* x4 = reinterpret_cast<const float4*>(x);
-    for (int64_t i = tid; i < n / 4; i += stride) am = fold4(am, x4[i]);
-    done = n / 4 * 4;
-  }
-  for (int64_t i = done + tid; i < n; i += stride) am = codec::amax_fold(am, x[i]);
-  am = warp_max(am, 32);
-  __shared__ float part[kThreads / 32];
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = am;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    am = threadIdx.x < kThreads / 32 ? part[threadIdx.x] : 0.0f;
-    am = warp_max(am, 32);
-    if (threadIdx.x == 0 && am > 0.0f) atomicMax(out, __float_as_uint(am));
-  }
-}
-
 __global__ void write_f64_kernel(double* dst, double value) { *dst = value; }
 
 bool aligned(const void* q, int a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }
@@ -435,10 +412,7 @@ class CudaOps final : public EngineOps {
     detail::adamw_amax(p, m, v, g, n, grad_scale, adamw_scalars(a), am, stream_);
   }
   void amax_into(const float* x, int64_t n, float* out) override {
-    if (n <= 0) return;
-    const int blocks = int(std::min<int64_t>((n / 4 + kThreads - 1) / kThreads + 1, 1 << 14));
-    amax_fold_kernel<<<blocks, kThreads, 0, stream_>>>(x, n, aligned(x, 16), reinterpret_cast<unsigned*>(out));
-    MXDP_CUDA_CHECK_LAUNCH();
+    if (n > 0) cuda::amax_fold_into(x, n, out, stream_);
   }
   void quantize_nvfp4(const float* x, int64_t n, const float* tensor_amax, uint8_t* codes, uint8_t* scales) override {
     cuda::nvfp4_quantize_rowwise_device_amax(x, 1, n, tensor_amax, codes, scales, stream_);

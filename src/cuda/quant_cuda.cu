@@ -361,9 +361,14 @@ void nvfp4_dequantize_impl(const uint8_t* codes, const uint8_t* scales, const fl
 
 // ---- public API ---------------------------------------------------------------------
 void amax(const float* x, int64_t n, float* d_amax, cudaStream_t stream) {
+  MXDP_CHECK(d_amax != nullptr, "cuda::amax: null pointer");
+  MXDP_CUDA_CHECK(cudaMemsetAsync(d_amax, 0, sizeof(float), stream));
+  amax_fold_into(x, n, d_amax, stream);
+}
+
+void amax_fold_into(const float* x, int64_t n, float* d_amax, cudaStream_t stream) {
   MXDP_CHECK(n >= 0, "cuda::amax: n must be >= 0, got ", n);
   MXDP_CHECK(d_amax != nullptr && (x != nullptr || n == 0), "cuda::amax: null pointer");
-  MXDP_CUDA_CHECK(cudaMemsetAsync(d_amax, 0, sizeof(float), stream));
   if (n == 0) return;
   unsigned* out = reinterpret_cast<unsigned*>(d_amax);
   if (aligned(x, 16))

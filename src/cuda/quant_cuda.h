@@ -22,6 +22,9 @@ namespace mxdp::cuda {
 // *d_amax = max |x| over n elements, NaN ignored (0 for n == 0). Exact and
 // deterministic (integer atomicMax on the bits of non-negative floats).
 void amax(const float* x, int64_t n, float* d_amax, cudaStream_t stream);
+// *d_amax = max(*d_amax, max |x|): the same fold without the reset (the
+// engine folds the pieces of one tensor into one value).
+void amax_fold_into(const float* x, int64_t n, float* d_amax, cudaStream_t stream);
 
 // ---- MXFP8 -----------------------------------------------------------------
 void mxfp8_quantize_rowwise(const float* x, int64_t rows, int64_t cols, Mxfp8Config cfg,
