@@ -88,20 +88,8 @@ void write_shard(const std::string& path, std::span<const uint16_t> tokens, uint
   put_u32(header + 16, sizeof(uint16_t));
   put_u64(header + 24, tokens.size());
   put_u64(header + 32, fnv1a64(tokens.data(), payload));
-  const std::string tmp = temporary_path(path);
-  try {
-    File f = File::create(tmp);
-    f.write(header, sizeof header);
-    f.write(tokens.data(), payload);
-    f.sync();
-    f.close();
-    rename_path(tmp, path);
-  } catch (...) {
-    std::remove(tmp.c_str());
-    throw;
-  }
-  const std::filesystem::path p(path);
-  sync_directory(p.has_parent_path() ? p.parent_path().string() : ".");
+  write_file_atomic(path, {std::span<const uint8_t>(header, sizeof header),
+                           std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(tokens.data()), payload)});
 }
 
 ShardInfo check_shard_bytes(std::span<const uint8_t> bytes, const std::string& path) {

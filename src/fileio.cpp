@@ -142,12 +142,16 @@ void rename_path(const std::string& from, const std::string& to) {
 }
 
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) {
+  write_file_atomic(path, {bytes});
+}
+
+void write_file_atomic(const std::string& path, std::initializer_list<std::span<const uint8_t>> pieces) {
   const fs::path target(path);
   const std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
   const std::string tmp = temporary_path(path);
   try {
     File f = File::create(tmp);
-    f.write(bytes.data(), bytes.size());
+    for (std::span<const uint8_t> b : pieces) f.write(b.data(), b.size());
     f.sync();
     f.close();
     rename_path(tmp, path);

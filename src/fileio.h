@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <string>
 #include <vector>
@@ -59,6 +60,8 @@ std::string temporary_path(const std::string& path);
 bool is_temporary_name(const std::string& file_name);
 
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
+// The same with the file's bytes given as pieces, written one after the other.
+void write_file_atomic(const std::string& path, std::initializer_list<std::span<const uint8_t>> pieces);
 void write_file_atomic(const std::string& path, const std::string& text);
 // The whole file; an Error if it cannot be read or is larger than max_bytes.
 std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes = UINT64_MAX);
