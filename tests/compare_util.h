@@ -1,18 +1,31 @@
-// Whole-tensor comparisons shared by the GPU tests (gputest_gpt*.cu) and the
-// golden checks (gpt_golden.h): the GPU computes in bf16, so its results are
-// held to the reference by the relative error of the whole tensor,
+// Comparisons shared by the tests. Bitwise equality, where the design promises
+// it (the lifecycle oracle, the engine ops). Whole-tensor relative error for the
+// GPU tests (gputest_gpt*.cu) and the golden checks (gpt_golden.h): the GPU
+// computes in bf16, so its results are held to the reference by
 // ||got - ref|| / ||ref||, not element by element.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <cstring>
 #include <cmath>
 #include <vector>
 
 #include "formats.h"
 
 namespace mxdp::testing {
+
+// Bitwise equality as the design promises it: sizes first, then every byte
+// (so +0 and -0 differ, and a NaN equals only the same NaN).
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+inline bool same_bits(double a, double b) { return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b); }
+inline bool same_bits(float a, float b) { return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); }
 
 // x rounded to bf16 (round to nearest even) and back.
 inline float bfr(float x) { return codec::bf16_to_f32(codec::bf16_from_f32(x)); }

@@ -15,9 +15,12 @@
 #include "engine_ops.h"
 #include "layout.h"
 #include "quant.h"
+#include "flat_payload.h"
 #include "gpu_test_util.h"
 
 using namespace mxdp;
+using mxdp::testing::FlatShape;
+using mxdp::testing::flat_shape;
 
 namespace {
 
@@ -58,18 +61,6 @@ size_t mismatches(const std::vector<T>& a, const std::vector<T>& b) {
   return bad;
 }
 
-// Codes then scales of a flat range of n elements (n need not be whole blocks).
-struct FlatShape {
-  int64_t code_bytes, shard_bytes;
-};
-FlatShape flat_shape(WeightFormat f, int64_t n) {
-  switch (f) {
-    case WeightFormat::Bf16: return {2 * n, 2 * n};
-    case WeightFormat::Mxfp8: return {mxfp8_code_bytes(1, n), mxfp8_code_bytes(1, n) + mxfp8_scale_bytes_rowwise(1, n)};
-    case WeightFormat::Nvfp4: break;
-  }
-  return {nvfp4_code_bytes(1, n), nvfp4_code_bytes(1, n) + nvfp4_scale_bytes(1, n)};
-}
 
 }  // namespace
 

@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "checkpoint.h"
+#include "error_of.h"
 #include "lifecycle.h"
 
 using namespace mxdp;
@@ -60,18 +61,6 @@ struct Engine {
   }
 };
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-std::string error_on_every_rank(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace
 
@@ -196,7 +185,7 @@ TEST(StepCheckpoint, ADamagedRankFileStopsEveryRankWithItsReason) {
   }
   world().barrier();
   Engine b(world(), options(), 2);
-  const std::string e = error_on_every_rank([&] { b.dp->load_checkpoint(path); });
+  const std::string e = error_of([&] { b.dp->load_checkpoint(path); });
   EXPECT_NE(e.find("checksum mismatch"), std::string::npos) << e;
   EXPECT_NE(e.find(rank_file_name(victim)), std::string::npos) << e;
   if (dp > 1) {
@@ -210,7 +199,7 @@ TEST(StepCheckpoint, ANonFiniteStateIsNeverSaved) {
   m.weights(3)[5] = NAN;  // a master of param 3 (W2), owned by one rank
   DataParallel dp(m, world(), options());
   const std::string path = scratch() + "/nan.ckpt";
-  const std::string e = error_on_every_rank([&] { dp.save_checkpoint(path, {}); });
+  const std::string e = error_of([&] { dp.save_checkpoint(path, {}); });
   EXPECT_NE(e.find("not finite"), std::string::npos) << e;
   EXPECT_NE(e.find("'" + m.params()[3].name + "'"), std::string::npos) << e;
   world().barrier();
@@ -224,7 +213,7 @@ TEST(StepCheckpoint, AFailedSaveIsAnErrorOnEveryRank) {
   // The parent of the step directory is a file: rank 0 cannot stage it.
   if (world().rank() == 0) std::ofstream(scratch() + "/blocker") << "x";
   world().barrier();
-  const std::string e = error_on_every_rank([&] { a.dp->save_checkpoint(scratch() + "/blocker/s.ckpt", {}); });
+  const std::string e = error_of([&] { a.dp->save_checkpoint(scratch() + "/blocker/s.ckpt", {}); });
   EXPECT_NE(e.find("blocker"), std::string::npos) << e;
 }
 

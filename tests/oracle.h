@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "check.h"
+#include "compare_util.h"
 #include "formats.h"
 #include "model.h"
 #include "options.h"
@@ -33,14 +34,7 @@ namespace mxdp::testing {
 
 // ---- bits ---------------------------------------------------------------------
 
-// Bitwise equality as the design promises it: sizes first, then every byte
-// (so +0 and -0 differ, and a NaN equals only the same NaN).
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
-}
-inline bool same_bits(double a, double b) { return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b); }
-inline bool same_bits(float a, float b) { return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); }
+// same_bits (bitwise equality): compare_util.h.
 
 inline size_t compute_dtype_bytes(ComputeDType t) { return t == ComputeDType::F32 ? 4 : 2; }
 

@@ -21,22 +21,12 @@ using nlohmann::json;
 
 namespace {
 
-std::string q(const std::string& s) { return "'" + s + "'"; }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const mxdp::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // Trains the reference tokenizer into d/ref (quick: without encoding the corpus).
 void train_reference(const TempDir& d, bool quick = false) {
-  const RunResult r = run_python(q(source_path("tests/py/bpe_reference.py")) + " train " +
-                                     q(source_path("data/kjv.txt")) + " 512 " + q(d / "ref") + (quick ? " quick" : ""),
+  const RunResult r = run_python(quote(source_path("tests/py/bpe_reference.py")) + " train " +
+                                     quote(source_path("data/kjv.txt")) + " 512 " + quote(d / "ref") + (quick ? " quick" : ""),
                                  d / "ref.log");
   ASSERT_EQ(r.exit_code, 0) << r.output;
 }
@@ -128,8 +118,8 @@ TEST(Bpe, PrepareTrainAndSampleWithTheTokenizer) {
   TempDir d;
   MXDP_REQUIRE_PYTHON(d, "tokenizers");
   train_reference(d, true);  // SameIdsAsTheTokenizersPackage holds BpeTokenizer to the package
-  const RunResult p = run_mxdp("prepare --input " + q(source_path("data/kjv.txt")) + " --output " + q(d / "bpe") +
-                                   " --tokenizer " + q(d / "ref/tokenizer.json"),
+  const RunResult p = run_mxdp("prepare --input " + quote(source_path("data/kjv.txt")) + " --output " + quote(d / "bpe") +
+                                   " --tokenizer " + quote(d / "ref/tokenizer.json"),
                                d / "prepare.log");
   ASSERT_EQ(p.exit_code, 0) << p.output;
   const TokenDataset tr(d / "bpe/train.bin"), va(d / "bpe/val.bin");
@@ -141,22 +131,22 @@ TEST(Bpe, PrepareTrainAndSampleWithTheTokenizer) {
   EXPECT_EQ(va.size(), all.size() / 10);
   EXPECT_EQ(read_file(d / "bpe/tokenizer.json"), read_file(d / "ref/tokenizer.json"));
 
-  const RunResult t = run_mxdp("train --device cpu --data " + q(d / "bpe") + " --vocab 512 --n-layer 1 --d-model 64 --seq-len 32 "
+  const RunResult t = run_mxdp("train --device cpu --data " + quote(d / "bpe") + " --vocab 512 --n-layer 1 --d-model 64 --seq-len 32 "
                                "--batch-size 4 --steps 15 --lr 1e-2 --warmup-steps 2 --eval-every 0 --threads 1 "
                                "--progress lines --sample-tokens 30 --sample-prompt 'And God said' --save-dir " +
-                                   q(d / "ck"),
+                                   quote(d / "ck"),
                                d / "train.log");
   ASSERT_EQ(t.exit_code, 0) << t.output;
   const size_t h = t.output.find("sample (30 tokens");
   ASSERT_NE(h, std::string::npos) << t.output;
   const std::string want = t.output.substr(t.output.find('\n', h) + 1);
   EXPECT_EQ(want.rfind("And God said", 0), 0u) << want;
-  const RunResult s = run_mxdp("sample --device cpu --load " + q(d / "ck") + " --tokenizer " + q(d / "ref/tokenizer.json") +
+  const RunResult s = run_mxdp("sample --device cpu --load " + quote(d / "ck") + " --tokenizer " + quote(d / "ref/tokenizer.json") +
                                    " --prompt 'And God said' --tokens 30 --seed 1337 --threads 1",
                                d / "s.log");
   ASSERT_EQ(s.exit_code, 0) << s.output;
   EXPECT_EQ(s.output, want) << "mxdp sample decodes with the tokenizer, as the end-of-run sample did";
-  const RunResult no = run_mxdp("sample --device cpu --load " + q(d / "ck") + " --tokens 3 --threads 1", d / "no.log");
+  const RunResult no = run_mxdp("sample --device cpu --load " + quote(d / "ck") + " --tokens 3 --threads 1", d / "no.log");
   EXPECT_NE(no.exit_code, 0);
   EXPECT_TRUE(contains(no.output, "vocabulary of 512 tokens; pass --tokenizer")) << no.output;
 }

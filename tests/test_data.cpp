@@ -18,16 +18,6 @@ using namespace mxdp::testing;
 
 namespace {
 
-// Runs `f` and returns the message of the mxdp::Error it throws ("" if none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const mxdp::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 #define EXPECT_ERROR(expr, needle)                                              \
   do {                                                                          \

@@ -12,8 +12,13 @@
 #include "engine_ops.h"
 #include "layout.h"
 #include "quant.h"
+#include "compare_util.h"
+#include "flat_payload.h"
 
 using namespace mxdp;
+using mxdp::testing::FlatShape;
+using mxdp::testing::flat_shape;
+using mxdp::testing::same_bits;
 
 namespace {
 
@@ -25,10 +30,6 @@ std::vector<float> randn(size_t n, uint32_t seed, float scale) {
   return v;
 }
 
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
-}
 
 struct State {
   std::vector<float> p, m, v;
@@ -39,18 +40,6 @@ State start(size_t n, uint32_t seed) {
   return s;
 }
 
-// Codes then scales of a flat range of n elements (n need not be whole blocks).
-struct FlatShape {
-  int64_t code_bytes, shard_bytes;
-};
-FlatShape flat_shape(WeightFormat f, int64_t n) {
-  switch (f) {
-    case WeightFormat::Bf16: return {2 * n, 2 * n};
-    case WeightFormat::Mxfp8: return {mxfp8_code_bytes(1, n), mxfp8_code_bytes(1, n) + mxfp8_scale_bytes_rowwise(1, n)};
-    case WeightFormat::Nvfp4: break;
-  }
-  return {nvfp4_code_bytes(1, n), nvfp4_code_bytes(1, n) + nvfp4_scale_bytes(1, n)};
-}
 
 }  // namespace
 

@@ -12,19 +12,8 @@
 #include "tmpdir_util.h"
 
 using namespace mxdp;
+using mxdp::testing::error_of;
 namespace fs = std::filesystem;
-
-namespace {
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-}  // namespace
 
 TEST(FileIo, FullDiskIsAnErrorWithPathAndReason) {
   const std::string e = error_of([] {

@@ -27,7 +27,6 @@ struct Flags {  // defaults a test may replace (CLI11 refuses a flag given twice
 };
 constexpr int kWindows = 3 * 4;  // --eval-batches 3 x --batch-size 4, one rank
 
-std::string q(const std::string& s) { return "'" + s + "'"; }
 
 std::string corpus(const TempDir& d) {
   std::string text;
@@ -63,8 +62,8 @@ std::vector<double> eval_losses(const std::string& metrics) {
 
 // The numpy GPT-2's loss on the export in `dir` (the last line it prints).
 double numpy_loss(const TempDir& d, const std::string& dir) {
-  const RunResult r = run_python(q(source_path("scripts/hf_gpt2_numpy.py")) + " --model " + q(dir) + " --tokens " +
-                                     q(d / "t.txt.mxdp/val.bin") + " --seq-len 32 --windows " + std::to_string(kWindows),
+  const RunResult r = run_python(quote(source_path("scripts/hf_gpt2_numpy.py")) + " --model " + quote(dir) + " --tokens " +
+                                     quote(d / "t.txt.mxdp/val.bin") + " --seq-len 32 --windows " + std::to_string(kWindows),
                                  dir + ".numpy.log");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   const size_t nl = r.output.find_last_of('\n', r.output.size() - 2);
@@ -72,9 +71,9 @@ double numpy_loss(const TempDir& d, const std::string& dir) {
 }
 
 RunResult train(const TempDir& d, const std::string& name, const std::string& args, const Flags& f = {}) {
-  return run_mxdp("train --device cpu --data " + q(d / "t.txt") + " " + kModel + " " + f.layers + " " + f.vocab + " " + f.lr +
+  return run_mxdp("train --device cpu --data " + quote(d / "t.txt") + " " + kModel + " " + f.layers + " " + f.vocab + " " + f.lr +
                       " --eval-batches 3 --metrics " +
-                      q(d / (name + ".jsonl")) + " --save-dir " + q(d / name) + " " + args,
+                      quote(d / (name + ".jsonl")) + " --save-dir " + quote(d / name) + " " + args,
                   d / (name + ".log"));
 }
 
@@ -96,7 +95,7 @@ TEST_P(ExportFormat, NumpyForwardOfTheExportGivesTheEvalLoss) {
   ASSERT_EQ(step, 20);
 
   for (const char* w : {"trained", "master"}) {
-    const RunResult ex = run_mxdp("export --load " + q(d / "ck") + " --output " + q(d / w) + " --weights " + w,
+    const RunResult ex = run_mxdp("export --load " + quote(d / "ck") + " --output " + quote(d / w) + " --weights " + w,
                                   d / (std::string(w) + ".log"));
     ASSERT_EQ(ex.exit_code, 0) << ex.output;
   }
@@ -109,7 +108,7 @@ TEST_P(ExportFormat, NumpyForwardOfTheExportGivesTheEvalLoss) {
               trained, master);
 
   // bf16 in the file: MXFP8 and BF16 weights are bf16-exact, so nothing changes.
-  const RunResult eb = run_mxdp("export --load " + q(d / "ck") + " --output " + q(d / "bf16") + " --dtype bf16",
+  const RunResult eb = run_mxdp("export --load " + quote(d / "ck") + " --output " + quote(d / "bf16") + " --dtype bf16",
                                 d / "bf16.log");
   ASSERT_EQ(eb.exit_code, 0) << eb.output;
   const double bf = numpy_loss(d, d / "bf16");
@@ -119,8 +118,8 @@ TEST_P(ExportFormat, NumpyForwardOfTheExportGivesTheEvalLoss) {
   EXPECT_LE(rel(bf, eval), fmt == "nvfp4" ? 1e-3 : 1e-5);
 
   // The layout, as the safetensors package sees it.
-  const RunResult dump = run_python(q(source_path("tests/py/st_tool.py")) + " dump " + q(d / "trained/model.safetensors") +
-                                        " " + q(d / "dump.json"),
+  const RunResult dump = run_python(quote(source_path("tests/py/st_tool.py")) + " dump " + quote(d / "trained/model.safetensors") +
+                                        " " + quote(d / "dump.json"),
                                     d / "dump.log");
   ASSERT_EQ(dump.exit_code, 0) << dump.output;
   const json j = json::parse(read_file(d / "dump.json"));
@@ -160,15 +159,15 @@ TEST(HfGpt2, ExportThenInitFromRoundTripsBitForBit) {
   MXDP_REQUIRE_PYTHON(d, "numpy, safetensors");
   corpus(d);
   ASSERT_EQ(train(d, "a", "--steps 10 --eval-every 10").exit_code, 0) << read_file(d / "a.log");
-  const RunResult ex = run_mxdp("export --load " + q(d / "a") + " --output " + q(d / "hf") + " --weights master",
+  const RunResult ex = run_mxdp("export --load " + quote(d / "a") + " --output " + quote(d / "hf") + " --weights master",
                                 d / "ex.log");
   ASSERT_EQ(ex.exit_code, 0) << ex.output;
   // The same tensors as the hub's GPT-2 files name them (no "transformer.",
   // attention-mask buffers), written by the safetensors package, with a tied lm_head.
-  const std::string st = q(source_path("tests/py/st_tool.py"));
-  ASSERT_EQ(run_python(st + " edit " + q(d / "hf/model.safetensors") + " " + q(d / "hub.safetensors") + " strip-prefix",
+  const std::string st = quote(source_path("tests/py/st_tool.py"));
+  ASSERT_EQ(run_python(st + " edit " + quote(d / "hf/model.safetensors") + " " + quote(d / "hub.safetensors") + " strip-prefix",
                        d / "e1.log").exit_code, 0) << read_file(d / "e1.log");
-  ASSERT_EQ(run_python(st + " edit " + q(d / "hf/model.safetensors") + " " + q(d / "head.safetensors") + " add-head",
+  ASSERT_EQ(run_python(st + " edit " + quote(d / "hf/model.safetensors") + " " + quote(d / "head.safetensors") + " add-head",
                        d / "e2.log").exit_code, 0) << read_file(d / "e2.log");
 
   const std::string path_a = d / "a/step_000010.ckpt";
@@ -180,7 +179,7 @@ TEST(HfGpt2, ExportThenInitFromRoundTripsBitForBit) {
     // lr 0: the one step leaves the weights as they were loaded.
     Flags lr0;
     lr0.lr = "--lr 0 --min-lr 0";
-    const RunResult tr = train(d, name, "--steps 1 --eval-first --eval-every 1 --init-from " + q(from), lr0);
+    const RunResult tr = train(d, name, "--steps 1 --eval-first --eval-every 1 --init-from " + quote(from), lr0);
     ASSERT_EQ(tr.exit_code, 0) << from << "\n" << tr.output;
     EXPECT_TRUE(contains(tr.output, "init_from")) << tr.output;
     const std::string path_b = d / (name + "/step_000001.ckpt");
@@ -202,15 +201,15 @@ TEST(HfGpt2, InitFromRefusesWhatDoesNotFit) {
   MXDP_REQUIRE_PYTHON(d, "numpy, safetensors");
   corpus(d);
   ASSERT_EQ(train(d, "a", "--steps 2 --eval-every 0").exit_code, 0) << read_file(d / "a.log");
-  ASSERT_EQ(run_mxdp("export --load " + q(d / "a") + " --output " + q(d / "hf"), d / "ex.log").exit_code, 0);
-  const std::string st = q(source_path("tests/py/st_tool.py")), src = q(d / "hf/model.safetensors");
+  ASSERT_EQ(run_mxdp("export --load " + quote(d / "a") + " --output " + quote(d / "hf"), d / "ex.log").exit_code, 0);
+  const std::string st = quote(source_path("tests/py/st_tool.py")), src = quote(d / "hf/model.safetensors");
   auto edit = [&](const std::string& out, const std::string& op) {
-    const RunResult r = run_python(st + " edit " + src + " " + q(d / out) + " " + op, d / (out + ".log"));
+    const RunResult r = run_python(st + " edit " + src + " " + quote(d / out) + " " + op, d / (out + ".log"));
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return d / out;
   };
   auto init_error = [&](const std::string& from, const std::string& more = "", const Flags& f = {}) {
-    const RunResult r = train(d, "x", "--steps 1 --eval-every 0 --init-from " + q(from) + " " + more, f);
+    const RunResult r = train(d, "x", "--steps 1 --eval-every 0 --init-from " + quote(from) + " " + more, f);
     EXPECT_NE(r.exit_code, 0) << r.output;
     return r.output;
   };
@@ -240,7 +239,7 @@ TEST(HfGpt2, InitFromRefusesWhatDoesNotFit) {
   EXPECT_TRUE(contains(e, "outside the 509942-byte buffer") || contains(e, "the tensors end at byte")) << e;
   e = init_error(d / "nothing");
   EXPECT_TRUE(contains(e, "cannot open safetensors file")) << e;
-  e = init_error(d / "hf", "--load " + q(d / "a"));
+  e = init_error(d / "hf", "--load " + quote(d / "a"));
   EXPECT_TRUE(contains(e, "--init-from starts a run from given weights, --load resumes one")) << e;
   json cfg = json::parse(read_file(d / "hf/config.json"));
   cfg["activation_function"] = "gelu";

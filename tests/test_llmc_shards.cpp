@@ -18,17 +18,7 @@ using namespace mxdp::testing;
 
 namespace {
 
-std::string q(const std::string& s) { return "'" + s + "'"; }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const mxdp::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // d/mx/{train,val}.bin from random byte tokens, and the same tokens as llm.c
 // shards d/lc_train_00000K.bin (K = 1..n) and d/lc_val_000000.bin.
@@ -40,8 +30,8 @@ std::vector<uint16_t> make_shards(const TempDir& d, int n, size_t tokens = 20000
   std::filesystem::create_directories(d / "mx");
   write_shard(d / "mx/train.bin", t);
   write_shard(d / "mx/val.bin", v);
-  const RunResult r = run_python(q(source_path("tests/py/llmc_write.py")) + " " + q(d / "mx/train.bin") + " " +
-                                     q(d / "lc") + " " + std::to_string(n),
+  const RunResult r = run_python(quote(source_path("tests/py/llmc_write.py")) + " " + quote(d / "mx/train.bin") + " " +
+                                     quote(d / "lc") + " " + std::to_string(n),
                                  d / "write.log");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return t;
@@ -95,9 +85,9 @@ TEST(LlmcShards, ReadAsOneSequence) {
 TEST(LlmcShards, BadShardsAndPatternsAreRefused) {
   TempDir d;
   MXDP_REQUIRE_PYTHON(d, "numpy");
-  const std::string w = q(source_path("tests/py/llmc_write.py"));
+  const std::string w = quote(source_path("tests/py/llmc_write.py"));
   auto raw = [&](const std::string& name, int version, int count, int n) {
-    const RunResult r = run_python(w + " raw " + q(d / name) + " " + std::to_string(version) + " " +
+    const RunResult r = run_python(w + " raw " + quote(d / name) + " " + std::to_string(version) + " " +
                                        std::to_string(count) + " " + std::to_string(n),
                                    d / (name + ".log"));
     EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -142,10 +132,10 @@ TEST(LlmcShards, TrainingOnThemEqualsTrainingOnTheSameTokens) {
   const std::string common =
       " --vocab 50257 --n-layer 1 --d-model 32 --n-head 2 --seq-len 16 --batch-size 2 --steps 6 --eval-every 3 "
       "--eval-batches 2 --threads 1 --progress lines --lr 1e-2 --warmup-steps 2 ";
-  const RunResult a = run_mxdp("train --device cpu --data " + q(d / "mx") + common + "--sample-tokens 0 --metrics " + q(d / "a.jsonl"),
+  const RunResult a = run_mxdp("train --device cpu --data " + quote(d / "mx") + common + "--sample-tokens 0 --metrics " + quote(d / "a.jsonl"),
                                d / "a.log");
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  const RunResult b = run_mxdp("train --device cpu --data " + q(d / "lc_*.bin") + common + "--metrics " + q(d / "b.jsonl"), d / "b.log");
+  const RunResult b = run_mxdp("train --device cpu --data " + quote(d / "lc_*.bin") + common + "--metrics " + quote(d / "b.jsonl"), d / "b.log");
   ASSERT_EQ(b.exit_code, 0) << b.output;
   const std::vector<std::string> la = train_losses(d / "a.jsonl"), lb = train_losses(d / "b.jsonl");
   ASSERT_EQ(la.size(), 6u + 2u);

@@ -17,15 +17,6 @@ using namespace mxdp::testing;
 
 namespace {
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const mxdp::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
   std::vector<uint8_t> b(v.size() * 4);
@@ -43,7 +34,6 @@ std::vector<uint8_t> file_of(const std::string& header, size_t buf, uint64_t len
 }
 
 // 'path', for a shell command line.
-std::string q(const std::string& p) { return std::string(1, '\'').append(p).append(1, '\''); }
 
 std::string open_error(const std::vector<uint8_t>& bytes) {
   return error_of([&] { SafetensorsFile f(bytes, "test.safetensors"); });
@@ -66,8 +56,8 @@ TEST(Safetensors, WrittenByMxdpReadByThePackage) {
                     {{"layer.weight", "F32", {6, 5}, f32_bytes(w)}, {"layer.bias", "BF16", {7}, bf},
                      {"nothing", "F32", {0}, {}}},
                     {{"format", "pt"}});
-  const RunResult r = run_python(q(source_path("tests/py/st_tool.py")).append(" dump ").append(q(d / "m.safetensors"))
-                                     .append(" ").append(q(d / "dump.json")),
+  const RunResult r = run_python(quote(source_path("tests/py/st_tool.py")).append(" dump ").append(quote(d / "m.safetensors"))
+                                     .append(" ").append(quote(d / "dump.json")),
                                  d / "py.log");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(read_file(d / "dump.json"));
@@ -91,7 +81,7 @@ TEST(Safetensors, WrittenByThePackageReadByMxdp) {
   TempDir d;
   MXDP_REQUIRE_PYTHON(d, "numpy, safetensors");
   const RunResult r =
-      run_python(q(source_path("tests/py/st_tool.py")).append(" write ").append(q(d / "p.safetensors")), d / "py.log");
+      run_python(quote(source_path("tests/py/st_tool.py")).append(" write ").append(quote(d / "p.safetensors")), d / "py.log");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   SafetensorsFile f(d / "p.safetensors");
   EXPECT_EQ(f.metadata().at("who"), "st_tool");

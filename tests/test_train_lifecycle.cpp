@@ -106,7 +106,7 @@ struct Job {
   }
 };
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
+using mt::quote;
 
 // `mpirun -np np mxdp train <args>` with its own metrics file and save dir under `dir`.
 Job mpirun_train(int np, const std::string& args, const std::string& dir) {

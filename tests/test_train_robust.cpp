@@ -26,13 +26,13 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace mt = mxdp::testing;
+using mt::quote;
 using nlohmann::json;
 
 #ifndef MXDP_MPIEXEC
 #define MXDP_MPIEXEC ""
 #endif
 
-std::string q(const std::string& s) { return "'" + s + "'"; }
 
 // A tiny model and short runs: each job takes well under a second of compute.
 const char* kTiny =
@@ -46,7 +46,7 @@ class TrainRobust : public ::testing::Test {
     for (int i = 0; i < 300; ++i) text += "In the beginning God created the heaven and the earth. " + std::to_string(i) + "\n";
     mt::write_file(d / "corpus.txt", text);
     mxdp::prepare(d / "corpus.txt", d / "data", 0.1, nullptr);
-    common = std::string(kTiny) + " --data " + q(d / "data");
+    common = std::string(kTiny) + " --data " + quote(d / "data");
   }
   mt::RunResult train(const std::string& args, const std::string& log) {
     return mt::run_mxdp("train " + common + " " + args, d / log);
@@ -126,11 +126,11 @@ TEST_F(TrainRobust, PreparedDataIsKeyedBySource) {
   mt::write_file(d / "other.txt", a);
   mt::write_file(d / "other.md", b);
   const std::string run = std::string(kTiny) + " --steps 1 --eval-every 0 --data ";
-  auto ra = mt::run_mxdp("train " + run + q(d / "other.txt"), d / "a.log");
+  auto ra = mt::run_mxdp("train " + run + quote(d / "other.txt"), d / "a.log");
   ASSERT_EQ(ra.exit_code, 0) << ra.output;
   const std::string dir_a = data_dir(ra.output);
   EXPECT_TRUE(train_tokens_are(dir_a, a)) << dir_a;
-  auto rb = mt::run_mxdp("train " + run + q(d / "other.md"), d / "b.log");
+  auto rb = mt::run_mxdp("train " + run + quote(d / "other.md"), d / "b.log");
   ASSERT_EQ(rb.exit_code, 0) << rb.output;
   const std::string dir_b = data_dir(rb.output);
   EXPECT_TRUE(train_tokens_are(dir_b, b)) << "other.md trained on another file's tokens: " << dir_b;
@@ -143,11 +143,11 @@ TEST_F(TrainRobust, PreparedDataIsKeyedBySource) {
   mt::write_file(d / "other.txt", a2);
   const struct timeval old[2] = {{1000000000, 0}, {1000000000, 0}};
   ASSERT_EQ(::utimes((d / "other.txt").c_str(), old), 0);
-  auto rc = mt::run_mxdp("train " + run + q(d / "other.txt"), d / "c.log");
+  auto rc = mt::run_mxdp("train " + run + quote(d / "other.txt"), d / "c.log");
   ASSERT_EQ(rc.exit_code, 0) << rc.output;
   EXPECT_TRUE(train_tokens_are(data_dir(rc.output), a2)) << "a changed file was not prepared again\n" << rc.output;
   // Unchanged: not prepared again.
-  auto rd = mt::run_mxdp("train " + run + q(d / "other.txt"), d / "d.log");
+  auto rd = mt::run_mxdp("train " + run + quote(d / "other.txt"), d / "d.log");
   ASSERT_EQ(rd.exit_code, 0) << rd.output;
   EXPECT_FALSE(mt::contains(rd.output, "preparing")) << rd.output;
 }
@@ -159,10 +159,10 @@ TEST_F(TrainRobust, PreparedDataIsKeyedBySource) {
 TEST_F(TrainRobust, ResumeContinuesTheCheckpointSchedule) {
   const double lr = 3e-3, min_lr = 3e-4;
   const std::string sched = " --lr 3e-3 --min-lr 3e-4 --warmup-steps 1 --eval-every 0";
-  auto first = train("--steps 4 --save-dir " + q(d / "ck") + sched + " --metrics " + q(d / "m1.jsonl"), "first.log");
+  auto first = train("--steps 4 --save-dir " + quote(d / "ck") + sched + " --metrics " + quote(d / "m1.jsonl"), "first.log");
   ASSERT_EQ(first.exit_code, 0) << first.output;
 
-  auto longer = train("--steps 7 --load " + q(d / "ck") + sched + " --metrics " + q(d / "m2.jsonl"), "longer.log");
+  auto longer = train("--steps 7 --load " + quote(d / "ck") + sched + " --metrics " + quote(d / "m2.jsonl"), "longer.log");
   ASSERT_EQ(longer.exit_code, 0) << longer.output;
   EXPECT_TRUE(std::regex_search(longer.output, std::regex("schedule += .*checkpoint"))) << longer.output;
   int seen = 0;
@@ -178,13 +178,13 @@ TEST_F(TrainRobust, ResumeContinuesTheCheckpointSchedule) {
   }
   EXPECT_EQ(seen, 3);
 
-  auto contradicts = train("--steps 7 --lr-decay-steps 7 --load " + q(d / "ck") + sched, "contra.log");
+  auto contradicts = train("--steps 7 --lr-decay-steps 7 --load " + quote(d / "ck") + sched, "contra.log");
   EXPECT_NE(contradicts.exit_code, 0) << contradicts.output;
   EXPECT_TRUE(mt::contains(contradicts.output, "lr_decay_steps")) << contradicts.output;
   EXPECT_TRUE(mt::contains(contradicts.output, "--override-schedule")) << contradicts.output;
 
-  auto over = train("--steps 7 --lr-decay-steps 7 --override-schedule --load " + q(d / "ck") + sched +
-                        " --metrics " + q(d / "m3.jsonl"),
+  auto over = train("--steps 7 --lr-decay-steps 7 --override-schedule --load " + quote(d / "ck") + sched +
+                        " --metrics " + quote(d / "m3.jsonl"),
                     "override.log");
   ASSERT_EQ(over.exit_code, 0) << over.output;
   EXPECT_TRUE(std::regex_search(over.output, std::regex("schedule += .*override"))) << over.output;
@@ -203,7 +203,7 @@ TEST_F(TrainRobust, NothingToTrainIsSaidPlainly) {
   EXPECT_NE(zero.exit_code, 0) << zero.output;
   EXPECT_TRUE(mt::contains(zero.output, "nothing to train")) << zero.output;
 
-  auto eval_only = train("--steps 0 --eval-first --metrics " + q(d / "e0.jsonl"), "eval0.log");
+  auto eval_only = train("--steps 0 --eval-first --metrics " + quote(d / "e0.jsonl"), "eval0.log");
   ASSERT_EQ(eval_only.exit_code, 0) << eval_only.output;
   EXPECT_TRUE(mt::contains(eval_only.output, "trains nothing")) << eval_only.output;
   int evals = 0, trains = 0;
@@ -211,15 +211,15 @@ TEST_F(TrainRobust, NothingToTrainIsSaidPlainly) {
   EXPECT_EQ(evals, 1);
   EXPECT_EQ(trains, 0);
 
-  auto first = train("--steps 3 --eval-every 0 --save-dir " + q(d / "ck"), "first.log");
+  auto first = train("--steps 3 --eval-every 0 --save-dir " + quote(d / "ck"), "first.log");
   ASSERT_EQ(first.exit_code, 0) << first.output;
   for (const char* steps : {"3", "2"}) {
-    auto r = train(std::string("--steps ") + steps + " --load " + q(d / "ck"), std::string("at") + steps + ".log");
+    auto r = train(std::string("--steps ") + steps + " --load " + quote(d / "ck"), std::string("at") + steps + ".log");
     EXPECT_NE(r.exit_code, 0) << r.output;
     EXPECT_TRUE(mt::contains(r.output, "nothing to train")) << r.output;
     EXPECT_TRUE(mt::contains(r.output, "step 3")) << r.output;
   }
-  auto eval_ck = train("--steps 3 --eval-first --load " + q(d / "ck") + " --metrics " + q(d / "e3.jsonl"), "e3.log");
+  auto eval_ck = train("--steps 3 --eval-first --load " + quote(d / "ck") + " --metrics " + quote(d / "e3.jsonl"), "e3.log");
   ASSERT_EQ(eval_ck.exit_code, 0) << eval_ck.output;
   EXPECT_TRUE(mt::contains(eval_ck.output, "trains nothing")) << eval_ck.output;
   std::vector<int64_t> eval_steps;
@@ -233,15 +233,15 @@ TEST_F(TrainRobust, NothingToTrainIsSaidPlainly) {
 // so `latest` keeps naming the last good one.
 TEST_F(TrainRobust, DivergedRunStopsAndKeepsLatest) {
   const std::string ck = d / "ck";
-  auto good = train("--steps 2 --eval-every 0 --save-dir " + q(ck), "good.log");
+  auto good = train("--steps 2 --eval-every 0 --save-dir " + quote(ck), "good.log");
   ASSERT_EQ(good.exit_code, 0) << good.output;
   ASSERT_EQ(latest_of(ck), "step_000002.ckpt");
 
   // A constant lr of 3e38: AdamW's step size lr / (1 - beta1^t) overflows to
   // Inf, so the masters become non-finite at step 3.
   const std::string constant = " --min-lr 0 --warmup-steps 0 --lr-decay-steps 0 --override-schedule";
-  auto nan = train("--steps 6 --eval-every 0 --save-every 1 --lr 3e38" + constant + " --load " + q(ck) +
-                       " --save-dir " + q(ck),
+  auto nan = train("--steps 6 --eval-every 0 --save-every 1 --lr 3e38" + constant + " --load " + quote(ck) +
+                       " --save-dir " + quote(ck),
                    "nan.log");
   EXPECT_NE(nan.exit_code, 0) << nan.output;
   EXPECT_TRUE(mt::contains(nan.output, "not finite")) << nan.output;
@@ -251,7 +251,7 @@ TEST_F(TrainRobust, DivergedRunStopsAndKeepsLatest) {
   // lr 1e30: finite but huge masters after step 3; every later forward is
   // non-finite, so every later step is skipped.
   auto skip = train("--steps 20 --eval-every 0 --lr 1e30" + constant + " --max-skipped-steps 3 --load " +
-                        q(ck) + " --metrics " + q(d / "skip.jsonl"),
+                        quote(ck) + " --metrics " + quote(d / "skip.jsonl"),
                     "skip.log");
   EXPECT_NE(skip.exit_code, 0) << skip.output;
   EXPECT_TRUE(mt::contains(skip.output, "diverged")) << skip.output;
@@ -263,7 +263,7 @@ TEST_F(TrainRobust, DivergedRunStopsAndKeepsLatest) {
   EXPECT_EQ(last, 6) << "steps 4, 5, 6 skipped: the run stops there";
 
   // The default stops a diverged run too (no --max-skipped-steps given).
-  auto dflt = train("--steps 40 --eval-every 0 --lr 1e30" + constant + " --load " + q(ck), "dflt.log");
+  auto dflt = train("--steps 40 --eval-every 0 --lr 1e30" + constant + " --load " + quote(ck), "dflt.log");
   EXPECT_NE(dflt.exit_code, 0) << dflt.output;
   EXPECT_TRUE(mt::contains(dflt.output, "diverged")) << dflt.output;
 }
@@ -277,7 +277,7 @@ TEST_F(TrainRobust, StaleTemporariesRemovedAndKeepLast) {
   mt::write_file(ck + "/step_000007.ckpt.tmp.12345", std::string(1000, 'y'));  // a single-file save's temporary
   mt::write_file(ck + "/latest.tmp.4242", "step_000007.ckpt\n");
   mt::write_file(ck + "/notes.txt", "mine\n");
-  auto r = train("--steps 4 --eval-every 0 --save-every 1 --keep-last 2 --save-dir " + q(ck), "keep.log");
+  auto r = train("--steps 4 --eval-every 0 --save-every 1 --keep-last 2 --save-dir " + quote(ck), "keep.log");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(mt::contains(r.output, "step_000009.ckpt.tmp.999")) << "removal should be reported\n" << r.output;
   EXPECT_EQ(entries(ck), (std::vector<std::string>{"latest", "notes.txt", "step_000003.ckpt", "step_000004.ckpt"}))
@@ -292,8 +292,8 @@ TEST_F(TrainRobust, BackendSelfWithSeveralRanksIsAnError) {
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   const mt::MpiSessionDir session;  // Open MPI's session files apart from concurrent tests
-  const std::string cmd = session.shell_prefix() + "timeout -k 5 120 " + q(m) + " --oversubscribe --bind-to none -np 2 " + q(MXDP_BINARY) +
-                          " train " + common + " --steps 1 --eval-every 0 --backend self > " + q(d / "self.log") +
+  const std::string cmd = session.shell_prefix() + "timeout -k 5 120 " + quote(m) + " --oversubscribe --bind-to none -np 2 " + quote(MXDP_BINARY) +
+                          " train " + common + " --steps 1 --eval-every 0 --backend self > " + quote(d / "self.log") +
                           " 2>&1";
   const int status = std::system(cmd.c_str());
   const std::string out = mt::read_file(d / "self.log");

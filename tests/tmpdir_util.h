@@ -1,5 +1,6 @@
-// Test helpers: a per-test temporary directory, file I/O, and running the
-// mxdp executable with its exit code and combined output.
+// Test helpers: a per-test temporary directory, file I/O, running the mxdp
+// executable with its exit code and combined output, shell quoting (and
+// error_of.h).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,6 +12,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+
+#include "error_of.h"
 
 namespace mxdp::testing {
 
@@ -64,6 +67,9 @@ inline RunResult run_mxdp(const std::string& args, const std::string& out_file) 
   r.output = read_file(out_file);
   return r;
 }
+
+// s in single quotes, for the command lines run_mxdp takes (s holds no quote).
+inline std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 inline bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;

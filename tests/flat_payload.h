@@ -1,0 +1,26 @@
+// The payload of a flat range of n elements as the engine ops write it (codes,
+// then scales), shared by the CPU and GPU engine-ops tests. From quant.h's byte
+// counts, not from the engine's layout (which pads whole shards).
+#pragma once
+
+#include <cstdint>
+
+#include "options.h"
+#include "quant.h"
+
+namespace mxdp::testing {
+
+// Codes then scales of a flat range of n elements (n need not be whole blocks).
+struct FlatShape {
+  int64_t code_bytes, shard_bytes;
+};
+inline FlatShape flat_shape(WeightFormat f, int64_t n) {
+  switch (f) {
+    case WeightFormat::Bf16: return {2 * n, 2 * n};
+    case WeightFormat::Mxfp8: return {mxfp8_code_bytes(1, n), mxfp8_code_bytes(1, n) + mxfp8_scale_bytes_rowwise(1, n)};
+    case WeightFormat::Nvfp4: break;
+  }
+  return {nvfp4_code_bytes(1, n), nvfp4_code_bytes(1, n) + nvfp4_scale_bytes(1, n)};
+}
+
+}  // namespace mxdp::testing
