@@ -103,6 +103,9 @@ InferenceWeights load_inference_weights(const std::string& where, WeightsMode mo
 void set_model_weights(GptModel& model, const InferenceWeights& w) {
   const auto& specs = model.params();
   MXDP_CHECK(specs.size() == w.specs.size(), w.path, ": ", w.specs.size(), " params, the model has ", specs.size());
+  // Inference: no engine will take initial values from this model, so it
+  // keeps none (a GPU model would otherwise hold an fp32 copy of every weight).
+  model.release_initial_weights();
   for (size_t p = 0; p < specs.size(); ++p) {
     MXDP_CHECK(specs[p].shape == w.specs[p].shape, w.path, ": param '", w.specs[p].name,
                "' has another shape than the model's");
