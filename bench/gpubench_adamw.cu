@@ -109,8 +109,15 @@ int main(int argc, char** argv) {
     // A small learning rate keeps the state finite over thousands of steps; the
     // work per element does not depend on the values.
     const AdamWParams a{1e-6f, 0.9f, 0.95f, 1e-8f, 0.1f, 10};
-    const AdamWScalars sc = adamw_scalars(a);
-    const float clip = 0.5f;  // the engine's clipped step: g * coeff inside the pass
+    const AdamWChoice sc = adamw_choice(a);
+    // The engine's clipped step: g * coeff inside the pass, the scalars read
+    // from device memory (StepControl).
+    StepControl hc;
+    hc.updates = a.t;
+    hc.grad_scale = 0.5f;
+    DeviceArray<StepControl> ctl(*ops, 1);
+    ops->copy_from_host(ctl.data(), &hc, sizeof hc);
+    const StepControl* clip = ctl.data();
 
     struct Fmt {
       const char* name;

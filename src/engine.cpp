@@ -146,6 +146,10 @@ DataParallel::DataParallel(Model& model, Communicator& comm, const DpOptions& op
   int buckets = 0;
   for (const GatherBuffer& gb : layout_.buffers) buckets += int(gb.buckets.size());
   norm_partials_ = DeviceArray<double>(*ops_, size_t(dp_) * (buckets + 1));  // + each rank's loss
+  micro_losses_ = DeviceArray<float>(*ops_, size_t(opt_.micro_batches));
+  ctl_ = DeviceArray<StepControl>(*ops_, 1);
+  for (HostBuffer& h : host_slots_)
+    h = HostBuffer(*ops_, norm_partials_.bytes() + sizeof(StepControl) + micro_losses_.bytes());
   // The model's initial weights become the masters of the shards this rank owns.
   for_each_owned_piece([&](int f, const Piece& pc, int64_t at) {
     ops_->copy(buf_[f].master.data() + at, model_.initial_weights(pc.param) + pc.param_begin, pc.len * sizeof(float));
@@ -209,8 +213,8 @@ void DataParallel::stage(int f, int b, const Update* u) {
   const PayloadShape ps = payload_shape(gb.format, bk.shard_numel);
   uint8_t* base = payload_ptr(f, b);
   const auto adamw_params = [&](int param) {
-    return AdamWParams{u->lr, float(opt_.adam_beta1), float(opt_.adam_beta2), float(opt_.adam_eps),
-                       params_[param].decay ? float(opt_.weight_decay) : 0.0f, u->t};
+    return adamw_choice(AdamWParams{u->lr, float(opt_.adam_beta1), float(opt_.adam_beta2), float(opt_.adam_eps),
+                                    params_[param].decay ? float(opt_.weight_decay) : 0.0f, u->first_t});
   };
 
   if (gb.format == WeightFormat::Nvfp4) {
@@ -226,7 +230,7 @@ void DataParallel::stage(int f, int b, const Update* u) {
       float* slot = am + amax_slot_[pc.param];
       if (u)
         ops_->adamw_amax(bs.master.data() + at, bs.m.data() + at, bs.v.data() + at, bs.main_grad + at, pc.len,
-                         u->grad_scale, adamw_params(pc.param), slot);
+                         ctl_.data(), adamw_params(pc.param), slot);
       else
         ops_->amax_into(bs.master.data() + at, pc.len, slot);
     };
@@ -287,7 +291,7 @@ void DataParallel::stage(int f, int b, const Update* u) {
         const int64_t e = off + at;
         const int64_t code_at = gb.format == WeightFormat::Bf16 ? 2 * at : at;
         ops_->adamw_quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + e, bs.m.data() + e,
-                             bs.v.data() + e, bs.main_grad + e, len, u->grad_scale, adamw_params(param),
+                             bs.v.data() + e, bs.main_grad + e, len, ctl_.data(), adamw_params(param),
                              slot + code_at, slot + ps.code_bytes + at / kMxfp8Block);
       };
       const std::vector<Piece>& pcs = bk.shards[s];
@@ -507,11 +511,11 @@ void DataParallel::finish_reduce(int f, int b) {
 
 // ---------------------------------------------------------------- steps
 
-double DataParallel::forward_backward(const Batch& batch) {
+void DataParallel::forward_backward(const Batch& batch) {
   MXDP_CHECK(micro_ < opt_.micro_batches, "forward_backward: ", micro_,
              " micro-batches already accumulated; call optimizer_step() first");
   cursor_ = 0;
-  const double loss = model_.forward(batch, *this);
+  model_.forward_into(batch, *this, micro_losses_.data() + micro_);
   if (micro_ == 0) begin_backward();
   for (size_t f = 0; f < buf_.size(); ++f)
     for (size_t b = 0; b < buf_[f].st.size(); ++b)
@@ -531,15 +535,12 @@ double DataParallel::forward_backward(const Batch& batch) {
   if (micro_ == opt_.micro_batches - 1 && !opt_.overlap_grad_reduce)
     for (size_t f = 0; f < buf_.size(); ++f)
       for (size_t b = 0; b < buf_[f].st.size(); ++b) start_reduce(int(f), int(b));
-  micro_loss_sum_ += loss;
   ++micro_;
-  return loss;
 }
 
-StepResult DataParallel::optimizer_step() {
-  MXDP_CHECK(micro_ == opt_.micro_batches, "optimizer_step after ", micro_, " of ",
+void DataParallel::launch_step() {
+  MXDP_CHECK(micro_ == opt_.micro_batches, "optimizer step after ", micro_, " of ",
              opt_.micro_batches, " micro-batches");
-  StepResult r;
   for (size_t f = 0; f < buf_.size(); ++f)
     for (size_t b = 0; b < buf_[f].st.size(); ++b) finish_reduce(int(f), int(b));
 
@@ -552,16 +553,15 @@ StepResult DataParallel::optimizer_step() {
   // Global grad norm from per-(bucket, shard) partial sums, added in a fixed
   // order (bucket, then shard) on every rank and in both modes. The sums stay
   // in ops memory, [shard][bucket] with each row's last column this rank's loss
-  // sum (dp > 1); one all-gather of each rank's row (in reference mode the rows
+  // sum; dp > 1: one all-gather of each rank's row (in reference mode the rows
   // of other shards it brings are the same values this rank computed: every rank
-  // holds the same reduced grads), then one copy to the host. That read is the
-  // step's one host wait: the host needs the norm to decide skip and clip.
+  // holds the same reduced grads). step_control turns them into the step's
+  // scalars on the device; nothing here waits for them.
   int nb = 0;
   for (auto& gb : layout_.buffers) nb += int(gb.buckets.size());
   const int row = nb + 1;
-  std::vector<double> partial(size_t(dp_) * row, 0.0);
+  double* dpart = norm_partials_.data();
   {
-    double* dpart = norm_partials_.data();
     int gi = 0;
     for (size_t f = 0; f < buf_.size(); ++f)
       for (size_t b = 0; b < buf_[f].st.size(); ++b, ++gi)
@@ -569,48 +569,31 @@ StepResult DataParallel::optimizer_step() {
           if (owns(s))
             ops_->sum_squares_into(buf_[f].main_grad + shard_local_off(int(f), int(b), s),
                                    layout_.buffers[f].buckets[b].shard_numel, dpart + size_t(s) * row + gi);
-    if (dp_ > 1) {
-      ops_->write_f64(dpart + size_t(rank_) * row + nb, micro_loss_sum_);
-      comm_.all_gather(dpart + size_t(rank_) * row, dpart, row * sizeof(double), ops_->stream());
-    }
-    ops_->copy_to_host(partial.data(), dpart, size_t(dp_) * row * sizeof(double));
+    ops_->sum_into(micro_losses_.data(), opt_.micro_batches, dpart + size_t(rank_) * row + nb);
+    if (dp_ > 1) comm_.all_gather(dpart + size_t(rank_) * row, dpart, row * sizeof(double), ops_->stream());
   }
-  if (dp_ == 1) partial[nb] = micro_loss_sum_;
-  // Mean loss over micro-batches and ranks, added in rank order.
-  {
-    double sum = 0;
-    for (int q = 0; q < dp_; ++q) sum += partial[size_t(q) * row + nb];
-    r.loss = sum / (double(dp_) * opt_.micro_batches);
-  }
-  micro_ = 0;
-  micro_loss_sum_ = 0;
-  double total = 0;
-  for (int gi = 0; gi < nb; ++gi)
-    for (int s = 0; s < dp_; ++s) total += partial[size_t(s) * row + gi];
-  r.grad_norm = std::sqrt(total);
-  r.lr = lr_at(iteration_, opt_.lr, opt_.min_lr, opt_.warmup_steps, opt_.lr_decay_steps);
-  ++iteration_;
-  if (!std::isfinite(r.grad_norm)) {
-    // Non-finite gradients: skip the update, weights untouched, version unchanged.
-    ++skipped_steps_;
-    r.skipped = true;
-    r.version = version_;
-    close_traffic_window();
-    return r;
-  }
-  // Clipping scales the gradient inside the fused AdamW pass (the same fp32
-  // product g * coeff a separate scaling pass would store).
-  Update u{float(r.lr), 1.0f, version_ + 1};
-  if (opt_.clip_grad > 0) {
-    const double coeff = opt_.clip_grad / (r.grad_norm + 1e-6);
-    if (coeff < 1.0) u.grad_scale = float(coeff);
-  }
-  ++version_;
-  r.version = version_;
+  ops_->step_control(dpart, dp_, row, nb, opt_.clip_grad, ctl_.data());
 
-  // AdamW and stage, fused, bucket by bucket; then gather now, or (overlap)
-  // dispatch only the first bucket the next forward needs and defer the rest to
-  // the forward itself.
+  // The host may not know yet whether the steps before were skipped: at most
+  // kMaxStepsInFlight - 1 of them stay unread, so the AdamW count is one of
+  // the kMaxStepsInFlight the update carries scalars for.
+  while (unresolved() >= kMaxStepsInFlight) {
+    for (Launched& l : launched_)
+      if (!l.resolved) {
+        resolve(l);
+        break;
+      }
+  }
+  Launched l;
+  l.r.lr = lr_at(iteration_, opt_.lr, opt_.min_lr, opt_.warmup_steps, opt_.lr_decay_steps);
+  l.r.iteration = ++iteration_;
+  Update u{float(l.r.lr), updates_ + 1};
+  ++version_;
+  micro_ = 0;
+
+  // AdamW and stage, fused, bucket by bucket (a skipped step restages the same
+  // masters); then gather now, or (overlap) dispatch only the first bucket the
+  // next forward needs and defer the rest to the forward itself.
   for (auto [f, b] : fwd_order_) stage(f, b, &u);
   if (!opt_.overlap_param_gather) {
     for (auto [f, b] : fwd_order_) start_gather(f, b);
@@ -624,7 +607,93 @@ StepResult DataParallel::optimizer_step() {
     start_gather(fwd_order_[0].first, fwd_order_[0].second);
   }
   close_traffic_window();
+
+  // The results travel to the host behind the step's work; resolve() reads them.
+  l.slot = next_slot_;
+  next_slot_ = (next_slot_ + 1) % kMaxStepsInFlight;
+  uint8_t* h = host_slots_[l.slot].data();
+  ops_->copy_to_host_async(h, dpart, norm_partials_.bytes());
+  ops_->copy_to_host_async(h + norm_partials_.bytes(), ctl_.data(), sizeof(StepControl));
+  ops_->copy_to_host_async(h + norm_partials_.bytes() + sizeof(StepControl), micro_losses_.data(),
+                           micro_losses_.bytes());
+  l.mark = ops_->mark();
+  launched_.push_back(std::move(l));
+}
+
+int DataParallel::unresolved() const {
+  int n = 0;
+  for (const Launched& l : launched_) n += l.resolved ? 0 : 1;
+  return n;
+}
+
+void DataParallel::resolve(Launched& l) {
+  if (l.resolved) return;
+  ops_->wait(l.mark);
+  const uint8_t* h = host_slots_[l.slot].data();
+  int nb = 0;
+  for (auto& gb : layout_.buffers) nb += int(gb.buckets.size());
+  const int row = nb + 1;
+  std::vector<double> partial(size_t(dp_) * row);
+  StepControl c;
+  std::vector<float> losses(size_t(opt_.micro_batches));
+  std::memcpy(partial.data(), h, partial.size() * sizeof(double));
+  std::memcpy(&c, h + norm_partials_.bytes(), sizeof c);
+  std::memcpy(losses.data(), h + norm_partials_.bytes() + sizeof c, losses.size() * sizeof(float));
+  // Mean loss over micro-batches and ranks, added in rank order.
+  double sum = 0;
+  for (int q = 0; q < dp_; ++q) sum += partial[size_t(q) * row + nb];
+  l.r.loss = sum / (double(dp_) * opt_.micro_batches);
+  l.r.micro_losses.assign(losses.begin(), losses.end());
+  l.r.grad_norm = c.grad_norm;
+  l.r.skipped = c.skip != 0;
+  MXDP_CHECK(c.updates == updates_ + (l.r.skipped ? 0 : 1), "internal: step ", l.r.iteration,
+             " read back AdamW count ", c.updates, " after ", updates_, " (skipped: ", l.r.skipped, ")");
+  updates_ = c.updates;
+  l.r.version = updates_;
+  if (l.r.skipped) ++skipped_steps_;  // weights untouched: the masters are those of the step before
+  l.resolved = true;
+}
+
+void DataParallel::resolve_all() {
+  for (Launched& l : launched_) resolve(l);
+}
+
+std::optional<StepResult> DataParallel::take_result(bool wait) {
+  if (launched_.empty()) return std::nullopt;
+  Launched& l = launched_.front();
+  if (!l.resolved) {
+    if (!wait) return std::nullopt;
+    resolve(l);
+  }
+  StepResult r = std::move(l.r);
+  launched_.pop_front();
   return r;
+}
+
+StepResult DataParallel::optimizer_step() {
+  launch_step();
+  StepResult r;
+  while (auto x = take_result(true)) r = std::move(*x);
+  return r;
+}
+
+int64_t DataParallel::version() {
+  resolve_all();
+  return updates_;
+}
+
+int64_t DataParallel::skipped_steps() {
+  resolve_all();
+  return skipped_steps_;
+}
+
+void DataParallel::set_loaded_counts(int64_t updates, int64_t iteration) {
+  resolve_all();  // results of steps before the load stay takeable
+  StepControl c;
+  c.updates = updates;
+  ops_->copy_from_host(ctl_.data(), &c, sizeof c);
+  version_ = updates_ = updates;
+  iteration_ = iteration;
 }
 
 void DataParallel::close_traffic_window() {
@@ -646,18 +715,23 @@ void DataParallel::sync_weights() {
 
 double DataParallel::eval(const std::vector<Batch>& batches) {
   MXDP_CHECK(!batches.empty(), "eval needs at least one batch");
-  double sum = 0;
+  // Each batch's loss stays in ops memory until the last is done: one read.
+  DeviceArray<float> dev(*ops_, batches.size());
   in_eval_ = true;
   try {
-    for (const Batch& b : batches) {
+    for (size_t i = 0; i < batches.size(); ++i) {
       cursor_ = 0;
-      sum += model_.forward(b, *this);
+      model_.forward_into(batches[i], *this, dev.data() + i);
     }
   } catch (...) {
     in_eval_ = false;
     throw;
   }
   in_eval_ = false;
+  std::vector<float> host(batches.size());
+  ops_->copy_to_host(host.data(), dev.data(), dev.bytes());
+  double sum = 0;
+  for (float l : host) sum += l;
   std::vector<double> losses(dp_);
   losses[rank_] = sum / double(batches.size());
   host_all_gather(losses.data(), sizeof(double));
@@ -832,6 +906,7 @@ RankFileInfo DataParallel::write_rank_file(const std::string& dir) {
 }
 
 void DataParallel::save_checkpoint(const std::string& path, const nlohmann::json& extra) {
+  resolve_all();  // the AdamW count it stores
   MXDP_CHECK(micro_ == 0, "save_checkpoint in the middle of a step (", micro_,
              " micro-batches accumulated): save after optimizer_step()");
   MXDP_CHECK(extra.is_object() || extra.is_null(), "save_checkpoint: extra must be a JSON object, got a ",
@@ -858,7 +933,7 @@ void DataParallel::save_checkpoint(const std::string& path, const nlohmann::json
     host_all_gather(files.data(), 2 * sizeof(uint64_t));
     on_rank0(comm_, [&] {
       CheckpointManifest m;
-      m.version = version_;
+      m.version = updates_;
       m.iteration = iteration_;
       m.extra = extra.is_null() ? nlohmann::json::object() : extra;
       for (const ParamSpec& p : params_) m.params.push_back({p.name, p.shape, p.numel()});
@@ -881,6 +956,7 @@ void DataParallel::save_checkpoint(const std::string& path, const nlohmann::json
 
 nlohmann::json DataParallel::load_checkpoint(const std::string& path) {
   drop_inflight();
+  resolve_all();
   // Rank 0 decides what `path` is and reads the manifest (or a single-file
   // checkpoint); the bytes, or the error, go to every rank.
   std::vector<uint8_t> bytes;
@@ -922,7 +998,6 @@ void DataParallel::reset_state_for_load() {
     for (BucketState& st : bs.st) st = BucketState{};  // nothing derived from the old masters survives
   }
   micro_ = 0;
-  micro_loss_sum_ = 0;
 }
 
 nlohmann::json DataParallel::load_step_directory(const std::string& path, CheckpointManifest m) {
@@ -952,8 +1027,7 @@ nlohmann::json DataParallel::load_step_directory(const std::string& path, Checkp
       }
     });
   });
-  version_ = version;
-  iteration_ = iteration;
+  set_loaded_counts(version, iteration);
   return extra;
 }
 
@@ -972,8 +1046,7 @@ nlohmann::json DataParallel::load_single_file(const std::string& path, const std
     ops_->copy_from_host(bs.m.data() + at, s.m.data() + pc.param_begin, n);
     ops_->copy_from_host(bs.v.data() + at, s.v.data() + pc.param_begin, n);
   });
-  version_ = c.version;
-  iteration_ = c.iteration;
+  set_loaded_counts(c.version, c.iteration);
   return c.extra;
 }
 

@@ -25,7 +25,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <deque>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +49,8 @@ struct StepResult {
   double lr = 0;          // learning rate used
   bool skipped = false;   // non-finite gradients: no update was applied
   int64_t version = 0;    // optimizer updates applied after this step
+  int64_t iteration = 0;  // 1-based: the step's place in the run (applied and skipped steps)
+  std::vector<double> micro_losses;  // this rank's loss of each micro-batch, in order
 };
 
 // What the engine allocates on one rank, and what it moves per optimizer step.
@@ -89,13 +93,30 @@ class DataParallel final : private ModelHooks {
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
-  // One optimizer step over options().micro_batches micro-batches.
+  // One optimizer step over options().micro_batches micro-batches; waits for
+  // its result (optimizer_step()).
   StepResult train_step(const std::vector<Batch>& micro_batches);
   // The parts of train_step, for callers that interleave (e.g. an eval between
-  // micro-batches): forward + backward of one micro-batch, returns its loss on
-  // this rank; then, after micro_batches of them, the optimizer step.
-  double forward_backward(const Batch& batch);
+  // micro-batches): forward + backward of one micro-batch (its loss arrives in
+  // StepResult::micro_losses); then, after micro_batches of them, the step.
+  void forward_backward(const Batch& batch);
+  // launch_step() and the wait for its result (earlier results not yet taken
+  // are dropped).
   StepResult optimizer_step();
+
+  // The optimizer step without a host wait: grad norm, clip coefficient and the
+  // skip decision are made on the device and read there by AdamW, so the host
+  // returns at once and can submit the next step while this one runs. Its
+  // result comes from take_result(). The host stays at most kMaxStepsInFlight
+  // steps ahead: launching waits, if need be, for the step
+  // kMaxStepsInFlight back (long done when the device is busy).
+  void launch_step();
+  // The oldest launched step's result not yet taken, each once: wait = false
+  // returns it only if already read back (never blocks); wait = true blocks
+  // for it. Empty when every result was taken.
+  std::optional<StepResult> take_result(bool wait);
+  // Launched steps whose results were not taken yet.
+  int results_pending() const { return int(launched_.size()); }
 
   // Collective: makes the model's compute weights those of the latest step
   // (the same chain a forward drives), e.g. before sampling from the model.
@@ -122,9 +143,10 @@ class DataParallel final : private ModelHooks {
   // Collective: full fp32 master weights of param i.
   std::vector<float> full_master(int param);
 
-  int64_t version() const { return version_; }
+  // Optimizer updates applied (reads every launched step's result back first).
+  int64_t version();
   int64_t iteration() const { return iteration_; }
-  int64_t skipped_steps() const { return skipped_steps_; }
+  int64_t skipped_steps();  // likewise
   const Layout& layout() const { return layout_; }
   // The buffers this rank holds right now (see MemoryPlan).
   MemoryPlan allocated() const;
@@ -173,8 +195,7 @@ class DataParallel final : private ModelHooks {
   // stage() in the same pass as the quantize.
   struct Update {
     float lr;
-    float grad_scale;  // clip coefficient (1: none)
-    int64_t t;         // AdamW step (1-based)
+    int64_t first_t;  // the AdamW count this update has if no unread step was skipped (AdamWChoice)
   };
   void stage(int f, int b, const Update* u = nullptr);  // u: AdamW first, fused
   void unpack(int f, int b);
@@ -209,6 +230,7 @@ class DataParallel final : private ModelHooks {
   RankFileInfo write_rank_file(const std::string& dir);
   void check_params_match(const std::string& path, const std::vector<CheckpointParam>& ps) const;
   void reset_state_for_load();
+  void set_loaded_counts(int64_t updates, int64_t iteration);
   nlohmann::json load_step_directory(const std::string& path, CheckpointManifest m);
   nlohmann::json load_single_file(const std::string& path, const std::vector<uint8_t>& bytes);
 
@@ -226,13 +248,33 @@ class DataParallel final : private ModelHooks {
   std::vector<int> amax_slot_;                  // per param: its slot in its bucket's NVFP4 amaxes
   const float* param_amax(int p) const;         // NVFP4 tensor amax of param p (last stage), ops memory
   DeviceArray<double> norm_partials_;           // [shard][bucket] sums of squares of one step
+  DeviceArray<float> micro_losses_;             // this step's micro-batch losses (model writes)
+  DeviceArray<StepControl> ctl_;                // the step's scalars, decided on the device
 
-  int64_t version_ = 0, iteration_ = 0, skipped_steps_ = 0;
+  // Steps launched, results not yet taken (oldest first). A step is "resolved"
+  // once its read-back (partials, control, losses in host_slots_[slot]) landed.
+  struct Launched {
+    int64_t mark = 0;
+    int slot = 0;
+    bool resolved = false;
+    StepResult r;
+  };
+  std::deque<Launched> launched_;
+  HostBuffer host_slots_[kMaxStepsInFlight];
+  int next_slot_ = 0;
+  void resolve(Launched& l);
+  void resolve_all();
+  int unresolved() const;
+
+  // version_ is the freshness label: one more per launched step, applied or
+  // skipped (a skipped step restages the same masters: the same bits under a
+  // new label). updates_ counts applied updates as far as read back (the AdamW
+  // count; checkpoints store it as their version).
+  int64_t version_ = 0, updates_ = 0, iteration_ = 0, skipped_steps_ = 0;
   int64_t gather_bytes_ = 0, reduce_bytes_ = 0;  // since the last optimizer step
   int64_t last_step_gather_bytes_ = 0, last_step_reduce_bytes_ = 0;
   void close_traffic_window();
   int micro_ = 0;               // micro-batches accumulated in this step
-  double micro_loss_sum_ = 0;   // this rank's sum of micro-batch losses
   size_t cursor_ = 0;           // next bucket (forward order) the running forward will need
   bool in_eval_ = false;
   bool in_backward_ = false;

@@ -6,11 +6,15 @@
 // for CUDA ops); the model's weights() live there too. Operations are ordered
 // on stream() (nullptr on the CPU); copy_to_host and the host-valued results
 // (amax, sum_squares) are complete on return: those are the host waits, which
-// host_waits() counts (the engine's optimizer step makes one). Every operation
-// is deterministic: the same inputs give the same bits run to run (fixed
-// reduction order).
+// host_waits() counts. An optimizer step makes none: its scalars (grad norm,
+// clip coefficient, skip, AdamW count) are decided on the stream by
+// step_control and read there by the fused AdamW passes, and its results reach
+// the host through copy_to_host_async, read after wait(mark) once the host has
+// gone on to the next step. Every operation is deterministic: the same inputs
+// give the same bits run to run (fixed reduction order).
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -21,6 +25,38 @@
 #include "options.h"
 
 namespace mxdp {
+
+// The optimizer step's scalars, in ops memory: written by step_control from the
+// step's grad-norm partial sums, read by the fused AdamW passes of the same step.
+struct StepControl {
+  double grad_norm = 0;  // global grad norm before clipping
+  int64_t updates = 0;   // AdamW updates applied so far, this step's included if it applied
+  float grad_scale = 1;  // clip coefficient (1: none)
+  int32_t skip = 0;      // 1: non-finite grad norm; AdamW leaves p, m, v as they are
+};
+
+// step_control's arithmetic, the definition every implementation gives the bits
+// of: total = sum over c < cols, then r < rows, of partials[r * stride + c] (that
+// order, in double); grad_norm = sqrt(total); skip = !isfinite(grad_norm);
+// grad_scale = float(clip / (grad_norm + 1e-6)) when clip > 0 and that is < 1,
+// else 1; updates += !skip.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline void step_control_of(const double* partials, int rows, int stride, int cols, double clip_grad,
+                            StepControl& c) {
+  double total = 0;
+  for (int col = 0; col < cols; ++col)
+    for (int r = 0; r < rows; ++r) total += partials[size_t(r) * stride + col];
+  c.grad_norm = std::sqrt(total);
+  c.skip = c.grad_norm - c.grad_norm == 0.0 ? 0 : 1;  // x - x is 0 exactly when x is finite
+  c.grad_scale = 1.0f;
+  if (!c.skip && clip_grad > 0) {
+    const double coeff = clip_grad / (c.grad_norm + 1e-6);
+    if (coeff < 1.0) c.grad_scale = float(coeff);
+  }
+  c.updates += c.skip ? 0 : 1;
+}
 
 class EngineOps {
  public:
@@ -56,19 +92,24 @@ class EngineOps {
   virtual void adamw(float* p, float* m, float* v, const float* g, int64_t n, const AdamWParams& a) = 0;
 
   // ---- the optimizer step's fused work (docs/engine.md, "The optimizer step")
-  // One pass over (g, m, v, p): AdamW on n elements with the gradient
-  // g[i] * grad_scale (the clip coefficient; 1 leaves g as it is), writing m, v,
-  // p, and the updated p quantized into codes/scales. Bitwise exactly
-  // adamw(p, m, v, g * grad_scale, n, a) followed by quantize(f, r, p, n, ...).
+  // *ctl (ops memory) updated by step_control_of (above) from rows x cols
+  // partial sums (row r at partials + r * stride), on the stream.
+  virtual void step_control(const double* partials, int rows, int stride, int cols, double clip_grad,
+                            StepControl* ctl) = 0;
+  // One pass over (g, m, v, p) reading *ctl (ops memory): unless ctl->skip,
+  // AdamW on n elements with the gradient g[i] * ctl->grad_scale and the scalars
+  // adamw_pick(a, ctl->updates), writing m, v, p; then p quantized into
+  // codes/scales. Bitwise exactly adamw(p, m, v, g * grad_scale, n, params of
+  // that t) followed by quantize(f, r, p, n, ...); skipped, only the quantize.
   // f: BF16 or MXFP8 (NVFP4 needs the tensor amax first: adamw_amax, then
   // quantize_nvfp4).
   virtual void adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m, float* v, const float* g,
-                              int64_t n, float grad_scale, const AdamWParams& a, uint8_t* codes,
+                              int64_t n, const StepControl* ctl, const AdamWChoice& a, uint8_t* codes,
                               uint8_t* scales) = 0;
-  // The same AdamW, then *amax = max(*amax, amax(updated p)) in ops memory:
-  // the first pass of an NVFP4 stage.
-  virtual void adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, float grad_scale,
-                          const AdamWParams& a, float* amax) = 0;
+  // The same AdamW, then *amax = max(*amax, amax(p)) in ops memory: the first
+  // pass of an NVFP4 stage.
+  virtual void adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
+                          const AdamWChoice& a, float* amax) = 0;
   // *out = max(*out, amax(x)), *out in ops memory (no host round trip).
   virtual void amax_into(const float* x, int64_t n, float* out) = 0;
   // NVFP4 quantize / dequantize with the tensor amax read from ops memory:
@@ -77,10 +118,23 @@ class EngineOps {
                               uint8_t* scales) = 0;
   virtual void dequantize_nvfp4(const uint8_t* codes, const uint8_t* scales, int64_t n, const float* tensor_amax,
                                 void* y, ComputeDType out) = 0;
-  // *dst = value (ops memory), without waiting for anything.
-  virtual void write_f64(double* dst, double value) = 0;
+  // *out = x[0] + x[1] + ... + x[n-1], in double, in that order (ops memory).
+  virtual void sum_into(const float* x, int64_t n, double* out) = 0;
+
+  // ---- results read late, without a host wait inside the step
+  // Host memory copy_to_host_async may land in (pinned for a GPU), zero-filled.
+  virtual void* alloc_host(size_t bytes) = 0;
+  virtual void release_host(void* p) = 0;
+  // Starts the copy, ordered on the stream; `host` (from alloc_host) holds the
+  // bytes once wait() on a later mark returns.
+  virtual void copy_to_host_async(void* host, const void* src, size_t bytes) = 0;
+  // A point after all work submitted so far; wait(mark) returns once that work
+  // is done (the CPU's is done already). Marks are increasing.
+  virtual int64_t mark() { return 0; }
+  virtual void wait(int64_t /*mark*/) {}
   // Host waits so far: every stream synchronisation (a blocking copy, a
-  // host-valued result, release). The CPU ops never wait: 0.
+  // host-valued result, release), not counting wait(mark). The CPU ops never
+  // wait: 0.
   virtual int64_t host_waits() const { return 0; }
 };
 
@@ -118,6 +172,36 @@ class DeviceArray {
   EngineOps* ops_ = nullptr;
   size_t n_ = 0;
   T* p_ = nullptr;
+};
+
+// An owning block of host memory from an EngineOps' alloc_host.
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  HostBuffer(EngineOps& ops, size_t bytes) : ops_(&ops), bytes_(bytes), p_(ops.alloc_host(bytes)) {}
+  HostBuffer(HostBuffer&& o) noexcept { swap(o); }
+  HostBuffer& operator=(HostBuffer&& o) noexcept {
+    HostBuffer tmp(std::move(o));
+    swap(tmp);
+    return *this;
+  }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  ~HostBuffer() {
+    if (ops_ && p_) ops_->release_host(p_);
+  }
+  uint8_t* data() { return static_cast<uint8_t*>(p_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void swap(HostBuffer& o) noexcept {
+    std::swap(ops_, o.ops_);
+    std::swap(bytes_, o.bytes_);
+    std::swap(p_, o.p_);
+  }
+  EngineOps* ops_ = nullptr;
+  size_t bytes_ = 0;
+  void* p_ = nullptr;
 };
 
 }  // namespace mxdp

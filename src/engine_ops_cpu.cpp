@@ -78,20 +78,27 @@ class CpuOps final : public EngineOps {
     adamw_update(p, m, v, g, n, a);
   }
 
+  void step_control(const double* partials, int rows, int stride, int cols, double clip_grad,
+                    StepControl* ctl) override {
+    step_control_of(partials, rows, stride, cols, clip_grad, *ctl);
+  }
   // The reference of the fused ops: exactly the separate ops, in order.
-  void adamw_scaled(float* p, float* m, float* v, const float* g, int64_t n, float grad_scale, const AdamWParams& a) {
-    const AdamWScalars s = adamw_scalars(a);
-    for (int64_t i = 0; i < n; ++i) adamw_element(p[i], m[i], v[i], g[i] * grad_scale, s);
+  void adamw_scaled(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
+                    const AdamWChoice& a) {
+    if (ctl->skip) return;
+    const AdamWScalars& s = adamw_pick(a, ctl->updates);
+    const float gs = ctl->grad_scale;
+    for (int64_t i = 0; i < n; ++i) adamw_element(p[i], m[i], v[i], g[i] * gs, s);
   }
   void adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m, float* v, const float* g, int64_t n,
-                      float grad_scale, const AdamWParams& a, uint8_t* codes, uint8_t* scales) override {
+                      const StepControl* ctl, const AdamWChoice& a, uint8_t* codes, uint8_t* scales) override {
     MXDP_CHECK(f != WeightFormat::Nvfp4, "adamw_quantize: NVFP4 needs the tensor amax first (adamw_amax, then quantize_nvfp4)");
-    adamw_scaled(p, m, v, g, n, grad_scale, a);
+    adamw_scaled(p, m, v, g, n, ctl, a);
     quantize(f, r, p, n, 0.0f, codes, scales);
   }
-  void adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, float grad_scale, const AdamWParams& a,
-                  float* am) override {
-    adamw_scaled(p, m, v, g, n, grad_scale, a);
+  void adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
+                  const AdamWChoice& a, float* am) override {
+    adamw_scaled(p, m, v, g, n, ctl, a);
     amax_into(p, n, am);
   }
   void amax_into(const float* x, int64_t n, float* out) override { *out = std::max(*out, amax(x, n)); }
@@ -102,7 +109,14 @@ class CpuOps final : public EngineOps {
                         ComputeDType out) override {
     dequantize(WeightFormat::Nvfp4, codes, scales, n, *tensor_amax, y, out);
   }
-  void write_f64(double* dst, double value) override { *dst = value; }
+  void sum_into(const float* x, int64_t n, double* out) override {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += double(x[i]);
+    *out = s;
+  }
+  void* alloc_host(size_t bytes) override { return alloc(bytes); }
+  void release_host(void* p) override { release(p); }
+  void copy_to_host_async(void* host, const void* src, size_t bytes) override { copy_to_host(host, src, bytes); }
 };
 
 }  // namespace

@@ -90,6 +90,10 @@ class Model {
   virtual void init_weights(uint64_t seed) = 0;
   // Mean cross-entropy over the B*T targets. Keeps what backward needs.
   virtual float forward(const Batch& batch, ModelHooks& hooks) = 0;
+  // The same forward with the mean loss written to *loss, in the engine ops'
+  // memory space and ordered on the model's stream, instead of returned: no
+  // host wait (the engine's steps use this). The default suits host models.
+  virtual void forward_into(const Batch& batch, ModelHooks& hooks, float* loss) { *loss = forward(batch, hooks); }
   // Gradient of the mean loss of the last forward, accumulated into hooks.grad(i).
   virtual void backward(ModelHooks& hooks) = 0;
 };

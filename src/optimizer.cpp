@@ -17,6 +17,17 @@ AdamWScalars adamw_scalars(const AdamWParams& a) {
   return s;
 }
 
+AdamWChoice adamw_choice(const AdamWParams& a) {
+  AdamWChoice c;
+  c.first_t = a.t;
+  for (int k = 0; k < kMaxStepsInFlight; ++k) {
+    AdamWParams ak = a;
+    ak.t = a.t + k;
+    c.s[k] = adamw_scalars(ak);
+  }
+  return c;
+}
+
 void adamw_update(float* p, float* m, float* v, const float* g, int64_t n, const AdamWParams& a) {
   const AdamWScalars s = adamw_scalars(a);
   for (int64_t i = 0; i < n; ++i) adamw_element(p[i], m[i], v[i], g[i], s);

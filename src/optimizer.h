@@ -28,6 +28,20 @@ struct AdamWScalars {
 };
 AdamWScalars adamw_scalars(const AdamWParams& a);
 
+// The host launches an optimizer step before it has read whether the step
+// before was skipped (non-finite gradients, decided on the device), so it does
+// not know the AdamW count t of the update it launches: it is one of first_t ..
+// first_t + kMaxStepsInFlight - 1. It passes the scalars of each, and the device
+// picks by its own count of applied updates (StepControl::updates, engine_ops.h).
+// The engine keeps at most kMaxStepsInFlight - 1 earlier steps unread.
+constexpr int kMaxStepsInFlight = 2;
+struct AdamWChoice {
+  int64_t first_t = 1;
+  AdamWScalars s[kMaxStepsInFlight];
+};
+// a.t is first_t.
+AdamWChoice adamw_choice(const AdamWParams& a);
+
 #if defined(__CUDACC__)
 #define MXDP_OPT_HD __host__ __device__ inline
 #else
@@ -46,6 +60,15 @@ MXDP_OPT_HD void adamw_element(float& p, float& m, float& v, float g, const Adam
   p = pi - s.step_size * (mi / denom);
   m = mi;
   v = vi;
+}
+
+// The scalars of update number t (the applied count including it); t outside
+// first_t .. first_t + kMaxStepsInFlight - 1 is the caller's bug: the engine
+// checks the count it reads back (clamped here, so memory stays safe).
+MXDP_OPT_HD const AdamWScalars& adamw_pick(const AdamWChoice& c, int64_t t) {
+  int64_t i = t - c.first_t;
+  i = i < 0 ? 0 : (i >= kMaxStepsInFlight ? kMaxStepsInFlight - 1 : i);
+  return c.s[i];
 }
 
 // p, m, v, g: n elements each. g is the (clipped) gradient.

@@ -183,7 +183,7 @@ class Trainer {
   // The run.
   void run_eval(int64_t step);
   void train_steps();
-  StepResult train_step();
+  void submit_step();  // the micro-batches' forward and backward, then the step, launched
   void report_step(int64_t step, int64_t first, const StepResult& r, double seconds);
   void check_divergence(int64_t step, const StepResult& r);
   void save(int64_t step);
@@ -220,6 +220,7 @@ class Trainer {
   std::vector<OwnedBatch> eval_data_, micro_;
   double last_eval_ = NAN, last_loss_ = NAN, ema_rate_ = 0;
   int consecutive_skipped_ = 0;
+  int64_t skipped_total_ = 0;  // steps of this run skipped for non-finite gradients
 };
 
 int Trainer::run() {
@@ -492,30 +493,44 @@ void Trainer::run_eval(int64_t step) {
   println(::fmt::format("eval  step {:>6} | loss {:.4f} | {:.2f}s", step, loss, seconds_since(t0)));
 }
 
-StepResult Trainer::train_step() {
+void Trainer::submit_step() {
   micro_.resize(size_t(cfg_.dp.micro_batches));
-  std::vector<Batch> mbs;
   for (auto& ob : micro_) {
     Batch b;
     loader_->next(b);
     ob.take(b);
-    mbs.push_back(ob.batch);
+    engine_->forward_backward(ob.batch);
   }
-  return engine_->train_step(mbs);
+  engine_->launch_step();
 }
 
 void Trainer::train_steps() {
   const int64_t first = start_step_ + 1;
   const auto start = std::chrono::steady_clock::now();
+  auto since = start;  // the last report (or eval, save): a step's time runs from there
+  int64_t reported = start_step_;
+  const auto report_results = [&](int keep) {
+    while (engine_->results_pending() > keep) {
+      const StepResult r = *engine_->take_result(true);
+      ++reported;
+      report_step(reported, first, r, seconds_since(since));
+      since = std::chrono::steady_clock::now();
+      check_divergence(reported, r);
+    }
+  };
   for (int64_t step = first; step <= cfg_.steps; ++step) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const StepResult r = train_step();
-    report_step(step, first, r, seconds_since(t0));
-    check_divergence(step, r);
+    submit_step();
     const bool last = step == cfg_.steps;
-    if (cfg_.eval_every > 0 && (step % cfg_.eval_every == 0 || last)) run_eval(step);
-    if (!cfg_.save_dir.empty() && ((cfg_.save_every > 0 && step % cfg_.save_every == 0) || last)) save(step);
+    const bool eval_now = cfg_.eval_every > 0 && (step % cfg_.eval_every == 0 || last);
+    const bool save_now = !cfg_.save_dir.empty() && ((cfg_.save_every > 0 && step % cfg_.save_every == 0) || last);
+    // Each result is read one step late: the host prepares and submits step
+    // N+1 while the GPU still runs step N. Before an eval or a save, all of them.
+    report_results(eval_now || save_now || last ? 0 : 1);
+    if (eval_now) run_eval(step);
+    if (save_now) save(step);
+    if (eval_now || save_now) since = std::chrono::steady_clock::now();
   }
+  report_results(0);
   if (progress_open_) println("");
   if (is_lead_)
     std::printf("done: %lld steps in %s, final train loss %.4f%s\n", (long long)(cfg_.steps - first + 1),
@@ -530,9 +545,10 @@ void Trainer::report_step(int64_t step, int64_t first, const StepResult& r, doub
   last_loss_ = r.loss;
   emit({{"kind", "train"}, {"step", step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
         {"tokens_per_s", rate}, {"skipped", r.skipped}});
+  skipped_total_ += r.skipped ? 1 : 0;
   if (r.skipped)
     println(::fmt::format("step {}: non-finite gradients (norm {}), update skipped; {} skipped so far", step,
-                          r.grad_norm, engine_->skipped_steps()));
+                          r.grad_norm, skipped_total_));
   const double eta = double(cfg_.steps - step) * tokens_per_step / std::max(ema_rate_, 1e-9);
   const std::string prog = ::fmt::format("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {} tok/s | ETA {}",
                                          step, cfg_.steps, r.loss, r.lr, r.grad_norm, human_rate(ema_rate_),

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "engine_ops.h"
 #include "options.h"
 #include "quant.h"
 
@@ -21,6 +22,16 @@ inline FlatShape flat_shape(WeightFormat f, int64_t n) {
     case WeightFormat::Nvfp4: break;
   }
   return {nvfp4_code_bytes(1, n), nvfp4_code_bytes(1, n) + nvfp4_scale_bytes(1, n)};
+}
+
+// The control of an applied step with AdamW count t and clip coefficient gs
+// (with adamw_choice of params whose t is t, it picks t's scalars).
+inline StepControl step_ctl(int64_t t, float gs, bool skip = false) {
+  StepControl c;
+  c.updates = t;
+  c.grad_scale = gs;
+  c.skip = skip ? 1 : 0;
+  return c;
 }
 
 }  // namespace mxdp::testing

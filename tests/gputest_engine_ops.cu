@@ -15,12 +15,15 @@
 #include "engine_ops.h"
 #include "layout.h"
 #include "quant.h"
+#include "compare_util.h"
 #include "flat_payload.h"
 #include "gpu_test_util.h"
 
 using namespace mxdp;
 using mxdp::testing::FlatShape;
 using mxdp::testing::flat_shape;
+using mxdp::testing::same_bits;
+using mxdp::testing::step_ctl;
 
 namespace {
 
@@ -188,13 +191,18 @@ TEST(GpuEngineOps, FusedAdamWStageBitwiseEqualToCpuAdamWThenQuantize) {
             auto g = random_floats(len, 200 + t, t == 3 ? 1e-6f : 1.0f);
             Dev<float> dg(*gpu, g);
             const float gs = t % 2 ? 1.0f : 0.25f;
+            const bool skip = t == 4;  // a skipped step: no update, the payload of the unchanged masters
             const AdamWParams a{2e-3f, 0.9f, 0.95f, 1e-8f, t == 2 ? 0.0f : 0.1f, t};
+            AdamWParams first = a;  // t even: the device picks the choice's second scalars
+            first.t = t - (t % 2 == 0 ? 1 : 0);
+            const AdamWChoice ch = adamw_choice(first);
+            Dev<StepControl> dc(*gpu, {step_ctl(t, gs, skip)});
             float* P = p.data() + shift;
             float* M = m.data() + shift;
             float* V = v.data() + shift;
             std::vector<float> gc(g.begin() + shift, g.end());
             cpu->scale(gc.data(), n, gs);
-            cpu->adamw(P, M, V, gc.data(), n, a);
+            if (!skip) cpu->adamw(P, M, V, gc.data(), n, a);
             uint8_t* codes = pay.data() + code_shift;
             uint8_t* dcodes = dpay.a.data() + code_shift;
             float* gP = dp.a.data() + shift;
@@ -204,13 +212,13 @@ TEST(GpuEngineOps, FusedAdamWStageBitwiseEqualToCpuAdamWThenQuantize) {
             const int64_t w0 = gpu->host_waits();
             if (f != WeightFormat::Nvfp4) {
               cpu->quantize(f, r, P, n, 0.0f, codes, codes + ps.code_bytes);
-              gpu->adamw_quantize(f, r, gP, gM, gV, gG, n, gs, a, dcodes, dcodes + ps.code_bytes);
+              gpu->adamw_quantize(f, r, gP, gM, gV, gG, n, dc.a.data(), ch, dcodes, dcodes + ps.code_bytes);
               waits += gpu->host_waits() - w0;
             } else {
               const float tensor_amax = cpu->amax(P, n);
               cpu->quantize(f, r, P, n, tensor_amax, codes, codes + ps.code_bytes);
               gpu->zero(damax.a.data(), sizeof(float));
-              gpu->adamw_amax(gP, gM, gV, gG, n, gs, a, damax.a.data());
+              gpu->adamw_amax(gP, gM, gV, gG, n, dc.a.data(), ch, damax.a.data());
               gpu->quantize_nvfp4(gP, n, damax.a.data(), dcodes, dcodes + ps.code_bytes);
               waits += gpu->host_waits() - w0;
               EXPECT_EQ(damax.get()[0], tensor_amax) << what << " step " << t << ": amax";
@@ -248,6 +256,16 @@ TEST(GpuEngineOps, DeviceAmaxOpsBitwiseEqualToCpu) {
     Dev<uint8_t> dpay(*gpu, std::vector<uint8_t>(ps.shard_bytes, 0));
     Dev<float> dy(*gpu, std::vector<float>(n));
     Dev<uint16_t> dy16(*gpu, std::vector<uint16_t>(n));
+    const std::vector<float> losses{2.5f, 1.0f / 3.0f, 7.125f, 1e-7f};
+    Dev<float> dl(*gpu, losses);
+    // Grad-norm partials, 3 rows of 4 (+ a loss column): finite, then with a NaN.
+    std::vector<double> part(15);
+    for (size_t i = 0; i < part.size(); ++i) part[i] = 0.37 * double(i + 1) * double(n % 97 + 1);
+    std::vector<double> bad = part;
+    bad[6] = std::nan("");
+    Dev<double> dpart(*gpu, part), dbad(*gpu, bad);
+    const StepControl c0 = step_ctl(9, 1.0f);
+    Dev<StepControl> dctl(*gpu, {c0, c0, c0});
     DeviceArray<double> d(*gpu, 1);
     waits = gpu->host_waits() - waits;  // the uploads above wait; the ops below must not
     const int64_t w0 = gpu->host_waits();
@@ -261,17 +279,33 @@ TEST(GpuEngineOps, DeviceAmaxOpsBitwiseEqualToCpu) {
     gpu->dequantize_nvfp4(dpay.a.data(), dpay.a.data() + ps.code_bytes, n, dam.a.data(), dy.a.data(), ComputeDType::F32);
     gpu->dequantize_nvfp4(dpay.a.data(), dpay.a.data() + ps.code_bytes, n, dam.a.data(), dy16.a.data(),
                           ComputeDType::BF16);
-    gpu->write_f64(d.data(), 0.1);
+    gpu->sum_into(dl.a.data(), int64_t(losses.size()), d.data());
+    gpu->step_control(dpart.a.data(), 3, 5, 4, 0.5, dctl.a.data());
+    gpu->step_control(dpart.a.data(), 3, 5, 4, 0.0, dctl.a.data() + 1);
+    gpu->step_control(dbad.a.data(), 3, 5, 4, 0.5, dctl.a.data() + 2);
     EXPECT_EQ(gpu->host_waits(), w0) << "n = " << n;
-    EXPECT_EQ(waits, 3) << "n = " << n << ": the three uploads, and the amax folds made none";
+    EXPECT_EQ(waits, 7) << "n = " << n << ": the seven uploads, and the amax folds made none";
+    std::vector<StepControl> cc{c0, c0, c0};
+    cpu->step_control(part.data(), 3, 5, 4, 0.5, &cc[0]);
+    cpu->step_control(part.data(), 3, 5, 4, 0.0, &cc[1]);
+    cpu->step_control(bad.data(), 3, 5, 4, 0.5, &cc[2]);
+    const std::vector<StepControl> gc = dctl.get();
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_TRUE(same_bits(gc[i].grad_norm, cc[i].grad_norm) && same_bits(gc[i].grad_scale, cc[i].grad_scale) &&
+                  gc[i].skip == cc[i].skip && gc[i].updates == cc[i].updates)
+          << "n = " << n << ": step_control " << i << ": " << gc[i].grad_norm << " vs " << cc[i].grad_norm;
+    }
+    EXPECT_LT(cc[0].grad_scale, 1.0f);
+    EXPECT_EQ(cc[2].skip, 1);
     const std::vector<float> am = dam.get();
     EXPECT_EQ(am[1], cpu->amax(x.data(), n)) << "n = " << n;
     EXPECT_EQ(am[2], std::numeric_limits<float>::max()) << "n = " << n;
     EXPECT_EQ(mismatches(dpay.get(), cpay), 0u) << "n = " << n;
     EXPECT_EQ(mismatches(dy.get(), cy), 0u) << "n = " << n;
     EXPECT_EQ(mismatches(dy16.get(), cy16), 0u) << "n = " << n;
-    double h = 0;
+    double h = 0, want = 0;
     gpu->copy_to_host(&h, d.data(), sizeof h);
-    EXPECT_EQ(h, 0.1);
+    cpu->sum_into(losses.data(), int64_t(losses.size()), &want);
+    EXPECT_TRUE(same_bits(h, want)) << h << " vs " << want;
   }
 }

@@ -282,15 +282,20 @@ struct Runner {
           }
           case 'M': {
             auto d = make_batch(it, micro++, rank, false);
-            r.losses.push_back(dp->forward_backward(d.batch));
-            r.tags.push_back("M" + std::to_string(it + 1));
+            dp->forward_backward(d.batch);  // its loss comes with the step's result
             break;
           }
-          case 'O':
+          case 'O': {
             micro = 0;
-            r.losses.push_back(dp->optimizer_step().loss);
+            const StepResult sr = dp->optimizer_step();
+            for (size_t m = 0; m < sr.micro_losses.size(); ++m) {
+              r.losses.push_back(sr.micro_losses[m]);
+              r.tags.push_back("M" + std::to_string(it + 1) + "." + std::to_string(m + 1));
+            }
+            r.losses.push_back(sr.loss);
             r.tags.push_back("O" + std::to_string(it + 1));
             break;
+          }
           case 'E':
           case 'X':
             r.losses.push_back(eval());

@@ -83,6 +83,64 @@ TEST(Engine, NonFiniteGradientsSkipTheStepAndKeepTheWeights) {
   }
 }
 
+// The host launches step 3 before it has read whether step 2 was skipped (the
+// skip is decided on the device): step 3's AdamW count must still be the right
+// one. A run whose step 2 is poisoned, its results read late, ends with
+// bitwise the masters of a run that never took step 2 (constant lr, so only the
+// AdamW count could tell them apart), and its results are those of the same
+// run read step by step.
+TEST(Engine, AStepLaunchedBeforeTheSkipIsReadUsesTheRightAdamWCount) {
+  auto run = [](bool pipelined, bool take_step2) {
+    auto comm = self();
+    ToyModel toy;
+    toy.init_weights(3);
+    Poisoned model(toy);
+    DpOptions o;
+    o.warmup_steps = 0;
+    o.lr_decay_steps = 0;
+    o.clip_grad = 0.5;
+    DataParallel dp(model, *comm, o);
+    std::vector<StepResult> rs;
+    for (int s = 0; s < 5; ++s) {
+      if (s == 1 && !take_step2) continue;
+      model.poison = s == 1 ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+      dp.forward_backward(make_batch(s, 0, 0, false).batch);
+      dp.launch_step();
+      while (dp.results_pending() > (pipelined ? 1 : 0)) rs.push_back(*dp.take_result(true));
+      if (pipelined) {
+        EXPECT_LE(dp.results_pending(), 1);
+      }
+    }
+    while (auto r = dp.take_result(true)) rs.push_back(*r);
+    EXPECT_FALSE(dp.take_result(true).has_value());
+    std::vector<std::vector<float>> w;
+    for (int p = 0; p < 7; ++p) w.push_back(dp.full_master(p));
+    EXPECT_EQ(dp.version(), 4) << "4 updates applied either way";
+    return std::make_pair(rs, w);
+  };
+  const auto [late, wl] = run(true, true);
+  const auto [now, wn] = run(false, true);
+  const auto [never, wv] = run(false, false);
+  ASSERT_EQ(late.size(), 5u);
+  ASSERT_EQ(never.size(), 4u);
+  EXPECT_TRUE(late[1].skipped);
+  EXPECT_EQ(late[1].version, 1);
+  EXPECT_EQ(late[4].version, 4);
+  EXPECT_EQ(late[4].iteration, 5);
+  for (size_t i = 0; i < late.size(); ++i) {
+    EXPECT_TRUE(same_bits(late[i].loss, now[i].loss)) << i;
+    EXPECT_TRUE(same_bits(late[i].grad_norm, now[i].grad_norm)) << i;
+    EXPECT_EQ(late[i].skipped, now[i].skipped) << i;
+    EXPECT_EQ(late[i].version, now[i].version) << i;
+  }
+  for (size_t i = 2; i < late.size(); ++i)
+    EXPECT_TRUE(same_bits(late[i].loss, never[i - 1].loss)) << "step " << i + 1 << " vs the run without step 2";
+  for (int p = 0; p < 7; ++p) {
+    EXPECT_TRUE(same_bits(wl[p], wn[p])) << "param " << p;
+    EXPECT_TRUE(same_bits(wl[p], wv[p])) << "param " << p << ": the skipped step changed the AdamW count";
+  }
+}
+
 TEST(Engine, ClippingBoundsTheUpdate) {
   // Adam normalises the update, so a clipped first step looks like an unclipped
   // one; clipping shows from the second step on (the moments then mix clipped

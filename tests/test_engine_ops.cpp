@@ -4,6 +4,7 @@
 // that are not whole blocks, with and without a clip coefficient.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -19,6 +20,7 @@ using namespace mxdp;
 using mxdp::testing::FlatShape;
 using mxdp::testing::flat_shape;
 using mxdp::testing::same_bits;
+using mxdp::testing::step_ctl;
 
 namespace {
 
@@ -57,8 +59,9 @@ TEST(CpuEngineOps, FusedAdamWQuantizeIsAdamWThenQuantize) {
           for (int t = 1; t <= 3; ++t) {
             auto g = randn(n, 100 + t, 1.0f);
             const AdamWParams ap{1e-3f, 0.9f, 0.95f, 1e-8f, t == 2 ? 0.0f : 0.1f, t};
-            ops->adamw_quantize(f, r, a.p.data(), a.m.data(), a.v.data(), g.data(), n, gs, ap, pa.data(),
-                                pa.data() + ps.code_bytes);
+            const StepControl c = step_ctl(t, gs);
+            ops->adamw_quantize(f, r, a.p.data(), a.m.data(), a.v.data(), g.data(), n, &c, adamw_choice(ap),
+                                pa.data(), pa.data() + ps.code_bytes);
             std::vector<float> gb = g;
             if (gs != 1.0f) ops->scale(gb.data(), n, gs);
             ops->adamw(b.p.data(), b.m.data(), b.v.data(), gb.data(), n, ap);
@@ -71,7 +74,7 @@ TEST(CpuEngineOps, FusedAdamWQuantizeIsAdamWThenQuantize) {
         }
   std::vector<float> x(64);
   EXPECT_THROW(ops->adamw_quantize(WeightFormat::Nvfp4, ScaleRounding::RCeil, x.data(), x.data(), x.data(), x.data(),
-                                   64, 1.0f, {1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1}, nullptr, nullptr),
+                                   64, nullptr, {}, nullptr, nullptr),
                Error);
 }
 
@@ -84,7 +87,8 @@ TEST(CpuEngineOps, AdamWAmaxThenDeviceAmaxNvfp4IsAdamWThenQuantize) {
       auto g = randn(n, 5, 1.0f);
       const AdamWParams ap{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 4};
       float am = 0.0f;
-      ops->adamw_amax(a.p.data(), a.m.data(), a.v.data(), g.data(), n, gs, ap, &am);
+      const StepControl c = step_ctl(4, gs);
+      ops->adamw_amax(a.p.data(), a.m.data(), a.v.data(), g.data(), n, &c, adamw_choice(ap), &am);
       std::vector<float> gb = g;
       if (gs != 1.0f) ops->scale(gb.data(), n, gs);
       ops->adamw(b.p.data(), b.m.data(), b.v.data(), gb.data(), n, ap);
@@ -92,7 +96,7 @@ TEST(CpuEngineOps, AdamWAmaxThenDeviceAmaxNvfp4IsAdamWThenQuantize) {
       EXPECT_EQ(am, ops->amax(b.p.data(), n)) << what;
       // A fold: a larger amax already there (another piece of the tensor) stays.
       float big = 3.0f * am;
-      ops->adamw_amax(a.p.data(), a.m.data(), a.v.data(), g.data(), n, gs, ap, &big);
+      ops->adamw_amax(a.p.data(), a.m.data(), a.v.data(), g.data(), n, &c, adamw_choice(ap), &big);
       EXPECT_EQ(big, 3.0f * am) << what;
       float again = 0.0f;
       ops->amax_into(a.p.data(), n, &again);
@@ -113,8 +117,88 @@ TEST(CpuEngineOps, AdamWAmaxThenDeviceAmaxNvfp4IsAdamWThenQuantize) {
         EXPECT_TRUE(same_bits(ya, yb)) << what;
       }
     }
-  double d = 0;
-  ops->write_f64(&d, 2.5);
-  EXPECT_EQ(d, 2.5);
   EXPECT_EQ(ops->host_waits(), 0);
+}
+
+// The update's AdamW count is the one the control says: with first_t = 5, a
+// control at 6 (the step before was not skipped after all) applies t = 6's
+// scalars; a skipped control leaves p, m, v alone and still quantizes p.
+TEST(CpuEngineOps, FusedAdamWPicksTheControlsCountAndSkips) {
+  auto ops = make_cpu_ops();
+  const int64_t n = 1000 + 24;
+  const AdamWParams a5{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 5};
+  AdamWParams a6 = a5;
+  a6.t = 6;
+  const AdamWChoice ch = adamw_choice(a5);
+  State a = start(n, 3), b = a;
+  auto g = randn(n, 9, 1.0f);
+  const FlatShape ps = flat_shape(WeightFormat::Mxfp8, n);
+  std::vector<uint8_t> pa(ps.shard_bytes), pb(ps.shard_bytes);
+  const StepControl c6 = step_ctl(6, 1.0f);
+  ops->adamw_quantize(WeightFormat::Mxfp8, ScaleRounding::RCeil, a.p.data(), a.m.data(), a.v.data(), g.data(), n,
+                      &c6, ch, pa.data(), pa.data() + ps.code_bytes);
+  adamw_update(b.p.data(), b.m.data(), b.v.data(), g.data(), n, a6);
+  EXPECT_TRUE(same_bits(a.p, b.p) && same_bits(a.m, b.m) && same_bits(a.v, b.v));
+  State c = start(n, 3);
+  const State before = c;
+  const StepControl skip = step_ctl(5, 1.0f, true);
+  ops->adamw_quantize(WeightFormat::Mxfp8, ScaleRounding::RCeil, c.p.data(), c.m.data(), c.v.data(), g.data(), n,
+                      &skip, ch, pa.data(), pa.data() + ps.code_bytes);
+  EXPECT_TRUE(same_bits(c.p, before.p) && same_bits(c.m, before.m) && same_bits(c.v, before.v));
+  mxfp8_quantize_rowwise(before.p.data(), 1, n, {Fp8Kind::E4M3, ScaleRounding::RCeil}, pb.data(),
+                         pb.data() + ps.code_bytes);
+  EXPECT_TRUE(same_bits(pa, pb)) << "a skipped step still writes the payload of the unchanged masters";
+  float am = 0;
+  ops->adamw_amax(c.p.data(), c.m.data(), c.v.data(), g.data(), n, &skip, ch, &am);
+  EXPECT_TRUE(same_bits(c.p, before.p));
+  EXPECT_EQ(am, amax(before.p.data(), n));
+}
+
+// step_control against what it means, computed another way: the norm is the
+// root of the sum of every partial (a long double sum here), the clip
+// coefficient min(1, clip / norm), a NaN or Inf partial skips, and the count
+// moves only on an applied step.
+TEST(CpuEngineOps, StepControlIsNormClipAndSkip) {
+  auto ops = make_cpu_ops();
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(0.0, 3.0);
+  for (double clip : {0.0, 1.0, 100.0})
+    for (int rows : {1, 3}) {
+      const int cols = 5, stride = cols + 1;
+      std::vector<double> part(size_t(rows) * stride);
+      for (double& x : part) x = u(rng);
+      long double total = 0;
+      for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c) total += part[size_t(r) * stride + c];
+      const double norm = std::sqrt(double(total));
+      StepControl ctl;
+      ctl.updates = 41;
+      ops->step_control(part.data(), rows, stride, cols, clip, &ctl);
+      EXPECT_NEAR(ctl.grad_norm, norm, 1e-12 * norm);
+      EXPECT_EQ(ctl.skip, 0);
+      EXPECT_EQ(ctl.updates, 42);
+      if (clip > 0 && clip < norm)
+        EXPECT_NEAR(ctl.grad_scale, clip / norm, 1e-6);
+      else
+        EXPECT_EQ(ctl.grad_scale, 1.0f);
+      // The last column (the engine's loss sums) is not part of the norm.
+      part[stride - 1] = 1e300;
+      StepControl again;
+      ops->step_control(part.data(), rows, stride, cols, clip, &again);
+      EXPECT_EQ(again.grad_norm, ctl.grad_norm);
+      for (double bad : {std::nan(""), HUGE_VAL}) {
+        std::vector<double> p2 = part;
+        p2[size_t(rows - 1) * stride + 2] = bad;
+        StepControl s;
+        s.updates = 41;
+        ops->step_control(p2.data(), rows, stride, cols, clip, &s);
+        EXPECT_EQ(s.skip, 1) << bad;
+        EXPECT_EQ(s.updates, 41) << "a skipped step applies no update";
+        EXPECT_EQ(s.grad_scale, 1.0f);
+      }
+    }
+  const std::vector<float> losses{2.5f, 1.25f, 3.0f};
+  double sum = -1;
+  ops->sum_into(losses.data(), 3, &sum);
+  EXPECT_EQ(sum, 6.75);
 }

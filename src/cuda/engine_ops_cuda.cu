@@ -2,7 +2,9 @@
 // multiply and add on its own to give the host's bits.
 #include "cuda/engine_ops_cuda.h"
 
+#include <array>
 #include <climits>
+#include <cstring>
 
 #include "check.h"
 #include "cuda/fp8_encode.cuh"
@@ -39,8 +41,9 @@ __global__ void adamw_kernel(float* p, float* m, float* v, const float* g, int64
 }
 // ---- fused AdamW + stage --------------------------------------------------------
 // One pass over (g, m, v, p): every element's AdamW (adamw_element, the host's
-// bits under -fmad=false) on the gradient g * grad_scale, then the updated p
-// quantized in registers. Vectorized kernels: lane l of warp w handles float4s
+// bits under -fmad=false) on the gradient g * ctl->grad_scale (nothing when
+// ctl->skip), then p quantized in registers. The scalars come from device
+// memory: the host never waits for the grad norm. Vectorized kernels: lane l of warp w handles float4s
 // w*32U + j*32 + l (j < U), so every load is a coalesced 512-byte warp access and
 // each thread has 4U independent 16-byte loads in flight; an MXFP8 block (32
 // elements = 8 float4s = 8 lanes) reduces its amax with 3 xor-shuffles. A
@@ -54,6 +57,15 @@ __device__ __forceinline__ float warp_max(float v, int width) {
 }
 __device__ __forceinline__ float fold4(float acc, float4 v) {
   return codec::amax_fold(codec::amax_fold(codec::amax_fold(codec::amax_fold(acc, v.x), v.y), v.z), v.w);
+}
+// The step's AdamW scalars (adamw_pick without a dynamic index into the
+// kernel's parameter space).
+__device__ __forceinline__ AdamWScalars pick(const AdamWChoice& c, int64_t t) {
+  AdamWScalars s = c.s[0];
+#pragma unroll
+  for (int k = 1; k < kMaxStepsInFlight; ++k)
+    if (t - c.first_t == k) s = c.s[k];
+  return s;
 }
 __device__ __forceinline__ void adamw4(float4& p, float4& m, float4& v, float4 g, float gs, const AdamWScalars& s) {
   adamw_element(p.x, m.x, v.x, g.x * gs, s);
@@ -72,9 +84,12 @@ enum class FusedOut : uint8_t { Bf16, Mxfp8, Amax };
 template <FusedOut O, ScaleRounding R, int U>
 __global__ void __launch_bounds__(kThreads)
     adamw_fused_vec(float4* __restrict__ p, float4* __restrict__ m, float4* __restrict__ v,
-                    const float4* __restrict__ g, int64_t n4, AdamWScalars s, float gs, void* __restrict__ codes,
-                    uint8_t* __restrict__ scales, unsigned* __restrict__ amax) {
+                    const float4* __restrict__ g, int64_t n4, const StepControl* __restrict__ ctl, AdamWChoice c,
+                    void* __restrict__ codes, uint8_t* __restrict__ scales, unsigned* __restrict__ amax) {
   const int lane = threadIdx.x & 31;
+  const bool update = !ctl->skip;
+  const float gs = ctl->grad_scale;
+  const AdamWScalars s = pick(c, ctl->updates);
   const int64_t base = ((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5) * (32 * U) + lane;
   float4 pp[U], mm[U], vv[U], gg[U];
   const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -92,8 +107,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < U; ++j) {
     const int64_t i = base + j * 32;
     const bool in = i < n4;
-    adamw4(pp[j], mm[j], vv[j], gg[j], gs, s);
-    if (in) {
+    if (update) adamw4(pp[j], mm[j], vv[j], gg[j], gs, s);
+    if (in && update) {
       p[i] = pp[j];
       m[i] = mm[j];
       v[i] = vv[j];
@@ -133,9 +148,12 @@ __global__ void __launch_bounds__(kThreads)
 template <FusedOut O, ScaleRounding R>
 __global__ void __launch_bounds__(kThreads)
     adamw_fused_any(float* __restrict__ p, float* __restrict__ m, float* __restrict__ v, const float* __restrict__ g,
-                    int64_t n, AdamWScalars s, float gs, void* __restrict__ codes, uint8_t* __restrict__ scales,
-                    unsigned* __restrict__ amax) {
+                    int64_t n, const StepControl* __restrict__ ctl, AdamWChoice c, void* __restrict__ codes,
+                    uint8_t* __restrict__ scales, unsigned* __restrict__ amax) {
   const int lane = threadIdx.x & 31;
+  const bool update = !ctl->skip;
+  const float gs = ctl->grad_scale;
+  const AdamWScalars s = pick(c, ctl->updates);
   const int64_t nb = (n + 31) / 32, nwarps = int64_t(gridDim.x) * blockDim.x / 32;
   float am_all = 0.0f;
   for (int64_t b = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; b < nb; b += nwarps) {
@@ -146,10 +164,12 @@ __global__ void __launch_bounds__(kThreads)
       pi = p[i];
       mi = m[i];
       vi = v[i];
-      adamw_element(pi, mi, vi, g[i] * gs, s);
-      p[i] = pi;
-      m[i] = mi;
-      v[i] = vi;
+      if (update) {
+        adamw_element(pi, mi, vi, g[i] * gs, s);
+        p[i] = pi;
+        m[i] = mi;
+        v[i] = vi;
+      }
     }
     if constexpr (O == FusedOut::Bf16) {
       if (in) static_cast<uint16_t*>(codes)[i] = codec::bf16_from_f32(pi);
@@ -168,13 +188,21 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-__global__ void write_f64_kernel(double* dst, double value) { *dst = value; }
+__global__ void step_control_kernel(const double* partials, int rows, int stride, int cols, double clip,
+                                    StepControl* ctl) {
+  step_control_of(partials, rows, stride, cols, clip, *ctl);
+}
+__global__ void sum_into_kernel(const float* x, int64_t n, double* out) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += double(x[i]);
+  *out = s;
+}
 
 bool aligned(const void* q, int a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }
 
 template <FusedOut O, ScaleRounding R>
-void launch_fused(float* p, float* m, float* v, const float* g, int64_t n, const AdamWScalars& s, float gs,
-                  void* codes, uint8_t* scales, unsigned* amax, int unroll, cudaStream_t st) {
+void launch_fused(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
+                  const AdamWChoice& ch, void* codes, uint8_t* scales, unsigned* amax, int unroll, cudaStream_t st) {
   // The vectorized kernel takes the longest prefix of whole float4s (MXFP8:
   // whole 32-element blocks) when every pointer allows 16-byte loads and the
   // codes their vector stores; the general kernel does the rest.
@@ -190,7 +218,7 @@ void launch_fused(float* p, float* m, float* v, const float* g, int64_t n, const
       MXDP_CHECK(blocks <= INT_MAX, "fused AdamW: too many elements for one launch: ", n);
       adamw_fused_vec<O, R, U><<<unsigned(blocks), kThreads, 0, st>>>(
           reinterpret_cast<float4*>(p), reinterpret_cast<float4*>(m), reinterpret_cast<float4*>(v),
-          reinterpret_cast<const float4*>(g), n4, s, gs, codes, scales, amax);
+          reinterpret_cast<const float4*>(g), n4, ctl, ch, codes, scales, amax);
     };
     switch (unroll) {
       case 1: go.template operator()<1>(); break;
@@ -209,7 +237,7 @@ void launch_fused(float* p, float* m, float* v, const float* g, int64_t n, const
       c = static_cast<uint8_t*>(codes) + nv;
       sc = scales + nv / 32;
     }
-    adamw_fused_any<O, R><<<blocks, kThreads, 0, st>>>(p + nv, m + nv, v + nv, g + nv, rest, s, gs, c, sc, amax);
+    adamw_fused_any<O, R><<<blocks, kThreads, 0, st>>>(p + nv, m + nv, v + nv, g + nv, rest, ctl, ch, c, sc, amax);
     MXDP_CUDA_CHECK_LAUNCH();
   }
 }
@@ -291,6 +319,8 @@ class CudaOps final : public EngineOps {
   }
   ~CudaOps() override {
     cudaStreamSynchronize(stream_);
+    for (cudaEvent_t e : events_)
+      if (e) cudaEventDestroy(e);
     cudaFree(scratch_);
     if (own_stream_) cudaStreamDestroy(stream_);
   }
@@ -403,13 +433,18 @@ class CudaOps final : public EngineOps {
     MXDP_CUDA_CHECK_LAUNCH();
   }
 
-  void adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m, float* v, const float* g, int64_t n,
-                      float grad_scale, const AdamWParams& a, uint8_t* codes, uint8_t* scales) override {
-    detail::adamw_quantize(f, r, p, m, v, g, n, grad_scale, adamw_scalars(a), codes, scales, stream_);
+  void step_control(const double* partials, int rows, int stride, int cols, double clip_grad,
+                    StepControl* ctl) override {
+    step_control_kernel<<<1, 1, 0, stream_>>>(partials, rows, stride, cols, clip_grad, ctl);
+    MXDP_CUDA_CHECK_LAUNCH();
   }
-  void adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, float grad_scale, const AdamWParams& a,
-                  float* am) override {
-    detail::adamw_amax(p, m, v, g, n, grad_scale, adamw_scalars(a), am, stream_);
+  void adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m, float* v, const float* g, int64_t n,
+                      const StepControl* ctl, const AdamWChoice& a, uint8_t* codes, uint8_t* scales) override {
+    detail::adamw_quantize(f, r, p, m, v, g, n, ctl, a, codes, scales, stream_);
+  }
+  void adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
+                  const AdamWChoice& a, float* am) override {
+    detail::adamw_amax(p, m, v, g, n, ctl, a, am, stream_);
   }
   void amax_into(const float* x, int64_t n, float* out) override {
     if (n > 0) cuda::amax_fold_into(x, n, out, stream_);
@@ -428,9 +463,37 @@ class CudaOps final : public EngineOps {
     cuda::nvfp4_tensor_scale(tensor_amax, ts, stream_);
     cuda::nvfp4_dequantize_rowwise_device_sdec(codes, scales, &ts->s_dec, 1, n, static_cast<float*>(out), stream_);
   }
-  void write_f64(double* dst, double value) override {
-    write_f64_kernel<<<1, 1, 0, stream_>>>(dst, value);
+  void sum_into(const float* x, int64_t n, double* out) override {
+    sum_into_kernel<<<1, 1, 0, stream_>>>(x, n, out);
     MXDP_CUDA_CHECK_LAUNCH();
+  }
+  void* alloc_host(size_t bytes) override {
+    if (!bytes) return nullptr;
+    void* p = nullptr;
+    MXDP_CUDA_CHECK(cudaMallocHost(&p, bytes));
+    std::memset(p, 0, bytes);
+    return p;
+  }
+  void release_host(void* p) override {
+    if (!p) return;
+    sync();  // no copy may still be landing in it
+    MXDP_CUDA_CHECK(cudaFreeHost(p));
+  }
+  void copy_to_host_async(void* host, const void* src, size_t bytes) override {
+    if (bytes) MXDP_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  }
+  int64_t mark() override {
+    const int64_t k = ++marks_;
+    cudaEvent_t& e = events_[size_t(k % kMarkEvents)];
+    if (!e) MXDP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    MXDP_CUDA_CHECK(cudaEventRecord(e, stream_));
+    return k;
+  }
+  void wait(int64_t k) override {
+    MXDP_CHECK(k >= 1 && k <= marks_, "wait(", k, "): no such mark (", marks_, " made)");
+    // A mark older than the ring: its event was recorded again later in the
+    // stream, and waiting for that later point covers it.
+    MXDP_CUDA_CHECK(cudaEventSynchronize(events_[size_t(k % kMarkEvents)]));
   }
   int64_t host_waits() const override { return waits_; }
 
@@ -439,6 +502,9 @@ class CudaOps final : public EngineOps {
   bool own_stream_ = false;
   double* scratch_ = nullptr;  // sum_squares partials + result, then one float for amax, then an Nvfp4TensorScale
   int64_t waits_ = 0;
+  static constexpr int kMarkEvents = 16;
+  std::array<cudaEvent_t, kMarkEvents> events_{};
+  int64_t marks_ = 0;
   void sync() {
     ++waits_;
     MXDP_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -449,22 +515,22 @@ class CudaOps final : public EngineOps {
 }  // namespace
 
 void detail::adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m, float* v, const float* g, int64_t n,
-                            float grad_scale, const AdamWScalars& s, uint8_t* codes, uint8_t* scales,
+                            const StepControl* ctl, const AdamWChoice& s, uint8_t* codes, uint8_t* scales,
                             cudaStream_t st, int unroll) {
   MXDP_CHECK(n >= 0, "adamw_quantize: n must be >= 0, got ", n);
   if (n == 0) return;
-  MXDP_CHECK(p && m && v && g && codes && (f == WeightFormat::Bf16 || scales), "adamw_quantize: null pointer");
+  MXDP_CHECK(p && m && v && g && ctl && codes && (f == WeightFormat::Bf16 || scales), "adamw_quantize: null pointer");
   switch (f) {
     case WeightFormat::Bf16:
-      launch_fused<FusedOut::Bf16, ScaleRounding::RCeil>(p, m, v, g, n, s, grad_scale, codes, nullptr, nullptr,
+      launch_fused<FusedOut::Bf16, ScaleRounding::RCeil>(p, m, v, g, n, ctl, s, codes, nullptr, nullptr,
                                                           unroll, st);
       break;
     case WeightFormat::Mxfp8:
       if (r == ScaleRounding::RCeil)
-        launch_fused<FusedOut::Mxfp8, ScaleRounding::RCeil>(p, m, v, g, n, s, grad_scale, codes, scales, nullptr,
+        launch_fused<FusedOut::Mxfp8, ScaleRounding::RCeil>(p, m, v, g, n, ctl, s, codes, scales, nullptr,
                                                              unroll, st);
       else
-        launch_fused<FusedOut::Mxfp8, ScaleRounding::Floor>(p, m, v, g, n, s, grad_scale, codes, scales, nullptr,
+        launch_fused<FusedOut::Mxfp8, ScaleRounding::Floor>(p, m, v, g, n, ctl, s, codes, scales, nullptr,
                                                              unroll, st);
       break;
     case WeightFormat::Nvfp4:
@@ -472,12 +538,12 @@ void detail::adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m,
   }
 }
 
-void detail::adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, float grad_scale,
-                        const AdamWScalars& s, float* amax, cudaStream_t st, int unroll) {
+void detail::adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
+                        const AdamWChoice& s, float* amax, cudaStream_t st, int unroll) {
   MXDP_CHECK(n >= 0, "adamw_amax: n must be >= 0, got ", n);
   if (n == 0) return;
-  MXDP_CHECK(p && m && v && g && amax, "adamw_amax: null pointer");
-  launch_fused<FusedOut::Amax, ScaleRounding::RCeil>(p, m, v, g, n, s, grad_scale, nullptr, nullptr,
+  MXDP_CHECK(p && m && v && g && ctl && amax, "adamw_amax: null pointer");
+  launch_fused<FusedOut::Amax, ScaleRounding::RCeil>(p, m, v, g, n, ctl, s, nullptr, nullptr,
                                                       reinterpret_cast<unsigned*>(amax), unroll, st);
 }
 

@@ -23,10 +23,10 @@ namespace detail {
 // or 4; kFusedUnroll is what the ops use). Every choice gives the same bits.
 inline constexpr int kFusedUnroll = 2;
 void adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m, float* v, const float* g, int64_t n,
-                    float grad_scale, const AdamWScalars& s, uint8_t* codes, uint8_t* scales, cudaStream_t stream,
-                    int unroll = kFusedUnroll);
-void adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, float grad_scale, const AdamWScalars& s,
-                float* amax, cudaStream_t stream, int unroll = kFusedUnroll);
+                    const StepControl* ctl, const AdamWChoice& s, uint8_t* codes, uint8_t* scales,
+                    cudaStream_t stream, int unroll = kFusedUnroll);
+void adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
+                const AdamWChoice& s, float* amax, cudaStream_t stream, int unroll = kFusedUnroll);
 }  // namespace detail
 
 }  // namespace mxdp::cuda

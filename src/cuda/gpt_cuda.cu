@@ -17,6 +17,7 @@
 #include "cuda/gpt_cuda.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -74,14 +75,16 @@ class GptCuda final : public GptModel {
     for (int l = 0; l < cfg_.n_layer; ++l, i += 12) blocks_.push_back({i, i + 1, i + 2, i + 3, i + 4, i + 5, i + 6, i + 7, i + 8, i + 9, i + 10, i + 11});
     lnfw_ = i;
     lnfb_ = i + 1;
-    MXDP_CUDA_CHECK(cudaMallocHost(&loss_host_, sizeof(double)));
-    MXDP_CUDA_CHECK(cudaEventCreateWithFlags(&staged_, cudaEventDisableTiming));
-    loss_dev_.resize(1);
+    MXDP_CUDA_CHECK(cudaMallocHost(&loss_host_, sizeof(float)));
+    for (Staging& st : staging_) MXDP_CUDA_CHECK(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming));
+    loss_mean_.resize(1);
   }
   ~GptCuda() override {
     cudaStreamSynchronize(s_);
-    cudaEventDestroy(staged_);
-    if (staging_) cudaFreeHost(staging_);
+    for (Staging& st : staging_) {
+      cudaEventDestroy(st.done);
+      if (st.host) cudaFreeHost(st.host);
+    }
     cudaFreeHost(loss_host_);
   }
 
@@ -127,7 +130,7 @@ class GptCuda final : public GptModel {
     MXDP_CUDA_CHECK(cudaStreamSynchronize(s_));
   }
 
-  float forward(const Batch& batch, ModelHooks& hooks) override {
+  void forward_into(const Batch& batch, ModelHooks& hooks, float* loss) override {
     state_ = State::kNone;
     MXDP_CHECK(batch.targets != nullptr, "forward needs targets (use forward_logits for inference)");
     upload_batch(batch.inputs, batch.targets, batch.B, batch.T);
@@ -135,11 +138,14 @@ class GptCuda final : public GptModel {
     const int M = B_ * T_;
     classifier(act_.logits, act_.losses, act_.targets, M, cfg_.vocab, cfg_.padded_vocab, 1.f / float(M),
                /*write_grad=*/true, s_);
-    sum_to_double(act_.losses, M, loss_dev_.get(), s_);
-    MXDP_CUDA_CHECK(cudaMemcpyAsync(loss_host_, loss_dev_.get(), sizeof(double), cudaMemcpyDeviceToHost, s_));
-    MXDP_CUDA_CHECK(cudaStreamSynchronize(s_));
+    mean_loss(act_.losses, M, loss, s_);
     state_ = State::kLoss;
-    return float(*loss_host_ / double(M));
+  }
+  float forward(const Batch& batch, ModelHooks& hooks) override {
+    forward_into(batch, hooks, loss_mean_.get());
+    MXDP_CUDA_CHECK(cudaMemcpyAsync(loss_host_, loss_mean_.get(), sizeof(float), cudaMemcpyDeviceToHost, s_));
+    MXDP_CUDA_CHECK(cudaStreamSynchronize(s_));
+    return *loss_host_;
   }
 
   void forward_logits(const int32_t* tokens, int B, int T, ModelHooks& hooks) override {
@@ -215,12 +221,20 @@ class GptCuda final : public GptModel {
   Buf<uint8_t> arena_;
   Activations act_{};
   int n_seg_ = 0;
-  int32_t* staging_ = nullptr;  // pinned host copy of tokens, targets and encoder segments
-  int64_t staging_n_ = 0;
-  cudaEvent_t staged_ = nullptr;
-  bool staged_pending_ = false;
-  Buf<double> loss_dev_;
-  double* loss_host_ = nullptr;
+  // Pinned host copies of tokens, targets and encoder segments, used in turn: a
+  // batch's upload waits only for the one kStagingSlots uploads back, so the host
+  // can prepare the next steps' batches while the GPU still runs this one's.
+  struct Staging {
+    int32_t* host = nullptr;
+    int64_t n = 0;
+    cudaEvent_t done = nullptr;  // its last upload has left it
+    bool pending = false;
+  };
+  static constexpr int kStagingSlots = 4;
+  std::array<Staging, kStagingSlots> staging_{};
+  int next_staging_ = 0;
+  Buf<float> loss_mean_;
+  float* loss_host_ = nullptr;
   State state_ = State::kNone;
 };
 
@@ -295,13 +309,16 @@ void GptCuda::upload_batch(const int32_t* tokens, const int32_t* targets, int B,
   }
   ensure_activations(B, T);
   const int64_t need = 5 * BT + 1;
-  if (staged_pending_) MXDP_CUDA_CHECK(cudaEventSynchronize(staged_));  // the last upload has left the buffer
-  if (need > staging_n_) {
-    if (staging_) MXDP_CUDA_CHECK(cudaFreeHost(staging_));
-    MXDP_CUDA_CHECK(cudaMallocHost(&staging_, size_t(need) * sizeof(int32_t)));
-    staging_n_ = need;
+  Staging& sg = staging_[size_t(next_staging_)];
+  next_staging_ = (next_staging_ + 1) % kStagingSlots;
+  if (sg.pending) MXDP_CUDA_CHECK(cudaEventSynchronize(sg.done));  // its upload has left the buffer
+  if (need > sg.n) {
+    if (sg.host) MXDP_CUDA_CHECK(cudaFreeHost(sg.host));
+    sg.host = nullptr;
+    MXDP_CUDA_CHECK(cudaMallocHost(&sg.host, size_t(need) * sizeof(int32_t)));
+    sg.n = need;
   }
-  int32_t* tok = staging_;
+  int32_t* tok = sg.host;
   int32_t* tgt = tok + BT;
   int32_t* order = tgt + BT;
   int32_t* seg_start = order + BT;
@@ -326,8 +343,8 @@ void GptCuda::upload_batch(const int32_t* tokens, const int32_t* targets, int B,
   MXDP_CUDA_CHECK(cudaMemcpyAsync(act_.order, order, size_t(BT) * 4, cudaMemcpyHostToDevice, s_));
   MXDP_CUDA_CHECK(cudaMemcpyAsync(act_.seg_start, seg_start, size_t(n_seg_ + 1) * 4, cudaMemcpyHostToDevice, s_));
   MXDP_CUDA_CHECK(cudaMemcpyAsync(act_.seg_token, seg_token, size_t(n_seg_) * 4, cudaMemcpyHostToDevice, s_));
-  MXDP_CUDA_CHECK(cudaEventRecord(staged_, s_));
-  staged_pending_ = true;
+  MXDP_CUDA_CHECK(cudaEventRecord(sg.done, s_));
+  sg.pending = true;
 }
 
 void GptCuda::run_forward(ModelHooks& hooks) {

@@ -354,7 +354,7 @@ __global__ void classifier_kernel(uint16_t* logits, float* losses, const int32_t
   }
 }
 
-__global__ void sum_to_double_kernel(const float* x, int n, double* out) {
+__global__ void mean_loss_kernel(const float* x, int n, float* out) {
   __shared__ double sh[1024];
   double s = 0;
   for (int i = threadIdx.x; i < n; i += 1024) s += double(x[i]);
@@ -364,7 +364,7 @@ __global__ void sum_to_double_kernel(const float* x, int n, double* out) {
     if (int(threadIdx.x) < w) sh[threadIdx.x] += sh[threadIdx.x + w];
     __syncthreads();
   }
-  if (threadIdx.x == 0) *out = sh[0];
+  if (threadIdx.x == 0) *out = float(sh[0] / double(n));
 }
 
 // ---------------------------------------------------------------- elementwise
@@ -468,8 +468,8 @@ void classifier(uint16_t* logits, float* losses, const int32_t* targets, int M, 
   MXDP_CUDA_CHECK_LAUNCH();
 }
 
-void sum_to_double(const float* x, int n, double* out, cudaStream_t s) {
-  sum_to_double_kernel<<<1, 1024, 0, s>>>(x, n, out);
+void mean_loss(const float* x, int n, float* out, cudaStream_t s) {
+  mean_loss_kernel<<<1, 1024, 0, s>>>(x, n, out);
   MXDP_CUDA_CHECK_LAUNCH();
 }
 

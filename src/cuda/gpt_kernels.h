@@ -65,8 +65,9 @@ void bias_backward(float* dbias, float* scratch, const uint16_t* dout, int M, in
 // [0, V) and 0 on the padding [V, Vp).
 void classifier(uint16_t* logits, float* losses, const int32_t* targets, int M, int V, int Vp, float grad_scale,
                 bool write_grad, cudaStream_t s);
-// *out = sum of x[0..n) in double, in a fixed tree (one block).
-void sum_to_double(const float* x, int n, double* out, cudaStream_t s);
+// *out = float(sum / n): the sum of x[0..n) in double, in a fixed tree (one
+// block), divided in double and rounded once (the CPU model's mean loss).
+void mean_loss(const float* x, int n, float* out, cudaStream_t s);
 
 // y = bf16(x) (round to nearest even), n elements.
 void f32_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t s);
