@@ -74,7 +74,7 @@ double matmul_tflops(cudaStream_t s) {
 }
 
 struct Result {
-  double ms = 0, ms_synced = 0, peak_gib = 0;
+  double ms = 0, ms_synced = 0, host_ms = 0, peak_gib = 0;
   std::vector<double> losses;
 };
 
@@ -132,8 +132,11 @@ Result run(Communicator& comm, const GptConfig& mc, WeightFormat f, int B, int T
     // Pipelined, as the trainer runs: each result read one step late, so the
     // host submits step i+1 while the GPU runs step i (the window's mean).
     const auto t0 = std::chrono::steady_clock::now();
+    double submit = 0;  // host time in step(): above the GPU's step time, the host is the bottleneck
     for (int i = 0; i < steps; ++i) {
+      const auto s0 = std::chrono::steady_clock::now();
       step();
+      submit += std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
       take(false);
     }
     take(true);
@@ -144,6 +147,7 @@ Result run(Communicator& comm, const GptConfig& mc, WeightFormat f, int B, int T
     if (!times.empty()) {
       r.ms_synced = times[times.size() / 2] * 1e3;
       r.ms = window / steps * 1e3;
+      r.host_ms = submit / steps * 1e3;
     }
   }
   r.peak_gib = double(peak - before) / double(1ull << 30);
@@ -181,9 +185,9 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < b.losses.size(); ++i) same &= std::memcmp(&a.losses[i], &b.losses[i], sizeof(double)) == 0;
       const double tok_s = B * T / (a.ms * 1e-3);
       std::printf("{\"system\": \"mxdp-%s\", \"model\": \"%s\", \"batch\": %d, \"seq\": %d, \"ms_per_step\": %.3f, "
-                  "\"ms_synced\": %.3f, \"tokens_per_s\": %.0f, \"peak_gib\": %.3f, \"mfu\": %.4f, \"matmul_tflops\": %.1f, "
+                  "\"ms_synced\": %.3f, \"host_submit_ms\": %.3f, \"tokens_per_s\": %.0f, \"peak_gib\": %.3f, \"mfu\": %.4f, \"matmul_tflops\": %.1f, "
                   "\"bitwise_repeatable\": %s, \"loss\": %.4f}\n",
-                  name.c_str(), model.c_str(), B, T, a.ms, a.ms_synced, tok_s, a.peak_gib, tok_s * flops_tok / (tflops * 1e12),
+                  name.c_str(), model.c_str(), B, T, a.ms, a.ms_synced, a.host_ms, tok_s, a.peak_gib, tok_s * flops_tok / (tflops * 1e12),
                   tflops, same ? "true" : "false", a.losses.back());
       std::fflush(stdout);
     }
