@@ -285,8 +285,12 @@ TEST(GpuGptKernels, EncoderForwardExactAndBackwardBitwise) {
 TEST(GpuGptKernels, ClassifierLossAndGradientMatchDoubleReference) {
   REQUIRE_GPU();
   Stream st;
-  for (int V : {256, 1000}) {
-    const int Vp = V + 24, M = 37;
+  // Every kernel variant: 16-byte accesses with the row kept in registers
+  // (1, 8 and 13 accesses per thread), 16-byte accesses read twice (70000),
+  // and element accesses (an odd padded width).
+  for (auto [V, Vp] : {std::pair{256, 280}, {1000, 1024}, {1001, 1025}, {20000, 20024}, {50257, 50304},
+                       {70000, 70024}}) {
+    const int M = 37;
     auto z = randn(size_t(M) * Vp, 18, 3.f);
     std::vector<int32_t> tgt(M);
     for (int m = 0; m < M; ++m) tgt[m] = (m * 7919) % V;
