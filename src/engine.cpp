@@ -357,29 +357,49 @@ void DataParallel::unpack(int f, int b) {
   if (reused(f))
     MXDP_CHECK(buf_[f].st[b].region == Region::Payload, "unpacking bucket ", b,
                " from its grad region, which does not hold a gathered payload");
+  // Every piece of every shard in one dequantize_pieces launch. The table of
+  // pointers stays in ops memory and is uploaded again only if it changed
+  // (compute weights are fixed for a model's life, so: once per bucket).
   const PayloadShape ps = payload_shape(gb.format, bk.shard_numel);
   const uint8_t* base = payload_ptr(f, b);
   const ComputeDType dt = model_.compute_dtype();
   const int64_t esize = dt == ComputeDType::F32 ? 4 : 2;
+  std::vector<UnpackPiece> t;
+  int64_t max_len = 0;
   for (int s = 0; s < dp_; ++s) {
     const uint8_t* slot = base + s * ps.shard_bytes;
     for (const Piece& pc : bk.shards[s]) {
-      void* w = static_cast<uint8_t*>(model_.compute_weights(pc.param)) + pc.param_begin * esize;
+      if (pc.len <= 0) continue;
+      UnpackPiece u;
+      u.dst = static_cast<uint8_t*>(model_.compute_weights(pc.param)) + pc.param_begin * esize;
+      u.len = pc.len;
       const int64_t at = pc.shard_pos;
       switch (gb.format) {
-        case WeightFormat::Bf16:
-          ops_->dequantize(gb.format, slot + 2 * at, nullptr, pc.len, 0.0f, w, dt);
-          break;
+        case WeightFormat::Bf16: u.codes = slot + 2 * at; break;
         case WeightFormat::Mxfp8:
-          ops_->dequantize(gb.format, slot + at, slot + ps.code_bytes + at / kMxfp8Block, pc.len, 0.0f, w, dt);
+          u.codes = slot + at;
+          u.scales = slot + ps.code_bytes + at / kMxfp8Block;
           break;
         case WeightFormat::Nvfp4:
-          ops_->dequantize_nvfp4(slot + at / 2, slot + ps.code_bytes + at / kNvfp4Block, pc.len, param_amax(pc.param),
-                                 w, dt);
+          u.codes = slot + at / 2;
+          u.scales = slot + ps.code_bytes + at / kNvfp4Block;
+          u.amax = param_amax(pc.param);
           break;
       }
+      max_len = std::max(max_len, pc.len);
+      t.push_back(u);
     }
   }
+  BufferState& bs = buf_[f];
+  if (bs.unpack.size() != bs.st.size()) bs.unpack.resize(bs.st.size());
+  UnpackTable& ut = bs.unpack[b];
+  if (t.size() != ut.host.size() || std::memcmp(t.data(), ut.host.data(), t.size() * sizeof(UnpackPiece)) != 0) {
+    ut.dev = DeviceArray<UnpackPiece>(*ops_, t.size());
+    ops_->copy_from_host(ut.dev.data(), t.data(), t.size() * sizeof(UnpackPiece));
+    ut.host = std::move(t);
+    ut.max_len = max_len;
+  }
+  ops_->dequantize_pieces(gb.format, ut.dev.data(), int(ut.host.size()), ut.max_len, dt);
 }
 
 void DataParallel::weights_for_forward(int f, int b) {

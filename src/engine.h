@@ -165,6 +165,11 @@ class DataParallel final : private ModelHooks {
     Region region = Region::Idle;   // what the bucket's grad region holds (reuse)
     int grads_pending = 0;          // params whose grads are not yet complete
   };
+  struct UnpackTable {
+    std::vector<UnpackPiece> host;  // what dev holds
+    DeviceArray<UnpackPiece> dev;
+    int64_t max_len = 0;
+  };
   struct BufferState {  // arrays live in ops_'s memory space
     DeviceArray<float> grad;           // numel: where backward accumulates
     DeviceArray<uint16_t> grad_bf16;   // numel, only with grad_reduce_dtype bf16
@@ -180,6 +185,7 @@ class DataParallel final : private ModelHooks {
     DeviceArray<float> amax;           // NVFP4: per bucket, one tensor amax per param of the bucket
     std::vector<int64_t> amax_off;     // per bucket: its first slot in amax
     std::vector<BucketState> st;
+    std::vector<UnpackTable> unpack;   // per bucket: its unpack's pieces (built at the first unpack)
   };
 
   // ModelHooks

@@ -58,6 +58,17 @@ inline void step_control_of(const double* partials, int rows, int stride, int co
   c.updates += c.skip ? 0 : 1;
 }
 
+// One piece of an unpack: len elements of a gathered payload (codes, and the
+// scales of MXFP8 / NVFP4; NVFP4's tensor amax) into a model's compute weights.
+// Every pointer in the ops' memory space.
+struct UnpackPiece {
+  const uint8_t* codes = nullptr;
+  const uint8_t* scales = nullptr;
+  const float* amax = nullptr;  // NVFP4 only
+  void* dst = nullptr;
+  int64_t len = 0;
+};
+
 class EngineOps {
  public:
   virtual ~EngineOps() = default;
@@ -82,6 +93,11 @@ class EngineOps {
   // dequantized value, so a bf16 model reads exactly bf16(dequantize(x))).
   virtual void dequantize(WeightFormat f, const uint8_t* codes, const uint8_t* scales, int64_t n,
                           float tensor_amax, void* y, ComputeDType out) = 0;
+  // dequantize (NVFP4: dequantize_nvfp4) of every piece of `pieces` (count of
+  // them, in ops memory; max_len the longest), in one launch on a GPU: the
+  // same bits as the calls one by one.
+  virtual void dequantize_pieces(WeightFormat f, const UnpackPiece* pieces, int count, int64_t max_len,
+                                 ComputeDType out) = 0;
   virtual void to_bf16(const float* x, uint16_t* y, int64_t n) = 0;
   virtual void from_bf16(const uint16_t* x, float* y, int64_t n) = 0;
   virtual void scale(float* x, int64_t n, float c) = 0;

@@ -59,6 +59,15 @@ class CpuOps final : public EngineOps {
         break;
     }
   }
+  void dequantize_pieces(WeightFormat f, const UnpackPiece* pieces, int count, int64_t, ComputeDType out) override {
+    for (int i = 0; i < count; ++i) {
+      const UnpackPiece& pc = pieces[i];
+      if (f == WeightFormat::Nvfp4)
+        dequantize_nvfp4(pc.codes, pc.scales, pc.len, pc.amax, pc.dst, out);
+      else
+        dequantize(f, pc.codes, pc.scales, pc.len, 0.0f, pc.dst, out);
+    }
+  }
   void to_bf16(const float* x, uint16_t* y, int64_t n) override {
     for (int64_t i = 0; i < n; ++i) y[i] = codec::bf16_from_f32(x[i]);
   }

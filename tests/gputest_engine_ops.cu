@@ -309,3 +309,63 @@ TEST(GpuEngineOps, DeviceAmaxOpsBitwiseEqualToCpu) {
     EXPECT_TRUE(same_bits(h, want)) << h << " vs " << want;
   }
 }
+
+// The unpack's one launch for all pieces of a bucket against the CPU's
+// dequantize of each piece: bitwise, every format, bf16 and fp32 compute
+// weights, lengths that are not whole vectors, destinations with and without
+// 16-byte alignment, one NVFP4 tensor amax per piece.
+TEST(GpuEngineOps, DequantizePiecesBitwiseEqualToCpuDequantizeEach) {
+  REQUIRE_GPU();
+  auto cpu = make_cpu_ops();
+  auto gpu = cuda::make_cuda_ops();
+  const std::vector<int64_t> lens{5, 32, 1000, 4096 + 16, 48, 100000};
+  for (WeightFormat f : {WeightFormat::Bf16, WeightFormat::Mxfp8, WeightFormat::Nvfp4})
+    for (ComputeDType dt : {ComputeDType::BF16, ComputeDType::F32}) {
+      const size_t es = dt == ComputeDType::F32 ? 4 : 2;
+      std::vector<std::vector<uint8_t>> pay;
+      std::vector<float> amaxes;
+      std::vector<std::vector<uint8_t>> want;
+      for (size_t i = 0; i < lens.size(); ++i) {
+        const int64_t n = lens[i];
+        auto x = random_floats(size_t(n), 31 + uint32_t(i), 0.05f);
+        const FlatShape ps = flat_shape(f, n);
+        pay.emplace_back(size_t(ps.shard_bytes), 0);
+        const float am = 1.25f * cpu->amax(x.data(), n);
+        amaxes.push_back(am);
+        cpu->quantize(f, ScaleRounding::RCeil, x.data(), n, am, pay.back().data(), pay.back().data() + ps.code_bytes);
+        want.emplace_back(size_t(n) * es);
+        cpu->dequantize(f, pay.back().data(), pay.back().data() + ps.code_bytes, n, am, want.back().data(), dt);
+      }
+      Dev<float> dam(*gpu, amaxes);
+      std::vector<Dev<uint8_t>> dpay;
+      for (auto& p : pay) dpay.emplace_back(*gpu, p);
+      // All outputs in one buffer, odd pieces one element past a 16-byte boundary.
+      std::vector<int64_t> at;
+      int64_t total = 0;
+      for (size_t i = 0; i < lens.size(); ++i) {
+        total = (total + 7) / 8 * 8 + int64_t(i % 2);
+        at.push_back(total);
+        total += lens[i];
+      }
+      Dev<uint8_t> out(*gpu, std::vector<uint8_t>(size_t(total) * es, 0));
+      std::vector<UnpackPiece> t;
+      for (size_t i = 0; i < lens.size(); ++i) {
+        UnpackPiece u;
+        u.codes = dpay[i].a.data();
+        u.scales = dpay[i].a.data() + flat_shape(f, lens[i]).code_bytes;
+        u.amax = dam.a.data() + i;
+        u.dst = out.a.data() + at[i] * int64_t(es);
+        u.len = lens[i];
+        t.push_back(u);
+      }
+      Dev<UnpackPiece> dt_table(*gpu, t);
+      const int64_t w0 = gpu->host_waits();
+      gpu->dequantize_pieces(f, dt_table.a.data(), int(t.size()), 100000, dt);
+      EXPECT_EQ(gpu->host_waits(), w0);
+      const std::vector<uint8_t> got = out.get();
+      for (size_t i = 0; i < lens.size(); ++i) {
+        const std::vector<uint8_t> g(got.begin() + at[i] * int64_t(es), got.begin() + (at[i] + lens[i]) * int64_t(es));
+        EXPECT_EQ(mismatches(g, want[i]), 0u) << to_string(f) << " " << to_string(dt) << " piece " << i;
+      }
+    }
+}

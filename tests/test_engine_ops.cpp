@@ -202,3 +202,30 @@ TEST(CpuEngineOps, StepControlIsNormClipAndSkip) {
   ops->sum_into(losses.data(), 3, &sum);
   EXPECT_EQ(sum, 6.75);
 }
+
+TEST(CpuEngineOps, DequantizePiecesIsDequantizeOfEach) {
+  auto ops = make_cpu_ops();
+  const std::vector<int64_t> lens{7, 64, 1000};
+  for (WeightFormat f : {WeightFormat::Bf16, WeightFormat::Mxfp8, WeightFormat::Nvfp4}) {
+    std::vector<std::vector<uint8_t>> pay;
+    std::vector<std::vector<float>> got, want;
+    std::vector<float> am;
+    std::vector<UnpackPiece> t;
+    for (size_t i = 0; i < lens.size(); ++i) {
+      auto x = randn(size_t(lens[i]), 40 + uint32_t(i), 0.1f);
+      const FlatShape ps = flat_shape(f, lens[i]);
+      am.push_back(amax(x.data(), lens[i]));
+      pay.emplace_back(size_t(ps.shard_bytes));
+      ops->quantize(f, ScaleRounding::RCeil, x.data(), lens[i], am.back(), pay.back().data(),
+                    pay.back().data() + ps.code_bytes);
+      want.emplace_back(size_t(lens[i]));
+      ops->dequantize(f, pay.back().data(), pay.back().data() + ps.code_bytes, lens[i], am.back(), want.back().data(),
+                      ComputeDType::F32);
+      got.emplace_back(size_t(lens[i]), -1.0f);
+    }
+    for (size_t i = 0; i < lens.size(); ++i)
+      t.push_back({pay[i].data(), pay[i].data() + flat_shape(f, lens[i]).code_bytes, &am[i], got[i].data(), lens[i]});
+    ops->dequantize_pieces(f, t.data(), int(t.size()), 1000, ComputeDType::F32);
+    for (size_t i = 0; i < lens.size(); ++i) EXPECT_TRUE(same_bits(got[i], want[i])) << to_string(f) << " piece " << i;
+  }
+}

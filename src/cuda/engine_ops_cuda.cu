@@ -5,6 +5,7 @@
 #include <array>
 #include <climits>
 #include <cstring>
+#include <type_traits>
 
 #include "check.h"
 #include "cuda/fp8_encode.cuh"
@@ -287,6 +288,39 @@ void launch_dequant_bf16(const uint8_t* codes, const uint8_t* scales, int64_t n,
   MXDP_CUDA_CHECK_LAUNCH();
 }
 
+// Every piece of an unpack in one launch: blockIdx.y is the piece, blocks in x
+// stride over its elements, 8 per thread (one 16-byte bf16 store, two for
+// fp32, when aligned). Element by element what dequantize gives.
+template <WeightFormat F, class Out>
+__global__ void dequant_pieces_kernel(const UnpackPiece* pieces) {
+  const UnpackPiece pc = pieces[blockIdx.y];
+  float s_dec = 0.0f;
+  if constexpr (F == WeightFormat::Nvfp4) s_dec = codec::nvfp4_tensor_scale_of(*pc.amax).s_dec;
+  Out* y = static_cast<Out*>(pc.dst);
+  const int64_t n = pc.len;
+  const bool vec = reinterpret_cast<uintptr_t>(y) % 16 == 0;
+  const auto put = [](float v) {
+    if constexpr (std::is_same_v<Out, uint16_t>) return codec::bf16_from_f32(v);
+    else return v;
+  };
+  for (int64_t i0 = 8 * (blockIdx.x * int64_t(blockDim.x) + threadIdx.x); i0 < n;
+       i0 += 8 * int64_t(gridDim.x) * blockDim.x) {
+    if (vec && i0 + 8 <= n) {
+      Out v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = put(dequant_at<F>(pc.codes, pc.scales, i0 + j, s_dec));
+      if constexpr (std::is_same_v<Out, uint16_t>) {
+        *reinterpret_cast<uint4*>(y + i0) = *reinterpret_cast<const uint4*>(v);
+      } else {
+        reinterpret_cast<float4*>(y + i0)[0] = make_float4(v[0], v[1], v[2], v[3]);
+        reinterpret_cast<float4*>(y + i0)[1] = make_float4(v[4], v[5], v[6], v[7]);
+      }
+    } else {
+      for (int64_t i = i0; i < n && i < i0 + 8; ++i) y[i] = put(dequant_at<F>(pc.codes, pc.scales, i, s_dec));
+    }
+  }
+}
+
 // Pass 1: each block sums a fixed strided subset in fp64 and reduces it in a
 // fixed tree; pass 2: one thread adds the block sums in order.
 __global__ void sum_squares_blocks(const float* x, int64_t n, double* partial) {
@@ -394,6 +428,24 @@ class CudaOps final : public EngineOps {
         cuda::nvfp4_dequantize_rowwise(codes, scales, mxdp::nvfp4_tensor_scale(tensor_amax).s_dec, 1, n, y, stream_);
         break;
     }
+  }
+  void dequantize_pieces(WeightFormat f, const UnpackPiece* pieces, int count, int64_t max_len,
+                         ComputeDType out) override {
+    if (count <= 0 || max_len <= 0) return;
+    MXDP_CHECK(count <= 65535, "dequantize_pieces: at most 65535 pieces per launch, got ", count);
+    const dim3 grid(unsigned(std::min<int64_t>((max_len + 8 * kThreads - 1) / (8 * kThreads), 1024)), unsigned(count));
+    const auto go = [&]<WeightFormat F>() {
+      if (out == ComputeDType::BF16)
+        dequant_pieces_kernel<F, uint16_t><<<grid, kThreads, 0, stream_>>>(pieces);
+      else
+        dequant_pieces_kernel<F, float><<<grid, kThreads, 0, stream_>>>(pieces);
+    };
+    switch (f) {
+      case WeightFormat::Bf16: go.template operator()<WeightFormat::Bf16>(); break;
+      case WeightFormat::Mxfp8: go.template operator()<WeightFormat::Mxfp8>(); break;
+      case WeightFormat::Nvfp4: go.template operator()<WeightFormat::Nvfp4>(); break;
+    }
+    MXDP_CUDA_CHECK_LAUNCH();
   }
   void to_bf16(const float* x, uint16_t* y, int64_t n) override {
     if (n <= 0) return;
