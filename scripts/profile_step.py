@@ -27,11 +27,11 @@ PARTS = [
     ("LayerNorm", r"layernorm"),
     ("column sums (bias, LN params)", r"colsum"),
     ("GELU recompute", r"gelu"),
-    ("classifier + loss", r"classifier|sum_to_double"),
+    ("classifier + loss", r"classifier|mean_loss"),
     ("embedding", r"encoder|wte_|wpe_"),
     ("AdamW (+ stage)", r"adamw"),
     ("engine: quantize/dequantize", r"quant|dequant|nvfp4|mxfp8|amax"),
-    ("engine: grad norm", r"sum_squares|sum_partials"),
+    ("engine: grad norm, step control", r"sum_squares|sum_partials|step_control|sum_into"),
     ("engine: other", r"scale_kernel|to_bf16|from_bf16|bf16_to|f32_to|copy|fill|zero"),
     ("NCCL", r"nccl"),
 ]
