@@ -302,36 +302,18 @@ constexpr int kClsThreads = 512;
 
 // One block per row, W logits per access (W = 8 when Vp % 8 == 0). Each
 // thread keeps a running max and a sum rescaled when the max grows (one exp
-// per logit, one more per access at most), then the block combines them in a
-// fixed tree. K > 0 (W = 8, a row of at most K * 8 * kClsThreads logits): each
-// thread's K accesses stay in registers between the two passes, so the row is
-// read from memory once (GPT-2's 50304 logits: K = 13, 52 registers); K = 0
-// reads it again for the second pass. Both give the same bits: the same
-// accesses in the same order.
-__device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
-  const uint16_t* h = reinterpret_cast<const uint16_t*>(&u);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) f[i] = codec::bf16_to_f32(h[i]);
-}
-template <int W, int K>
-__global__ void __launch_bounds__(kClsThreads)
-    classifier_kernel(uint16_t* logits, float* losses, const int32_t* targets, int V, int Vp, float grad_scale,
-                      bool write_grad) {
-  static_assert(K == 0 || W == 8, "the register cache holds 16-byte accesses");
+// per logit, one more per access at most), then the block combines them in a fixed tree.
+template <int W>
+__global__ void classifier_kernel(uint16_t* logits, float* losses, const int32_t* targets, int V, int Vp,
+                                  float grad_scale, bool write_grad) {
   __shared__ MaxSum warps[kClsThreads / 32];
   __shared__ float lse_sh;
   const int64_t row = blockIdx.x;
   uint16_t* z = logits + row * Vp;
-  uint4 cache[K > 0 ? K : 1];
-  if constexpr (K > 0) {
-#pragma unroll
-    for (int j = 0; j < K; ++j) {
-      const int k = threadIdx.x + j * kClsThreads;
-      if (k * W < Vp) cache[j] = *reinterpret_cast<const uint4*>(z + k * W);
-    }
-  }
   float mx = -INFINITY, sum = 0.f;
-  const auto add = [&](const float (&f)[W], int k) {
+  for (int k = threadIdx.x; k * W < V; k += kClsThreads) {
+    float f[W];
+    load(z + k * W, f);
     float cm = -INFINITY;  // the access's max first, so the sum rescales at most once per access
 #pragma unroll
     for (int i = 0; i < W; ++i) cm = k * W + i < V ? fmaxf(cm, f[i]) : cm;
@@ -341,23 +323,6 @@ __global__ void __launch_bounds__(kClsThreads)
     }
 #pragma unroll
     for (int i = 0; i < W; ++i) sum += k * W + i < V ? expf(f[i] - mx) : 0.f;
-  };
-  if constexpr (K > 0) {
-#pragma unroll
-    for (int j = 0; j < K; ++j) {
-      const int k = threadIdx.x + j * kClsThreads;
-      if (k * W < V) {
-        float f[W];
-        unpack8(cache[j], f);
-        add(f, k);
-      }
-    }
-  } else {
-    for (int k = threadIdx.x; k * W < V; k += kClsThreads) {
-      float f[W];
-      load(z + k * W, f);
-      add(f, k);
-    }
   }
   MaxSum acc{mx, sum};
 #pragma unroll
@@ -377,30 +342,15 @@ __global__ void __launch_bounds__(kClsThreads)
   if (!write_grad) return;
   const float lse = lse_sh;
   const int target = targets[row];
-  const auto grad = [&](float (&f)[W], int k) {
+  for (int k = threadIdx.x; k * W < Vp; k += kClsThreads) {
+    float f[W];
+    load(z + k * W, f);
 #pragma unroll
     for (int i = 0; i < W; ++i) {
       const int v = k * W + i;
       f[i] = v < V ? (expf(f[i] - lse) - (v == target ? 1.f : 0.f)) * grad_scale : 0.f;
     }
     store(z + k * W, f);
-  };
-  if constexpr (K > 0) {
-#pragma unroll
-    for (int j = 0; j < K; ++j) {
-      const int k = threadIdx.x + j * kClsThreads;
-      if (k * W < Vp) {
-        float f[W];
-        unpack8(cache[j], f);
-        grad(f, k);
-      }
-    }
-  } else {
-    for (int k = threadIdx.x; k * W < Vp; k += kClsThreads) {
-      float f[W];
-      load(z + k * W, f);
-      grad(f, k);
-    }
   }
 }
 
@@ -511,16 +461,10 @@ void bias_backward(float* dbias, float* scratch, const uint16_t* dout, int M, in
 
 void classifier(uint16_t* logits, float* losses, const int32_t* targets, int M, int V, int Vp, float grad_scale,
                 bool write_grad, cudaStream_t s) {
-  const int accesses = (Vp / 8 + kClsThreads - 1) / kClsThreads;  // per thread, W = 8
-  const auto go = [&]<int W, int K>() {
-    classifier_kernel<W, K><<<M, kClsThreads, 0, s>>>(logits, losses, targets, V, Vp, grad_scale, write_grad);
-  };
-  if (Vp % 8 != 0 || !aligned16(logits)) go.template operator()<1, 0>();
-  else if (accesses <= 1) go.template operator()<8, 1>();
-  else if (accesses <= 4) go.template operator()<8, 4>();
-  else if (accesses <= 8) go.template operator()<8, 8>();
-  else if (accesses <= 13) go.template operator()<8, 13>();  // GPT-2: 50304 logits
-  else go.template operator()<8, 0>();
+  if (Vp % 8 == 0 && aligned16(logits))
+    classifier_kernel<8><<<M, kClsThreads, 0, s>>>(logits, losses, targets, V, Vp, grad_scale, write_grad);
+  else
+    classifier_kernel<1><<<M, kClsThreads, 0, s>>>(logits, losses, targets, V, Vp, grad_scale, write_grad);
   MXDP_CUDA_CHECK_LAUNCH();
 }
 
