@@ -561,6 +561,35 @@ void DataParallel::forward_backward(const Batch& batch) {
 void DataParallel::launch_step() {
   MXDP_CHECK(micro_ == opt_.micro_batches, "optimizer step after ", micro_, " of ",
              opt_.micro_batches, " micro-batches");
+  decide_step();
+  // The host may not know yet whether the steps before were skipped: at most
+  // kMaxStepsInFlight - 1 of them stay unread, so the AdamW count is one of
+  // the kMaxStepsInFlight the update carries scalars for.
+  while (unresolved() >= kMaxStepsInFlight) {
+    for (Launched& l : launched_)
+      if (!l.resolved) {
+        resolve(l);
+        break;
+      }
+  }
+  Launched l;
+  l.r.lr = lr_at(iteration_, opt_.lr, opt_.min_lr, opt_.warmup_steps, opt_.lr_decay_steps);
+  l.r.iteration = ++iteration_;
+  ++version_;
+  micro_ = 0;
+  apply_step(Update{float(l.r.lr), updates_ + 1});
+  close_traffic_window();
+  send_results(l);
+  launched_.push_back(std::move(l));
+}
+
+int DataParallel::norm_row() const {
+  int nb = 0;
+  for (const GatherBuffer& gb : layout_.buffers) nb += int(gb.buckets.size());
+  return nb + 1;
+}
+
+void DataParallel::decide_step() {
   for (size_t f = 0; f < buf_.size(); ++f)
     for (size_t b = 0; b < buf_[f].st.size(); ++b) finish_reduce(int(f), int(b));
 
@@ -577,40 +606,21 @@ void DataParallel::launch_step() {
   // of other shards it brings are the same values this rank computed: every rank
   // holds the same reduced grads). step_control turns them into the step's
   // scalars on the device; nothing here waits for them.
-  int nb = 0;
-  for (auto& gb : layout_.buffers) nb += int(gb.buckets.size());
-  const int row = nb + 1;
+  const int row = norm_row(), nb = row - 1;
   double* dpart = norm_partials_.data();
-  {
-    int gi = 0;
-    for (size_t f = 0; f < buf_.size(); ++f)
-      for (size_t b = 0; b < buf_[f].st.size(); ++b, ++gi)
-        for (int s = 0; s < dp_; ++s)
-          if (owns(s))
-            ops_->sum_squares_into(buf_[f].main_grad + shard_local_off(int(f), int(b), s),
-                                   layout_.buffers[f].buckets[b].shard_numel, dpart + size_t(s) * row + gi);
-    ops_->sum_into(micro_losses_.data(), opt_.micro_batches, dpart + size_t(rank_) * row + nb);
-    if (dp_ > 1) comm_.all_gather(dpart + size_t(rank_) * row, dpart, row * sizeof(double), ops_->stream());
-  }
+  int gi = 0;
+  for (size_t f = 0; f < buf_.size(); ++f)
+    for (size_t b = 0; b < buf_[f].st.size(); ++b, ++gi)
+      for (int s = 0; s < dp_; ++s)
+        if (owns(s))
+          ops_->sum_squares_into(buf_[f].main_grad + shard_local_off(int(f), int(b), s),
+                                 layout_.buffers[f].buckets[b].shard_numel, dpart + size_t(s) * row + gi);
+  ops_->sum_into(micro_losses_.data(), opt_.micro_batches, dpart + size_t(rank_) * row + nb);
+  if (dp_ > 1) comm_.all_gather(dpart + size_t(rank_) * row, dpart, row * sizeof(double), ops_->stream());
   ops_->step_control(dpart, dp_, row, nb, opt_.clip_grad, ctl_.data());
+}
 
-  // The host may not know yet whether the steps before were skipped: at most
-  // kMaxStepsInFlight - 1 of them stay unread, so the AdamW count is one of
-  // the kMaxStepsInFlight the update carries scalars for.
-  while (unresolved() >= kMaxStepsInFlight) {
-    for (Launched& l : launched_)
-      if (!l.resolved) {
-        resolve(l);
-        break;
-      }
-  }
-  Launched l;
-  l.r.lr = lr_at(iteration_, opt_.lr, opt_.min_lr, opt_.warmup_steps, opt_.lr_decay_steps);
-  l.r.iteration = ++iteration_;
-  Update u{float(l.r.lr), updates_ + 1};
-  ++version_;
-  micro_ = 0;
-
+void DataParallel::apply_step(const Update& u) {
   // AdamW and stage, fused, bucket by bucket (a skipped step restages the same
   // masters); then gather now, or (overlap) dispatch only the first bucket the
   // next forward needs and defer the rest to the forward itself.
@@ -626,18 +636,19 @@ void DataParallel::launch_step() {
   } else if (!fwd_order_.empty()) {
     start_gather(fwd_order_[0].first, fwd_order_[0].second);
   }
-  close_traffic_window();
+}
 
-  // The results travel to the host behind the step's work; resolve() reads them.
+// The step's partial sums, control and micro-batch losses travel to the host
+// behind its work, into the step's pinned slot; resolve() reads them.
+void DataParallel::send_results(Launched& l) {
   l.slot = next_slot_;
   next_slot_ = (next_slot_ + 1) % kMaxStepsInFlight;
   uint8_t* h = host_slots_[l.slot].data();
-  ops_->copy_to_host_async(h, dpart, norm_partials_.bytes());
+  ops_->copy_to_host_async(h, norm_partials_.data(), norm_partials_.bytes());
   ops_->copy_to_host_async(h + norm_partials_.bytes(), ctl_.data(), sizeof(StepControl));
   ops_->copy_to_host_async(h + norm_partials_.bytes() + sizeof(StepControl), micro_losses_.data(),
                            micro_losses_.bytes());
   l.mark = ops_->mark();
-  launched_.push_back(std::move(l));
 }
 
 int DataParallel::unresolved() const {
@@ -650,9 +661,7 @@ void DataParallel::resolve(Launched& l) {
   if (l.resolved) return;
   ops_->wait(l.mark);
   const uint8_t* h = host_slots_[l.slot].data();
-  int nb = 0;
-  for (auto& gb : layout_.buffers) nb += int(gb.buckets.size());
-  const int row = nb + 1;
+  const int row = norm_row(), nb = row - 1;
   std::vector<double> partial(size_t(dp_) * row);
   StepControl c;
   std::vector<float> losses(size_t(opt_.micro_batches));

@@ -268,6 +268,10 @@ class DataParallel final : private ModelHooks {
   std::deque<Launched> launched_;
   HostBuffer host_slots_[kMaxStepsInFlight];
   int next_slot_ = 0;
+  int norm_row() const;  // partial sums per rank: one per bucket, then the loss sum
+  void decide_step();    // reduce, norm partials, step_control: the step's scalars on the device
+  void apply_step(const Update& u);  // AdamW + stage of every bucket, then the gathers
+  void send_results(Launched& l);  // the read-back into l's host slot, and its mark
   void resolve(Launched& l);
   void resolve_all();
   int unresolved() const;
