@@ -57,6 +57,7 @@ class ParamsOnly final : public Model {
   }
   void drop_weights() { std::vector<float>().swap(w_); }
   float forward(const Batch&, ModelHooks&) override { std::abort(); }
+  void forward_into(const Batch&, ModelHooks&, float*) override { std::abort(); }
   void backward(ModelHooks&) override { std::abort(); }
 
  private:

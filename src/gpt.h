@@ -112,6 +112,7 @@ class Gpt : public GptModel {
 
   // Requires 1 <= T <= max_seq, 1 <= B, tokens and targets in [0, vocab).
   float forward(const Batch& batch, ModelHooks& hooks) override;
+  void forward_into(const Batch& b, ModelHooks& h, float* loss) override { *loss = forward(b, h); }  // host memory
   // Accumulates into hooks.grad(i). Needs a forward with targets since the
   // last backward (backward overwrites the probabilities with their gradient).
   void backward(ModelHooks& hooks) override;

@@ -92,9 +92,10 @@ class Model {
   virtual float forward(const Batch& batch, ModelHooks& hooks) = 0;
   // The same forward with the mean loss written to *loss, in the engine ops'
   // memory space and ordered on the model's stream, instead of returned: no
-  // host wait (the engine's steps use this). The default suits host models; a
-  // device model, and a wrapper of any model, overrides it.
-  virtual void forward_into(const Batch& batch, ModelHooks& hooks, float* loss) { *loss = forward(batch, hooks); }
+  // host wait (the engine's steps use this). Pure, so that no device model or
+  // wrapper can inherit a host write into device memory; a host model's is
+  // `*loss = forward(batch, hooks)`.
+  virtual void forward_into(const Batch& batch, ModelHooks& hooks, float* loss) = 0;
   // Gradient of the mean loss of the last forward, accumulated into hooks.grad(i).
   virtual void backward(ModelHooks& hooks) = 0;
 };

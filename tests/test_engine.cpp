@@ -28,6 +28,7 @@ class Poisoned final : public Model {
   float* weights(int p) override { return m_.weights(p); }
   void init_weights(uint64_t s) override { m_.init_weights(s); }
   float forward(const Batch& b, ModelHooks& h) override { return m_.forward(b, h); }
+  void forward_into(const Batch& b, ModelHooks& h, float* loss) override { m_.forward_into(b, h, loss); }
   void backward(ModelHooks& h) override {
     struct Tap : ModelHooks {
       ModelHooks& in;
