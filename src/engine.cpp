@@ -106,6 +106,7 @@ DataParallel::DataParallel(Model& model, Communicator& comm, const DpOptions& op
     BufferState& bs = buf_[f];
     bs.grad = DeviceArray<float>(*ops_, gb.numel);
     bs.st.resize(gb.buckets.size());
+    bs.unpack.resize(gb.buckets.size());
     int64_t local = 0, shard_total = 0, payload = 0;
     for (const Bucket& b : gb.buckets) {
       bs.local_off.push_back(local);
@@ -143,13 +144,11 @@ DataParallel::DataParallel(Model& model, Communicator& comm, const DpOptions& op
       bs.amax = DeviceArray<float>(*ops_, slots);
     }
   }
-  int buckets = 0;
-  for (const GatherBuffer& gb : layout_.buffers) buckets += int(gb.buckets.size());
-  norm_partials_ = DeviceArray<double>(*ops_, size_t(dp_) * (buckets + 1));  // + each rank's loss
+  norm_partials_ = DeviceArray<double>(*ops_, size_t(dp_) * norm_row());
   micro_losses_ = DeviceArray<float>(*ops_, size_t(opt_.micro_batches));
   ctl_ = DeviceArray<StepControl>(*ops_, 1);
-  for (HostBuffer& h : host_slots_)
-    h = HostBuffer(*ops_, norm_partials_.bytes() + sizeof(StepControl) + micro_losses_.bytes());
+  for (HostArray<uint8_t>& h : host_slots_)
+    h = HostArray<uint8_t>(*ops_, norm_partials_.bytes() + sizeof(StepControl) + micro_losses_.bytes());
   // The model's initial weights become the masters of the shards this rank owns.
   for_each_owned_piece([&](int f, const Piece& pc, int64_t at) {
     ops_->copy(buf_[f].master.data() + at, model_.initial_weights(pc.param) + pc.param_begin, pc.len * sizeof(float));
@@ -390,9 +389,7 @@ void DataParallel::unpack(int f, int b) {
       t.push_back(u);
     }
   }
-  BufferState& bs = buf_[f];
-  if (bs.unpack.size() != bs.st.size()) bs.unpack.resize(bs.st.size());
-  UnpackTable& ut = bs.unpack[b];
+  UnpackTable& ut = buf_[f].unpack[b];
   if (t.size() != ut.host.size() || std::memcmp(t.data(), ut.host.data(), t.size() * sizeof(UnpackPiece)) != 0) {
     ut.dev = DeviceArray<UnpackPiece>(*ops_, t.size());
     ops_->copy_from_host(ut.dev.data(), t.data(), t.size() * sizeof(UnpackPiece));
@@ -565,12 +562,9 @@ void DataParallel::launch_step() {
   // The host may not know yet whether the steps before were skipped: at most
   // kMaxStepsInFlight - 1 of them stay unread, so the AdamW count is one of
   // the kMaxStepsInFlight the update carries scalars for.
-  while (unresolved() >= kMaxStepsInFlight) {
-    for (Launched& l : launched_)
-      if (!l.resolved) {
-        resolve(l);
-        break;
-      }
+  for (Launched& l : launched_) {  // oldest first; resolve() passes over those already read
+    if (unresolved() < kMaxStepsInFlight) break;
+    resolve(l);
   }
   Launched l;
   l.r.lr = lr_at(iteration_, opt_.lr, opt_.min_lr, opt_.warmup_steps, opt_.lr_decay_steps);

@@ -185,7 +185,7 @@ class DataParallel final : private ModelHooks {
     DeviceArray<float> amax;           // NVFP4: per bucket, one tensor amax per param of the bucket
     std::vector<int64_t> amax_off;     // per bucket: its first slot in amax
     std::vector<BucketState> st;
-    std::vector<UnpackTable> unpack;   // per bucket: its unpack's pieces (built at the first unpack)
+    std::vector<UnpackTable> unpack;   // per bucket: its unpack's pieces (filled at the first unpack)
   };
 
   // ModelHooks
@@ -266,7 +266,7 @@ class DataParallel final : private ModelHooks {
     StepResult r;
   };
   std::deque<Launched> launched_;
-  HostBuffer host_slots_[kMaxStepsInFlight];
+  HostArray<uint8_t> host_slots_[kMaxStepsInFlight];
   int next_slot_ = 0;
   int norm_row() const;  // partial sums per rank: one per bucket, then the loss sum
   void decide_step();    // reduce, norm partials, step_control: the step's scalars on the device

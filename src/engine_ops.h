@@ -157,22 +157,31 @@ class EngineOps {
 // Host memory, fp32, the reference every other implementation is compared with.
 std::unique_ptr<EngineOps> make_cpu_ops();
 
-// An owning array in an EngineOps' memory space.
-template <class T>
-class DeviceArray {
+// Where an OpsArray lives: the ops' memory space (alloc), or host memory the
+// ops can copy into without a host wait (alloc_host: pinned for a GPU).
+enum class OpsSpace : uint8_t { Ops, Host };
+
+// An owning array of n T from an EngineOps.
+template <class T, OpsSpace S = OpsSpace::Ops>
+class OpsArray {
  public:
-  DeviceArray() = default;
-  DeviceArray(EngineOps& ops, size_t n) : ops_(&ops), n_(n), p_(static_cast<T*>(ops.alloc(n * sizeof(T)))) {}
-  DeviceArray(DeviceArray&& o) noexcept { swap(o); }
-  DeviceArray& operator=(DeviceArray&& o) noexcept {
-    DeviceArray tmp(std::move(o));
+  OpsArray() = default;
+  OpsArray(EngineOps& ops, size_t n)
+      : ops_(&ops), n_(n), p_(static_cast<T*>(S == OpsSpace::Ops ? ops.alloc(n * sizeof(T)) : ops.alloc_host(n * sizeof(T)))) {}
+  OpsArray(OpsArray&& o) noexcept { swap(o); }
+  OpsArray& operator=(OpsArray&& o) noexcept {
+    OpsArray tmp(std::move(o));
     swap(tmp);
     return *this;
   }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  ~DeviceArray() {
-    if (ops_ && p_) ops_->release(p_);
+  OpsArray(const OpsArray&) = delete;
+  OpsArray& operator=(const OpsArray&) = delete;
+  ~OpsArray() {
+    if (!ops_ || !p_) return;
+    if constexpr (S == OpsSpace::Ops)
+      ops_->release(p_);
+    else
+      ops_->release_host(p_);
   }
   T* data() { return p_; }
   const T* data() const { return p_; }
@@ -180,7 +189,7 @@ class DeviceArray {
   size_t bytes() const { return n_ * sizeof(T); }
 
  private:
-  void swap(DeviceArray& o) noexcept {
+  void swap(OpsArray& o) noexcept {
     std::swap(ops_, o.ops_);
     std::swap(n_, o.n_);
     std::swap(p_, o.p_);
@@ -189,35 +198,9 @@ class DeviceArray {
   size_t n_ = 0;
   T* p_ = nullptr;
 };
-
-// An owning block of host memory from an EngineOps' alloc_host.
-class HostBuffer {
- public:
-  HostBuffer() = default;
-  HostBuffer(EngineOps& ops, size_t bytes) : ops_(&ops), bytes_(bytes), p_(ops.alloc_host(bytes)) {}
-  HostBuffer(HostBuffer&& o) noexcept { swap(o); }
-  HostBuffer& operator=(HostBuffer&& o) noexcept {
-    HostBuffer tmp(std::move(o));
-    swap(tmp);
-    return *this;
-  }
-  HostBuffer(const HostBuffer&) = delete;
-  HostBuffer& operator=(const HostBuffer&) = delete;
-  ~HostBuffer() {
-    if (ops_ && p_) ops_->release_host(p_);
-  }
-  uint8_t* data() { return static_cast<uint8_t*>(p_); }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void swap(HostBuffer& o) noexcept {
-    std::swap(ops_, o.ops_);
-    std::swap(bytes_, o.bytes_);
-    std::swap(p_, o.p_);
-  }
-  EngineOps* ops_ = nullptr;
-  size_t bytes_ = 0;
-  void* p_ = nullptr;
-};
+template <class T>
+using DeviceArray = OpsArray<T, OpsSpace::Ops>;  // in the ops' memory space (device memory for a GPU)
+template <class T>
+using HostArray = OpsArray<T, OpsSpace::Host>;
 
 }  // namespace mxdp
