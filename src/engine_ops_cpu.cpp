@@ -95,7 +95,7 @@ class CpuOps final : public EngineOps {
   void adamw_scaled(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
                     const AdamWChoice& a) {
     if (ctl->skip) return;
-    const AdamWScalars& s = adamw_pick(a, ctl->updates);
+    const AdamWScalars s = adamw_pick(a, ctl->updates);
     const float gs = ctl->grad_scale;
     for (int64_t i = 0; i < n; ++i) adamw_element(p[i], m[i], v[i], g[i] * gs, s);
   }

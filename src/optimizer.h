@@ -64,11 +64,13 @@ MXDP_OPT_HD void adamw_element(float& p, float& m, float& v, float g, const Adam
 
 // The scalars of update number t (the applied count including it); t outside
 // first_t .. first_t + kMaxStepsInFlight - 1 is the caller's bug: the engine
-// checks the count it reads back (clamped here, so memory stays safe).
-MXDP_OPT_HD const AdamWScalars& adamw_pick(const AdamWChoice& c, int64_t t) {
-  int64_t i = t - c.first_t;
-  i = i < 0 ? 0 : (i >= kMaxStepsInFlight ? kMaxStepsInFlight - 1 : i);
-  return c.s[i];
+// checks the count it reads back (clamped here, so memory stays safe). No
+// index computed at run time: in a kernel, c lives in parameter space.
+MXDP_OPT_HD AdamWScalars adamw_pick(const AdamWChoice& c, int64_t t) {
+  AdamWScalars s = c.s[0];
+  for (int k = 1; k < kMaxStepsInFlight; ++k)
+    if (t - c.first_t >= k) s = c.s[k];
+  return s;
 }
 
 // p, m, v, g: n elements each. g is the (clipped) gradient.

@@ -59,15 +59,6 @@ __device__ __forceinline__ float warp_max(float v, int width) {
 __device__ __forceinline__ float fold4(float acc, float4 v) {
   return codec::amax_fold(codec::amax_fold(codec::amax_fold(codec::amax_fold(acc, v.x), v.y), v.z), v.w);
 }
-// The step's AdamW scalars (adamw_pick without a dynamic index into the
-// kernel's parameter space).
-__device__ __forceinline__ AdamWScalars pick(const AdamWChoice& c, int64_t t) {
-  AdamWScalars s = c.s[0];
-#pragma unroll
-  for (int k = 1; k < kMaxStepsInFlight; ++k)
-    if (t - c.first_t == k) s = c.s[k];
-  return s;
-}
 __device__ __forceinline__ void adamw4(float4& p, float4& m, float4& v, float4 g, float gs, const AdamWScalars& s) {
   adamw_element(p.x, m.x, v.x, g.x * gs, s);
   adamw_element(p.y, m.y, v.y, g.y * gs, s);
@@ -90,7 +81,7 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x & 31;
   const bool update = !ctl->skip;
   const float gs = ctl->grad_scale;
-  const AdamWScalars s = pick(c, ctl->updates);
+  const AdamWScalars s = adamw_pick(c, ctl->updates);
   const int64_t base = ((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5) * (32 * U) + lane;
   float4 pp[U], mm[U], vv[U], gg[U];
   const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -154,7 +145,7 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x & 31;
   const bool update = !ctl->skip;
   const float gs = ctl->grad_scale;
-  const AdamWScalars s = pick(c, ctl->updates);
+  const AdamWScalars s = adamw_pick(c, ctl->updates);
   const int64_t nb = (n + 31) / 32, nwarps = int64_t(gridDim.x) * blockDim.x / 32;
   float am_all = 0.0f;
   for (int64_t b = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; b < nb; b += nwarps) {
@@ -244,8 +235,7 @@ void launch_fused(float* p, float* m, float* v, const float* g, int64_t n, const
 }
 
 // Dequantize straight into bf16 compute weights: bf16_rne(fp32 dequantized
-// value), element by element the CPU's to_bf16(dequantize(x)). Each thread
-// does 8 consecutive elements (one 16-byte store when aligned).
+// value), element by element the CPU's to_bf16(dequantize(x)).
 template <WeightFormat F>
 __device__ __forceinline__ float dequant_at(const uint8_t* codes, const uint8_t* scales, int64_t i, float s_dec) {
   if constexpr (F == WeightFormat::Bf16) {
@@ -257,68 +247,63 @@ __device__ __forceinline__ float dequant_at(const uint8_t* codes, const uint8_t*
     return codec::nvfp4_dequant(nib, scales[i / kNvfp4Block], s_dec);
   }
 }
-template <WeightFormat F, bool kVec>
-__global__ void dequant_bf16_kernel(const uint8_t* codes, const uint8_t* scales, int64_t n, float s_dec,
-                                    const float* d_amax, uint16_t* y) {
-  if (d_amax) s_dec = codec::nvfp4_tensor_scale_of(*d_amax).s_dec;  // NVFP4, tensor amax in device memory
-  for (int64_t i0 = 8 * (blockIdx.x * int64_t(blockDim.x) + threadIdx.x); i0 < n; i0 += 8 * int64_t(gridDim.x) * blockDim.x) {
-    if (kVec && i0 + 8 <= n) {
-      uint16_t v[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = codec::bf16_from_f32(dequant_at<F>(codes, scales, i0 + j, s_dec));
-      uint4 o;
-      o.x = v[0] | (uint32_t(v[1]) << 16);
-      o.y = v[2] | (uint32_t(v[3]) << 16);
-      o.z = v[4] | (uint32_t(v[5]) << 16);
-      o.w = v[6] | (uint32_t(v[7]) << 16);
-      *reinterpret_cast<uint4*>(y + i0) = o;
-    } else {
-      for (int64_t i = i0; i < n && i < i0 + 8; ++i) y[i] = codec::bf16_from_f32(dequant_at<F>(codes, scales, i, s_dec));
-    }
-  }
-}
-template <WeightFormat F>
-void launch_dequant_bf16(const uint8_t* codes, const uint8_t* scales, int64_t n, float s_dec, uint16_t* y,
-                         cudaStream_t st, const float* d_amax = nullptr) {
-  const int blocks = int(std::min<int64_t>((n + 8 * kThreads - 1) / (8 * kThreads), 65535 * 16));
-  if (reinterpret_cast<uintptr_t>(y) % 16 == 0)
-    dequant_bf16_kernel<F, true><<<blocks, kThreads, 0, st>>>(codes, scales, n, s_dec, d_amax, y);
-  else
-    dequant_bf16_kernel<F, false><<<blocks, kThreads, 0, st>>>(codes, scales, n, s_dec, d_amax, y);
-  MXDP_CUDA_CHECK_LAUNCH();
-}
-
-// Every piece of an unpack in one launch: blockIdx.y is the piece, blocks in x
-// stride over its elements, 8 per thread (one 16-byte bf16 store, two for
-// fp32, when aligned). Element by element what dequantize gives.
+// Elements of one range, 8 consecutive ones per thread (`thread` of `threads`
+// striding over it), dequantized into y as bf16_rne or fp32 of the value: one
+// 16-byte store per 8 bf16 (two for fp32) when y is 16-byte aligned.
 template <WeightFormat F, class Out>
-__global__ void dequant_pieces_kernel(const UnpackPiece* pieces) {
-  const UnpackPiece pc = pieces[blockIdx.y];
-  float s_dec = 0.0f;
-  if constexpr (F == WeightFormat::Nvfp4) s_dec = codec::nvfp4_tensor_scale_of(*pc.amax).s_dec;
-  Out* y = static_cast<Out*>(pc.dst);
-  const int64_t n = pc.len;
-  const bool vec = reinterpret_cast<uintptr_t>(y) % 16 == 0;
+__device__ __forceinline__ void dequant_range(const uint8_t* codes, const uint8_t* scales, int64_t n, float s_dec,
+                                              Out* y, int64_t thread, int64_t threads) {
+  constexpr bool kBf16 = std::is_same_v<Out, uint16_t>;
   const auto put = [](float v) {
-    if constexpr (std::is_same_v<Out, uint16_t>) return codec::bf16_from_f32(v);
+    if constexpr (kBf16) return codec::bf16_from_f32(v);
     else return v;
   };
-  for (int64_t i0 = 8 * (blockIdx.x * int64_t(blockDim.x) + threadIdx.x); i0 < n;
-       i0 += 8 * int64_t(gridDim.x) * blockDim.x) {
+  const bool vec = reinterpret_cast<uintptr_t>(y) % 16 == 0;
+  for (int64_t i0 = 8 * thread; i0 < n; i0 += 8 * threads) {
     if (vec && i0 + 8 <= n) {
       Out v[8];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = put(dequant_at<F>(pc.codes, pc.scales, i0 + j, s_dec));
-      if constexpr (std::is_same_v<Out, uint16_t>) {
-        *reinterpret_cast<uint4*>(y + i0) = *reinterpret_cast<const uint4*>(v);
+      for (int j = 0; j < 8; ++j) v[j] = put(dequant_at<F>(codes, scales, i0 + j, s_dec));
+      if constexpr (kBf16) {
+        uint4 o;
+        o.x = v[0] | (uint32_t(v[1]) << 16);
+        o.y = v[2] | (uint32_t(v[3]) << 16);
+        o.z = v[4] | (uint32_t(v[5]) << 16);
+        o.w = v[6] | (uint32_t(v[7]) << 16);
+        *reinterpret_cast<uint4*>(y + i0) = o;
       } else {
         reinterpret_cast<float4*>(y + i0)[0] = make_float4(v[0], v[1], v[2], v[3]);
         reinterpret_cast<float4*>(y + i0)[1] = make_float4(v[4], v[5], v[6], v[7]);
       }
     } else {
-      for (int64_t i = i0; i < n && i < i0 + 8; ++i) y[i] = put(dequant_at<F>(pc.codes, pc.scales, i, s_dec));
+      for (int64_t i = i0; i < n && i < i0 + 8; ++i) y[i] = put(dequant_at<F>(codes, scales, i, s_dec));
     }
   }
+}
+template <WeightFormat F>
+__global__ void dequant_bf16_kernel(const uint8_t* codes, const uint8_t* scales, int64_t n, float s_dec,
+                                    const float* d_amax, uint16_t* y) {
+  if (d_amax) s_dec = codec::nvfp4_tensor_scale_of(*d_amax).s_dec;  // NVFP4, tensor amax in device memory
+  dequant_range<F>(codes, scales, n, s_dec, y, blockIdx.x * int64_t(blockDim.x) + threadIdx.x,
+                   int64_t(gridDim.x) * blockDim.x);
+}
+template <WeightFormat F>
+void launch_dequant_bf16(const uint8_t* codes, const uint8_t* scales, int64_t n, float s_dec, uint16_t* y,
+                         cudaStream_t st, const float* d_amax = nullptr) {
+  const int blocks = int(std::min<int64_t>((n + 8 * kThreads - 1) / (8 * kThreads), 65535 * 16));
+  dequant_bf16_kernel<F><<<blocks, kThreads, 0, st>>>(codes, scales, n, s_dec, d_amax, y);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+// Every piece of an unpack in one launch: blockIdx.y is the piece, the blocks
+// in x stride over its elements. Element by element what dequantize gives.
+template <WeightFormat F, class Out>
+__global__ void dequant_pieces_kernel(const UnpackPiece* pieces) {
+  const UnpackPiece pc = pieces[blockIdx.y];
+  float s_dec = 0.0f;
+  if constexpr (F == WeightFormat::Nvfp4) s_dec = codec::nvfp4_tensor_scale_of(*pc.amax).s_dec;
+  dequant_range<F>(pc.codes, pc.scales, pc.len, s_dec, static_cast<Out*>(pc.dst),
+                   blockIdx.x * int64_t(blockDim.x) + threadIdx.x, int64_t(gridDim.x) * blockDim.x);
 }
 
 // Pass 1: each block sums a fixed strided subset in fp64 and reduces it in a
