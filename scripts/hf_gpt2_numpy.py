@@ -25,23 +25,32 @@ import sys
 import numpy as np
 
 
+def st_array(dtype, data):
+    """A safetensors tensor's bytes as a flat numpy array: F32, F16, BF16 (numpy has
+    no bfloat16: widened to float32 by hand) and I64; None for any other dtype."""
+    if dtype == "F32":
+        return np.frombuffer(data, dtype="<f4")
+    if dtype == "F16":
+        return np.frombuffer(data, dtype="<f2")
+    if dtype == "BF16":
+        return (np.frombuffer(data, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+    if dtype == "I64":
+        return np.frombuffer(data, dtype="<i8")
+    return None
+
+
 def load_tensors(path):
-    """name -> float64 array; F32, F16 and BF16 (numpy has no bfloat16: widened by hand)."""
+    """name -> float64 array; F32, F16 and BF16."""
     import safetensors
     with open(path, "rb") as f:
         raw = f.read()
     out = {}
     for name, t in safetensors.deserialize(raw):
-        data, dtype, shape = bytes(t["data"]), t["dtype"], t["shape"]
-        if dtype == "F32":
-            a = np.frombuffer(data, dtype="<f4")
-        elif dtype == "F16":
-            a = np.frombuffer(data, dtype="<f2")
-        elif dtype == "BF16":
-            a = (np.frombuffer(data, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
-        else:
+        dtype = t["dtype"]
+        a = st_array(dtype, bytes(t["data"])) if dtype in ("F32", "F16", "BF16") else None
+        if a is None:
             raise SystemExit(f"{path}: tensor {name} has dtype {dtype}")
-        out[name] = a.reshape(shape).astype(np.float64)
+        out[name] = a.reshape(t["shape"]).astype(np.float64)
     return out
 
 

@@ -12,26 +12,23 @@
         drop NAME | rename OLD NEW | transpose NAME | add-head | add-bad-head | add NAME
 """
 import json
+import os
 import sys
 
 import numpy as np
 import safetensors
 from safetensors.numpy import save_file
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from hf_gpt2_numpy import st_array  # noqa: E402  (the package's bytes as numpy: shared with the user script)
+
 
 def read_all(path):
     out = {}
     for name, t in safetensors.deserialize(open(path, "rb").read()):
-        data, dtype, shape = bytes(t["data"]), t["dtype"], t["shape"]
-        if dtype == "F32":
-            a = np.frombuffer(data, dtype="<f4")
-        elif dtype == "F16":
-            a = np.frombuffer(data, dtype="<f2")
-        elif dtype == "BF16":
-            a = (np.frombuffer(data, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
-        elif dtype == "I64":
-            a = np.frombuffer(data, dtype="<i8")
-        else:
+        dtype, shape = t["dtype"], t["shape"]
+        a = st_array(dtype, bytes(t["data"]))
+        if a is None:
             raise SystemExit(f"{path}: {name}: dtype {dtype}")
         out[name] = (dtype, list(shape), a.reshape(shape))
     return out
