@@ -50,15 +50,9 @@ __global__ void adamw_kernel(float* p, float* m, float* v, const float* g, int64
 // elements = 8 float4s = 8 lanes) reduces its amax with 3 xor-shuffles. A
 // general kernel (one warp per 32 elements, lane = element) takes what the
 // vectorized one cannot: a partial last block, unaligned pointers.
-constexpr unsigned kFullMask = 0xFFFFFFFFu;
 
-__device__ __forceinline__ float warp_max(float v, int width) {
-  for (int o = width / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
-  return v;
-}
-__device__ __forceinline__ float fold4(float acc, float4 v) {
-  return codec::amax_fold(codec::amax_fold(codec::amax_fold(codec::amax_fold(acc, v.x), v.y), v.z), v.w);
-}
+using device::fold4;
+using device::warp_max;
 __device__ __forceinline__ void adamw4(float4& p, float4& m, float4& v, float4 g, float gs, const AdamWScalars& s) {
   adamw_element(p.x, m.x, v.x, g.x * gs, s);
   adamw_element(p.y, m.y, v.y, g.y * gs, s);

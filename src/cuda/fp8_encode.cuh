@@ -1,5 +1,6 @@
-// Device FP8 element encoders shared by the quantize kernels (quant_cuda.cu)
-// and the fused AdamW + stage kernels (engine_ops_cuda.cu). Integer: formats.h's
+// Device FP8 element encoders, and the amax folds their block scales start
+// from, shared by the quantize kernels (quant_cuda.cu) and the fused AdamW +
+// stage kernels (engine_ops_cuda.cu). Integer: formats.h's
 // bit-manipulation codec. Hardware: sm_89+ `cvt.rn.satfinite.{e4m3,e5m2}x2.f32`,
 // bit-identical to the integer codec for all 2^32 inputs (gputest_quant).
 #pragma once
@@ -12,6 +13,16 @@
 #include "formats.h"
 
 namespace mxdp::cuda::device {
+
+// max over `width` lanes (a power of two <= 32) of a full warp, by xor-shuffles.
+__device__ __forceinline__ float warp_max(float v, int width) {
+  for (int o = width / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+  return v;
+}
+// acc folded with |x|, |y|, |z|, |w| (codec::amax_fold: NaN ignored).
+__device__ __forceinline__ float fold4(float acc, float4 v) {
+  return codec::amax_fold(codec::amax_fold(codec::amax_fold(codec::amax_fold(acc, v.x), v.y), v.z), v.w);
+}
 
 template <Fp8Kind K, detail::Fp8Encoder E>
 __device__ __forceinline__ uint32_t encode4(float a, float b, float c, float d) {

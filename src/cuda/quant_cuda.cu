@@ -34,11 +34,6 @@ constexpr unsigned kFullMask = 0xFFFFFFFFu;
 constexpr int64_t kMaxGrid = 1 << 16;  // grid-stride kernels: enough CTAs to fill any GPU
 constexpr int kF4PerWarp = 128;        // vectorized kernels: 4 float4 per lane
 
-__device__ __forceinline__ float warp_max(float v, int width) {
-  for (int o = width / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
-  return v;
-}
-
 int64_t grid_stride_blocks(int64_t items) {
   return std::max<int64_t>(1, std::min(cdiv(items, kThreads), kMaxGrid));
 }
@@ -60,11 +55,9 @@ void check_args(const char* fn, int64_t rows, int64_t cols, const void* a, const
 // ---- FP8 encoders (cuda/fp8_encode.cuh) ------------------------------------------
 using device::encode1;
 using device::encode4;
+using device::fold4;
 using device::kEnc;
-
-__device__ __forceinline__ float fold4(float acc, float4 v) {
-  return codec::amax_fold(codec::amax_fold(codec::amax_fold(codec::amax_fold(acc, v.x), v.y), v.z), v.w);
-}
+using device::warp_max;
 
 // ---- amax ---------------------------------------------------------------------
 template <bool kVec>
