@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "cuda/gemm.h"
+#include "cuda/gpt_cuda.h"
 #include "cuda_check.h"
 #include "engine.h"
 #include "runtime.h"
@@ -76,6 +77,7 @@ double matmul_tflops(cudaStream_t s) {
 struct Result {
   double ms = 0, ms_synced = 0, host_ms = 0, peak_gib = 0;
   std::vector<double> losses;
+  cuda::GraphStats graphs;
 };
 
 Result run(Communicator& comm, const GptConfig& mc, WeightFormat f, int B, int T, int steps, int warmup,
@@ -143,6 +145,7 @@ Result run(Communicator& comm, const GptConfig& mc, WeightFormat f, int B, int T
     const double window = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     MXDP_CUDA_CHECK(cudaDeviceSynchronize());
     peak = std::max(peak, used_bytes());
+    r.graphs = cuda::graph_stats(*model);
     std::sort(times.begin(), times.end());
     if (!times.empty()) {
       r.ms_synced = times[times.size() / 2] * 1e3;
@@ -186,9 +189,9 @@ int main(int argc, char** argv) {
       const double tok_s = B * T / (a.ms * 1e-3);
       std::printf("{\"system\": \"mxdp-%s\", \"model\": \"%s\", \"batch\": %d, \"seq\": %d, \"ms_per_step\": %.3f, "
                   "\"ms_synced\": %.3f, \"host_submit_ms\": %.3f, \"tokens_per_s\": %.0f, \"peak_gib\": %.3f, \"mfu\": %.4f, \"matmul_tflops\": %.1f, "
-                  "\"bitwise_repeatable\": %s, \"loss\": %.4f}\n",
+                  "\"cuda_graphs\": %lld, \"bitwise_repeatable\": %s, \"loss\": %.4f}\n",
                   name.c_str(), model.c_str(), B, T, a.ms, a.ms_synced, a.host_ms, tok_s, a.peak_gib, tok_s * flops_tok / (tflops * 1e12),
-                  tflops, same ? "true" : "false", a.losses.back());
+                  tflops, (long long)a.graphs.graphs, same ? "true" : "false", a.losses.back());
       std::fflush(stdout);
     }
   } catch (const std::exception& e) {

@@ -7,6 +7,7 @@
 
 #include "cuda/engine_ops_cuda.h"
 #include "cuda/gpt_cuda.h"
+#include "cuda/stream_graphs.h"
 #endif
 
 namespace mxdp {
@@ -63,7 +64,7 @@ std::unique_ptr<GptModel> make_gpt(Device d, const GptConfig& cfg, EngineOps& op
 #if defined(MXDP_HAVE_CUDA) && defined(MXDP_HAVE_CUDNN)
   if (d == Device::Cuda) {
     MXDP_CHECK(ops.device_memory(), "the GPU GPT needs device-memory ops");
-    return cuda::make_gpt(cfg, static_cast<cudaStream_t>(ops.stream()));
+    return cuda::make_gpt(cfg, static_cast<cudaStream_t>(ops.stream()), {.cuda_graphs = cuda::cuda_graphs_from_env()});
   }
 #endif
   MXDP_CHECK(d == Device::Cpu, "device ", to_string(d), " is not available in this build");

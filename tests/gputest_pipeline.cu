@@ -7,6 +7,10 @@
 // when the submission returned. Then the gate opens, and the results, read
 // back late, are bitwise those of the same steps run one at a time with the
 // host waiting for each (a second engine from the same seed).
+//
+// And the CUDA graphs (src/cuda/stream_graphs.h) change no bit: an engine whose
+// GPU GPT replays graphs trains, evaluates at another batch shape and trains
+// on, bitwise as one whose GPT runs every kernel eagerly.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -20,6 +24,7 @@
 #include "compare_util.h"
 #include "engine.h"
 #include "gpu_test_util.h"
+#include "cuda/gpt_cuda.h"
 #include "runtime.h"
 
 using namespace mxdp;
@@ -37,12 +42,12 @@ struct Rig {
   std::unique_ptr<DataParallel> engine;
 };
 
-Rig make_rig(WeightFormat f) {
+Rig make_rig(WeightFormat f, bool cuda_graphs = true) {
   Rig s;
   s.comm = make_job_communicator(Device::Cuda, {});
   s.ops = make_engine_ops(Device::Cuda);
   const GptConfig cfg{.vocab = 250, .padded_vocab = 256, .max_seq = 64, .n_layer = 2, .n_head = 4, .d_model = 64};
-  s.model = make_gpt(Device::Cuda, cfg, *s.ops);
+  s.model = cuda::make_gpt(cfg, static_cast<cudaStream_t>(s.ops->stream()), {.cuda_graphs = cuda_graphs});
   s.model->init_weights(5);
   DpOptions o;
   o.weight_format = f;
@@ -65,7 +70,7 @@ struct Batches {
       for (auto& t : tg.back()) t = int32_t(g() % 250);
     }
   }
-  Batch at(int i) const { return Batch{in[i].data(), tg[i].data(), 4, 32}; }
+  Batch at(int i, int B = 4) const { return Batch{in[i].data(), tg[i].data(), B, 128 / B}; }
 };
 
 TEST(GpuPipeline, HostSubmitsTheNextStepWhileTheGpuIsHeldInThisOne) {
@@ -139,6 +144,52 @@ TEST(GpuPipeline, HostSubmitsTheNextStepWhileTheGpuIsHeldInThisOne) {
     EXPECT_GT(want[0].grad_norm, 0.5) << "clip 0.5 must bind for the coefficient to be tested";
     cudaEventDestroy(end_of_n);
     cudaFreeHost(open);
+  }
+}
+
+// Steps 1-3 at B 4 (eager, captured, replayed), two evals at B 2 and T 64 (the
+// activations move: new keys), steps 4-7 back at B 4, then an eval at B 4.
+struct GraphRun {
+  std::vector<StepResult> steps;
+  std::vector<double> evals;
+  std::vector<std::vector<float>> masters;
+  cuda::GraphStats stats;
+};
+GraphRun run_for_graphs(WeightFormat f, bool cuda_graphs) {
+  Rig s = make_rig(f, cuda_graphs);
+  const Batches data(8);
+  GraphRun r;
+  for (int i = 0; i < 3; ++i) r.steps.push_back(s.engine->train_step({data.at(i)}));
+  for (int e = 0; e < 2; ++e) r.evals.push_back(s.engine->eval({data.at(7, 2)}));
+  for (int i = 3; i < 7; ++i) r.steps.push_back(s.engine->train_step({data.at(i)}));
+  r.evals.push_back(s.engine->eval({data.at(7)}));
+  for (int p = 0; p < int(s.model->params().size()); ++p) r.masters.push_back(s.engine->full_master(p));
+  r.stats = cuda::graph_stats(*s.model);
+  return r;
+}
+
+TEST(GpuGraphs, ReplaysAreBitwiseTheEagerRunAcrossShapesAndEvals) {
+  REQUIRE_GPU();
+  if (!cuda_available()) GTEST_SKIP() << "this build cannot run the GPU engine (no NCCL or cuDNN)";
+  for (WeightFormat f : {WeightFormat::Bf16, WeightFormat::Mxfp8, WeightFormat::Nvfp4}) {
+    const GraphRun eager = run_for_graphs(f, false), graphs = run_for_graphs(f, true);
+    EXPECT_EQ(eager.stats.launches, 0) << to_string(f);
+    // 2 layers: 4 forward stages + the loss + 3 backward stages a train step.
+    // Steps 2 and 3, then 5, 6, 7 (step 4 meets the shape again) at least.
+    EXPECT_GE(graphs.stats.launches, 5 * 8) << to_string(f) << ": the graphs were not used";
+    EXPECT_GT(graphs.stats.graphs, 0) << to_string(f);
+    ASSERT_EQ(graphs.steps.size(), eager.steps.size());
+    for (size_t i = 0; i < eager.steps.size(); ++i) {
+      EXPECT_TRUE(mxdp::testing::same_bits(graphs.steps[i].loss, eager.steps[i].loss))
+          << to_string(f) << " step " << i + 1 << ": " << graphs.steps[i].loss << " vs " << eager.steps[i].loss;
+      EXPECT_TRUE(mxdp::testing::same_bits(graphs.steps[i].grad_norm, eager.steps[i].grad_norm))
+          << to_string(f) << " step " << i + 1;
+    }
+    for (size_t e = 0; e < eager.evals.size(); ++e)
+      EXPECT_TRUE(mxdp::testing::same_bits(graphs.evals[e], eager.evals[e])) << to_string(f) << " eval " << e;
+    for (size_t p = 0; p < eager.masters.size(); ++p)
+      EXPECT_TRUE(mxdp::testing::same_bits(graphs.masters[p], eager.masters[p])) << to_string(f) << " param " << p;
+    EXPECT_NE(eager.steps.front().loss, eager.steps.back().loss) << "the run must train";
   }
 }
 

@@ -116,6 +116,7 @@ Attention::~Attention() {
 }
 
 int64_t Attention::workspace_bytes() const { return impl_->workspace_size; }
+const void* Attention::workspace() const { return impl_->workspace; }
 
 void Attention::forward(uint16_t* out, float* stats, const uint16_t* qkv, int B, int T, int H, int HS) {
   auto g = impl_->graph({B, T, H, HS, false});

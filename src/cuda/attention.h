@@ -32,6 +32,7 @@ class Attention {
 
   // Bytes of workspace the graphs built so far need (held once, shared).
   int64_t workspace_bytes() const;
+  const void* workspace() const;  // moves when a new shape needs more
 
  private:
   struct Impl;

@@ -25,6 +25,7 @@
 #include "cuda/attention.h"
 #include "cuda/gemm.h"
 #include "cuda/gpt_kernels.h"
+#include "cuda/stream_graphs.h"
 #include "cuda_check.h"
 #include "formats.h"
 
@@ -63,8 +64,9 @@ int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 class GptCuda final : public GptModel {
  public:
-  GptCuda(const GptConfig& cfg, cudaStream_t stream)
-      : cfg_(cfg), specs_(gpt_param_specs(cfg)), s_(stream), gemm_(stream), att_(stream) {
+  GptCuda(const GptConfig& cfg, cudaStream_t stream, const GptCudaOptions& opts)
+      : cfg_(cfg), specs_(gpt_param_specs(cfg)), s_(stream), gemm_(stream), att_(stream),
+        graphs_(stream, opts.cuda_graphs) {
     for (const auto& p : specs_) {
       offsets_.push_back(total_);
       total_ += round_up(p.numel(), 128);  // every param 256-byte aligned
@@ -136,9 +138,11 @@ class GptCuda final : public GptModel {
     upload_batch(batch.inputs, batch.targets, batch.B, batch.T);
     run_forward(hooks);
     const int M = B_ * T_;
-    classifier(act_.logits, act_.losses, act_.targets, M, cfg_.vocab, cfg_.padded_vocab, 1.f / float(M),
-               /*write_grad=*/true, s_);
-    mean_loss(act_.losses, M, loss, s_);
+    segment(kLossSegment, {&loss, &loss + 1}, [&] {
+      classifier(act_.logits, act_.losses, act_.targets, M, cfg_.vocab, cfg_.padded_vocab, 1.f / float(M),
+                 /*write_grad=*/true, s_);
+      mean_loss(act_.losses, M, loss, s_);
+    });
     state_ = State::kLoss;
   }
   float forward(const Batch& batch, ModelHooks& hooks) override {
@@ -180,6 +184,8 @@ class GptCuda final : public GptModel {
 
   void backward(ModelHooks& hooks) override;
 
+  const StreamGraphs& graphs() const { return graphs_; }
+
  private:
   struct BlockParams {
     int ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, mprojw, mprojb;
@@ -203,12 +209,31 @@ class GptCuda final : public GptModel {
   void ensure_activations(int B, int T);
   void upload_batch(const int32_t* tokens, const int32_t* targets, int B, int T);
   void run_forward(ModelHooks& hooks);
+  void forward_stage(int s);
+  void backward_head(float* dwte, float* dlnfw, float* dlnfb);
+  void backward_block(int l, float* const* g);
+
+  // The work between two hook calls is one graph segment (stream_graphs.h):
+  // forward stage s (what runs after before_layer(s)), the loss, backward
+  // stage s (what runs before after_layer_backward(s)). Its key is what its
+  // launches depend on beyond the model's fixed buffers: the shape, the
+  // activations and workspaces (reallocated when the shape changes), and
+  // the pointers the hooks handed out.
+  static constexpr int kLossSegment = 0;
+  int forward_segment(int s) const { return 1 + s; }
+  int backward_segment(int s) const { return 1 + num_layers() + s; }
+  struct Pointers {  // device pointers that go into a segment's key
+    float* const* begin;
+    float* const* end;
+  };
+  void segment(int id, Pointers extra, const std::function<void()>& work);
 
   GptConfig cfg_;
   std::vector<ParamSpec> specs_;
   cudaStream_t s_;
   Gemm gemm_;
   Attention att_;
+  StreamGraphs graphs_;
   std::vector<int64_t> offsets_;
   int64_t total_ = 0;
   Buf<uint16_t> weights_;
@@ -347,97 +372,152 @@ void GptCuda::upload_batch(const int32_t* tokens, const int32_t* targets, int B,
   sg.pending = true;
 }
 
+void GptCuda::segment(int id, Pointers extra, const std::function<void()>& work) {
+  StreamGraphs::Key key{B_, T_, reinterpret_cast<intptr_t>(arena_.get()),
+                        reinterpret_cast<intptr_t>(att_.workspace()), att_.workspace_bytes()};
+  for (float* const* p = extra.begin; p != extra.end; ++p) key.push_back(reinterpret_cast<intptr_t>(*p));
+  graphs_.run(id, key, work);
+}
+
 void GptCuda::run_forward(ModelHooks& hooks) {
+  for (int s = 0; s <= cfg_.n_layer + 1; ++s) {
+    hooks.before_layer(s);
+    segment(forward_segment(s), {nullptr, nullptr}, [&] { forward_stage(s); });
+  }
+}
+
+// Layer 0 is the embeddings, layer 1 + l block l, layer L + 1 the final
+// LayerNorm. Stage s runs once layer s is fresh: stage 1 is block 0's LN1 and
+// body; stage s >= 2 the residual add closing block s - 2 fused with the
+// LayerNorm of layer s, then block s - 1's body (or, for s = L + 1, the head).
+void GptCuda::forward_stage(int s) {
   const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, HS = C / NH, Vp = cfg_.padded_vocab, L = cfg_.n_layer;
   const int M = B * T;
   const int64_t BTC = int64_t(M) * C;
   Activations& a = act_;
-  hooks.before_layer(0);
-  encoder_forward(a.resid, a.tokens, w(0), w(1), B, T, C, s_);
-  hooks.before_layer(1);
-  layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.resid, w(blocks_[0].ln1w), w(blocks_[0].ln1b), M, C, s_);
-  for (int l = 0; l < L; ++l) {
-    const BlockParams& p = blocks_[l];
+  if (s == 0) {
+    encoder_forward(a.resid, a.tokens, w(0), w(1), B, T, C, s_);
+    return;
+  }
+  if (s == 1) {
+    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.resid, w(blocks_[0].ln1w), w(blocks_[0].ln1b), M, C, s_);
+  } else {
+    const int l = s - 2;  // the block this residual add closes
     uint16_t* x = a.resid + l * BTC;
-    uint16_t* ln1 = a.ln1 + l * BTC;
-    uint16_t* qkv = a.qkv + l * 3 * BTC;
-    uint16_t* atty = a.atty + l * BTC;
-    uint16_t* mid = a.resid_mid + l * BTC;
-    uint16_t* ln2 = a.ln2 + l * BTC;
-    uint16_t* pre = a.fch_pre + l * 4 * BTC;
-    uint16_t* h = a.dfch;  // the GELU output is not kept (backward recomputes it): dfch is free in forward
-    gemm_.forward(qkv, ln1, w(p.qkvw), w(p.qkvb), M, 3 * C, C);
-    att_.forward(atty, a.stats + int64_t(l) * B * NH * T, qkv, B, T, NH, HS);
-    gemm_.forward(a.tmp, atty, w(p.projw), w(p.projb), M, C, C);
-    residual_layernorm_forward(mid, ln2, a.ln2_mean + int64_t(l) * M, a.ln2_rstd + int64_t(l) * M, x, a.tmp,
-                               w(p.ln2w), w(p.ln2b), M, C, s_);
-    gemm_.forward(h, ln2, w(p.fcw), w(p.fcb), M, 4 * C, C, pre);
-    gemm_.forward(a.tmp, h, w(p.mprojw), w(p.mprojb), M, C, 4 * C);
-    hooks.before_layer(l + 2);  // the next block, or the final LayerNorm
+    const uint16_t* mid = a.resid_mid + l * BTC;
     uint16_t* next_ln = l + 1 < L ? a.ln1 + (l + 1) * BTC : a.lnf;
     float* next_mean = l + 1 < L ? a.ln1_mean + int64_t(l + 1) * M : a.lnf_mean;
     float* next_rstd = l + 1 < L ? a.ln1_rstd + int64_t(l + 1) * M : a.lnf_rstd;
     const int nw = l + 1 < L ? blocks_[l + 1].ln1w : lnfw_, nb = l + 1 < L ? blocks_[l + 1].ln1b : lnfb_;
     residual_layernorm_forward(x + BTC, next_ln, next_mean, next_rstd, mid, a.tmp, w(nw), w(nb), M, C, s_);
   }
-  gemm_.forward(a.logits, a.lnf, w(0), nullptr, M, Vp, C);
+  const int l = s - 1;  // the block whose body runs now
+  if (l == L) {
+    gemm_.forward(a.logits, a.lnf, w(0), nullptr, M, Vp, C);
+    return;
+  }
+  const BlockParams& p = blocks_[l];
+  uint16_t* x = a.resid + l * BTC;
+  uint16_t* ln1 = a.ln1 + l * BTC;
+  uint16_t* qkv = a.qkv + l * 3 * BTC;
+  uint16_t* atty = a.atty + l * BTC;
+  uint16_t* mid = a.resid_mid + l * BTC;
+  uint16_t* ln2 = a.ln2 + l * BTC;
+  uint16_t* pre = a.fch_pre + l * 4 * BTC;
+  uint16_t* h = a.dfch;  // the GELU output is not kept (backward recomputes it): dfch is free in forward
+  gemm_.forward(qkv, ln1, w(p.qkvw), w(p.qkvb), M, 3 * C, C);
+  att_.forward(atty, a.stats + int64_t(l) * B * NH * T, qkv, B, T, NH, HS);
+  gemm_.forward(a.tmp, atty, w(p.projw), w(p.projb), M, C, C);
+  residual_layernorm_forward(mid, ln2, a.ln2_mean + int64_t(l) * M, a.ln2_rstd + int64_t(l) * M, x, a.tmp,
+                             w(p.ln2w), w(p.ln2b), M, C, s_);
+  gemm_.forward(h, ln2, w(p.fcw), w(p.fcb), M, 4 * C, C, pre);
+  gemm_.forward(a.tmp, h, w(p.mprojw), w(p.mprojb), M, C, 4 * C);
 }
 
 void GptCuda::backward(ModelHooks& hooks) {
   MXDP_CHECK(state_ == State::kLoss, "backward needs a forward with targets since the last backward");
   state_ = State::kBackwardDone;
-  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, HS = C / NH, Vp = cfg_.padded_vocab, L = cfg_.n_layer;
-  const int M = B * T;
-  const int64_t BTC = int64_t(M) * C;
-  Activations& a = act_;
-  // Head (its weight is wte, layer 0): dlnf = dlogits @ wte, dwte += dlogits^T @ lnf.
-  gemm_.backward_data(a.dln, a.logits, w(0), M, Vp, C);
-  gemm_.backward_weight(hooks.grad(0), a.logits, a.lnf, M, Vp, C);
-  layernorm_backward(a.dresid, /*accumulate=*/false, hooks.grad(lnfw_), hooks.grad(lnfb_), a.scratch, a.dln,
-                     a.resid + L * BTC, w(lnfw_), a.lnf_mean, a.lnf_rstd, M, C, s_);
+  const int L = cfg_.n_layer;
+  {
+    float* g[3] = {hooks.grad(0), hooks.grad(lnfw_), hooks.grad(lnfb_)};
+    segment(backward_segment(L + 1), {g, g + 3}, [&] { backward_head(g[0], g[1], g[2]); });
+  }
   hooks.after_layer_backward(L + 1);
   for (int l = L - 1; l >= 0; --l) {
     const BlockParams& p = blocks_[l];
-    const uint16_t* x = a.resid + l * BTC;
-    const uint16_t* ln1 = a.ln1 + l * BTC;
-    const uint16_t* qkv = a.qkv + l * 3 * BTC;
-    const uint16_t* atty = a.atty + l * BTC;
-    const uint16_t* mid = a.resid_mid + l * BTC;
-    const uint16_t* ln2 = a.ln2 + l * BTC;
-    const uint16_t* pre = a.fch_pre + l * 4 * BTC;
-    // MLP: resid[l+1] = mid + mproj(gelu(fc(ln2))). The GELU's output is
-    // recomputed from pre into dfch, used by mproj's weight gradient, then
-    // overwritten there by the gradient through the GELU.
-    gelu_forward(a.dfch, pre, 4 * BTC, s_);
-    gemm_.backward_weight(hooks.grad(p.mprojw), a.dresid, a.dfch, M, C, 4 * C);
-    bias_backward(hooks.grad(p.mprojb), a.scratch, a.dresid, M, C, s_);
-    gemm_.backward_data(a.dfch, a.dresid, w(p.mprojw), M, C, 4 * C, pre);  // through the GELU too
-    gemm_.backward_data(a.dln, a.dfch, w(p.fcw), M, 4 * C, C);
-    gemm_.backward_weight(hooks.grad(p.fcw), a.dfch, ln2, M, 4 * C, C);
-    bias_backward(hooks.grad(p.fcb), a.scratch, a.dfch, M, 4 * C, s_);
-    layernorm_backward(a.dresid, true, hooks.grad(p.ln2w), hooks.grad(p.ln2b), a.scratch, a.dln, mid, w(p.ln2w),
-                       a.ln2_mean + int64_t(l) * M, a.ln2_rstd + int64_t(l) * M, M, C, s_);
-    // Attention: mid = x + proj(attn(qkv(ln1))).
-    gemm_.backward_data(a.datty, a.dresid, w(p.projw), M, C, C);
-    gemm_.backward_weight(hooks.grad(p.projw), a.dresid, atty, M, C, C);
-    bias_backward(hooks.grad(p.projb), a.scratch, a.dresid, M, C, s_);
-    att_.backward(a.dqkv, a.datty, qkv, atty, a.stats + int64_t(l) * B * NH * T, B, T, NH, HS);
-    gemm_.backward_data(a.dln, a.dqkv, w(p.qkvw), M, 3 * C, C);
-    gemm_.backward_weight(hooks.grad(p.qkvw), a.dqkv, ln1, M, 3 * C, C);
-    bias_backward(hooks.grad(p.qkvb), a.scratch, a.dqkv, M, 3 * C, s_);
-    layernorm_backward(a.dresid, true, hooks.grad(p.ln1w), hooks.grad(p.ln1b), a.scratch, a.dln, x, w(p.ln1w),
-                       a.ln1_mean + int64_t(l) * M, a.ln1_rstd + int64_t(l) * M, M, C, s_);
+    float* g[12];
+    const int ids[12] = {p.ln1w, p.ln1b, p.qkvw, p.qkvb, p.projw, p.projb, p.ln2w, p.ln2b, p.fcw, p.fcb, p.mprojw, p.mprojb};
+    for (int i = 0; i < 12; ++i) g[i] = hooks.grad(ids[i]);
+    segment(backward_segment(l + 1), {g, g + 12}, [&] { backward_block(l, g); });
     hooks.after_layer_backward(l + 1);
   }
-  encoder_backward(hooks.grad(0), hooks.grad(1), a.dresid, a.order, a.seg_start, a.seg_token, n_seg_, B, T, C, s_);
+  // Not a graph: its launch size is the batch's number of distinct tokens.
+  encoder_backward(hooks.grad(0), hooks.grad(1), act_.dresid, act_.order, act_.seg_start, act_.seg_token, n_seg_, B_,
+                   T_, cfg_.d_model, s_);
   hooks.after_layer_backward(0);
+}
+
+// Head (its weight is wte, layer 0): dlnf = dlogits @ wte, dwte += dlogits^T @ lnf.
+void GptCuda::backward_head(float* dwte, float* dlnfw, float* dlnfb) {
+  const int M = B_ * T_, C = cfg_.d_model, Vp = cfg_.padded_vocab, L = cfg_.n_layer;
+  Activations& a = act_;
+  gemm_.backward_data(a.dln, a.logits, w(0), M, Vp, C);
+  gemm_.backward_weight(dwte, a.logits, a.lnf, M, Vp, C);
+  layernorm_backward(a.dresid, /*accumulate=*/false, dlnfw, dlnfb, a.scratch, a.dln, a.resid + L * int64_t(M) * C,
+                     w(lnfw_), a.lnf_mean, a.lnf_rstd, M, C, s_);
+}
+
+// g: the block's gradients in BlockParams order (ln1w ... mprojb).
+void GptCuda::backward_block(int l, float* const* g) {
+  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, HS = C / NH;
+  const int M = B * T;
+  const int64_t BTC = int64_t(M) * C;
+  Activations& a = act_;
+  const BlockParams& p = blocks_[l];
+  float *d_ln1w = g[0], *d_ln1b = g[1], *d_qkvw = g[2], *d_qkvb = g[3], *d_projw = g[4], *d_projb = g[5];
+  float *d_ln2w = g[6], *d_ln2b = g[7], *d_fcw = g[8], *d_fcb = g[9], *d_mprojw = g[10], *d_mprojb = g[11];
+  const uint16_t* x = a.resid + l * BTC;
+  const uint16_t* ln1 = a.ln1 + l * BTC;
+  const uint16_t* qkv = a.qkv + l * 3 * BTC;
+  const uint16_t* atty = a.atty + l * BTC;
+  const uint16_t* mid = a.resid_mid + l * BTC;
+  const uint16_t* ln2 = a.ln2 + l * BTC;
+  const uint16_t* pre = a.fch_pre + l * 4 * BTC;
+  // MLP: resid[l+1] = mid + mproj(gelu(fc(ln2))). The GELU's output is
+  // recomputed from pre into dfch, used by mproj's weight gradient, then
+  // overwritten there by the gradient through the GELU.
+  gelu_forward(a.dfch, pre, 4 * BTC, s_);
+  gemm_.backward_weight(d_mprojw, a.dresid, a.dfch, M, C, 4 * C);
+  bias_backward(d_mprojb, a.scratch, a.dresid, M, C, s_);
+  gemm_.backward_data(a.dfch, a.dresid, w(p.mprojw), M, C, 4 * C, pre);  // through the GELU too
+  gemm_.backward_data(a.dln, a.dfch, w(p.fcw), M, 4 * C, C);
+  gemm_.backward_weight(d_fcw, a.dfch, ln2, M, 4 * C, C);
+  bias_backward(d_fcb, a.scratch, a.dfch, M, 4 * C, s_);
+  layernorm_backward(a.dresid, true, d_ln2w, d_ln2b, a.scratch, a.dln, mid, w(p.ln2w), a.ln2_mean + int64_t(l) * M,
+                     a.ln2_rstd + int64_t(l) * M, M, C, s_);
+  // Attention: mid = x + proj(attn(qkv(ln1))).
+  gemm_.backward_data(a.datty, a.dresid, w(p.projw), M, C, C);
+  gemm_.backward_weight(d_projw, a.dresid, atty, M, C, C);
+  bias_backward(d_projb, a.scratch, a.dresid, M, C, s_);
+  att_.backward(a.dqkv, a.datty, qkv, atty, a.stats + int64_t(l) * B * NH * T, B, T, NH, HS);
+  gemm_.backward_data(a.dln, a.dqkv, w(p.qkvw), M, 3 * C, C);
+  gemm_.backward_weight(d_qkvw, a.dqkv, ln1, M, 3 * C, C);
+  bias_backward(d_qkvb, a.scratch, a.dqkv, M, 3 * C, s_);
+  layernorm_backward(a.dresid, true, d_ln1w, d_ln1b, a.scratch, a.dln, x, w(p.ln1w), a.ln1_mean + int64_t(l) * M,
+                     a.ln1_rstd + int64_t(l) * M, M, C, s_);
 }
 
 }  // namespace
 
-std::unique_ptr<GptModel> make_gpt(const GptConfig& cfg, cudaStream_t stream) {
+std::unique_ptr<GptModel> make_gpt(const GptConfig& cfg, cudaStream_t stream, const GptCudaOptions& opts) {
   MXDP_CHECK(stream != nullptr, "the GPU GPT needs a stream (the engine ops' stream)");
-  return std::make_unique<GptCuda>(cfg, stream);
+  return std::make_unique<GptCuda>(cfg, stream, opts);
+}
+
+GraphStats graph_stats(const GptModel& model) {
+  const auto* m = dynamic_cast<const GptCuda*>(&model);
+  MXDP_CHECK(m, "graph_stats: not the GPU GPT");
+  return {m->graphs().launches(), m->graphs().eager_runs(), m->graphs().graphs()};
 }
 
 }  // namespace mxdp::cuda

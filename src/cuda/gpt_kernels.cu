@@ -299,10 +299,41 @@ __device__ __forceinline__ MaxSum combine(MaxSum a, MaxSum b) {
 }
 
 constexpr int kClsThreads = 512;
+constexpr int kClsUnroll = 4;  // accesses each thread has in flight
+
+// W raw bf16 values: loaded first, converted later, so a thread issues
+// kClsUnroll loads before it waits for the first.
+template <int W>
+struct RawBf16 {
+  uint16_t h[W];
+};
+template <>
+struct RawBf16<8> {
+  uint4 u;
+};
+template <int W>
+__device__ __forceinline__ RawBf16<W> load_raw(const uint16_t* p) {
+  RawBf16<W> r;
+  if constexpr (W == 8) r.u = *reinterpret_cast<const uint4*>(p);
+  else
+#pragma unroll
+    for (int i = 0; i < W; ++i) r.h[i] = p[i];
+  return r;
+}
+template <int W>
+__device__ __forceinline__ void unpack(const RawBf16<W>& r, float (&f)[W]) {
+  const uint16_t* h;
+  if constexpr (W == 8) h = reinterpret_cast<const uint16_t*>(&r.u);
+  else h = r.h;
+#pragma unroll
+  for (int i = 0; i < W; ++i) f[i] = codec::bf16_to_f32(h[i]);
+}
 
 // One block per row, W logits per access (W = 8 when Vp % 8 == 0). Each
 // thread keeps a running max and a sum rescaled when the max grows (one exp
-// per logit, one more per access at most), then the block combines them in a fixed tree.
+// per logit, one more per access at most), then the block combines them in a
+// fixed tree. A thread's accesses are k = tid, tid + 512, ... in that order
+// (kClsUnroll of them loaded at a time), so the sums do not depend on the unroll.
 template <int W>
 __global__ void classifier_kernel(uint16_t* logits, float* losses, const int32_t* targets, int V, int Vp,
                                   float grad_scale, bool write_grad) {
@@ -311,18 +342,27 @@ __global__ void classifier_kernel(uint16_t* logits, float* losses, const int32_t
   const int64_t row = blockIdx.x;
   uint16_t* z = logits + row * Vp;
   float mx = -INFINITY, sum = 0.f;
-  for (int k = threadIdx.x; k * W < V; k += kClsThreads) {
-    float f[W];
-    load(z + k * W, f);
-    float cm = -INFINITY;  // the access's max first, so the sum rescales at most once per access
+  for (int k0 = threadIdx.x; k0 * W < V; k0 += kClsUnroll * kClsThreads) {
+    RawBf16<W> r[kClsUnroll];
 #pragma unroll
-    for (int i = 0; i < W; ++i) cm = k * W + i < V ? fmaxf(cm, f[i]) : cm;
-    if (cm > mx) {
-      sum *= expf(mx - cm);
-      mx = cm;
+    for (int u = 0; u < kClsUnroll; ++u)
+      if (const int k = k0 + u * kClsThreads; k * W < V) r[u] = load_raw<W>(z + k * W);
+#pragma unroll
+    for (int u = 0; u < kClsUnroll; ++u) {
+      const int k = k0 + u * kClsThreads;
+      if (k * W >= V) break;
+      float f[W];
+      unpack(r[u], f);
+      float cm = -INFINITY;  // the access's max first, so the sum rescales at most once per access
+#pragma unroll
+      for (int i = 0; i < W; ++i) cm = k * W + i < V ? fmaxf(cm, f[i]) : cm;
+      if (cm > mx) {
+        sum *= expf(mx - cm);
+        mx = cm;
+      }
+#pragma unroll
+      for (int i = 0; i < W; ++i) sum += k * W + i < V ? expf(f[i] - mx) : 0.f;
     }
-#pragma unroll
-    for (int i = 0; i < W; ++i) sum += k * W + i < V ? expf(f[i] - mx) : 0.f;
   }
   MaxSum acc{mx, sum};
 #pragma unroll
@@ -342,15 +382,24 @@ __global__ void classifier_kernel(uint16_t* logits, float* losses, const int32_t
   if (!write_grad) return;
   const float lse = lse_sh;
   const int target = targets[row];
-  for (int k = threadIdx.x; k * W < Vp; k += kClsThreads) {
-    float f[W];
-    load(z + k * W, f);
+  for (int k0 = threadIdx.x; k0 * W < Vp; k0 += kClsUnroll * kClsThreads) {
+    RawBf16<W> r[kClsUnroll];
 #pragma unroll
-    for (int i = 0; i < W; ++i) {
-      const int v = k * W + i;
-      f[i] = v < V ? (expf(f[i] - lse) - (v == target ? 1.f : 0.f)) * grad_scale : 0.f;
+    for (int u = 0; u < kClsUnroll; ++u)
+      if (const int k = k0 + u * kClsThreads; k * W < Vp) r[u] = load_raw<W>(z + k * W);
+#pragma unroll
+    for (int u = 0; u < kClsUnroll; ++u) {
+      const int k = k0 + u * kClsThreads;
+      if (k * W >= Vp) break;
+      float f[W];
+      unpack(r[u], f);
+#pragma unroll
+      for (int i = 0; i < W; ++i) {
+        const int v = k * W + i;
+        f[i] = v < V ? (expf(f[i] - lse) - (v == target ? 1.f : 0.f)) * grad_scale : 0.f;
+      }
+      store(z + k * W, f);
     }
-    store(z + k * W, f);
   }
 }
 
