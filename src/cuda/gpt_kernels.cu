@@ -202,7 +202,7 @@ __global__ void layernorm_backward_kernel(uint16_t* dinp, bool accumulate, const
 // chunk in order; the 8 warp sums are added in warp order into the chunk's
 // partial sum ([2][chunks][N] after the counters in scratch). The last block
 // of a column range to finish (a counter per range) adds the chunks' partial
-// sums in chunk order into the destination and resets the counter. Which block
+// sums in a fixed order (below) into the destination and resets the counter. Which block
 // is last does not change the order of any addition: the bits are fixed.
 // With ln (mean != null): a = sum dout * norm(inp), b = sum dout (LayerNorm dw,
 // db); otherwise a = sum dout (bias).
@@ -261,12 +261,34 @@ __global__ void colsum_kernel(float* dst_a, float* dst_b, float* scratch, const 
   __syncthreads();
   if (!last) return;
   __threadfence();
+  // The chunks' partial sums, spread over the block as phase one spread the
+  // rows: warp w adds chunks w, w+8, ... in order (lane: 8 columns, two 16-byte
+  // reads per chunk), then each column adds the 8 warp sums in warp order.
+  for (int i = 0; i < 8; ++i) a[i] = b[i] = 0.f;
+  if (n0 < N) {
+#pragma unroll 4
+    for (int k = warp; k < chunks; k += 8) {
+      const float4* pa = reinterpret_cast<const float4*>(partial + int64_t(k) * N + n0);
+      const float4 a0 = __ldcg(pa), a1 = __ldcg(pa + 1);
+      a[0] += a0.x, a[1] += a0.y, a[2] += a0.z, a[3] += a0.w, a[4] += a1.x, a[5] += a1.y, a[6] += a1.z, a[7] += a1.w;
+      if (dst_b) {
+        const float4* pb = reinterpret_cast<const float4*>(partial + (int64_t(chunks) + k) * N + n0);
+        const float4 b0 = __ldcg(pb), b1 = __ldcg(pb + 1);
+        b[0] += b0.x, b[1] += b0.y, b[2] += b0.z, b[3] += b0.w, b[4] += b1.x, b[5] += b1.y, b[6] += b1.z, b[7] += b1.w;
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    sa[warp][lane * 8 + i] = a[i];
+    sb[warp][lane * 8 + i] = b[i];
+  }
+  __syncthreads();
   if (n < N) {
     float ta = 0.f, tb = 0.f;
-#pragma unroll 16
-    for (int k = 0; k < chunks; ++k) {  // independent loads: many in flight, added in chunk order
-      ta += __ldcg(&partial[int64_t(k) * N + n]);
-      tb += __ldcg(&partial[(int64_t(chunks) + k) * N + n]);
+    for (int w = 0; w < 8; ++w) {
+      ta += sa[w][c];
+      tb += sb[w][c];
     }
     dst_a[n] += ta;
     if (dst_b) dst_b[n] += tb;
@@ -276,8 +298,8 @@ __global__ void colsum_kernel(float* dst_a, float* dst_b, float* scratch, const 
 
 void colsums(float* dst_a, float* dst_b, float* scratch, const uint16_t* dout, const uint16_t* inp, const float* mean,
              const float* rstd, int M, int N, cudaStream_t s) {
-  MXDP_CHECK(N % 8 == 0 && aligned16(dout) && (!inp || aligned16(inp)),
-             "column sums need N % 8 == 0 and 16-byte aligned rows, got N=", N);
+  MXDP_CHECK(N % 8 == 0 && aligned16(dout) && (!inp || aligned16(inp)) && aligned16(scratch),
+             "column sums need N % 8 == 0 and 16-byte aligned rows and scratch, got N=", N);
   const int col_blocks = (N + kColsumCols - 1) / kColsumCols;
   MXDP_CHECK(col_blocks <= kColsumCounters, "column sums over N=", N, " columns: more than ",
              kColsumCounters * kColsumCols, " are not supported");
@@ -334,9 +356,14 @@ __device__ __forceinline__ void unpack(const RawBf16<W>& r, float (&f)[W]) {
 // per logit, one more per access at most), then the block combines them in a
 // fixed tree. A thread's accesses are k = tid, tid + 512, ... in that order
 // (kClsUnroll of them loaded at a time), so the sums do not depend on the unroll.
-template <int W>
+//
+// kRowInSmem: pass one also keeps the row's logits in shared memory (2 Vp
+// bytes), where pass two reads them, so the row crosses HBM once each way.
+template <int W, bool kRowInSmem>
 __global__ void classifier_kernel(uint16_t* logits, float* losses, const int32_t* targets, int V, int Vp,
                                   float grad_scale, bool write_grad) {
+  static_assert(!kRowInSmem || W == 8, "the shared-memory row is kept in 16-byte accesses");
+  extern __shared__ uint4 row_sh[];
   __shared__ MaxSum warps[kClsThreads / 32];
   __shared__ float lse_sh;
   const int64_t row = blockIdx.x;
@@ -346,7 +373,10 @@ __global__ void classifier_kernel(uint16_t* logits, float* losses, const int32_t
     RawBf16<W> r[kClsUnroll];
 #pragma unroll
     for (int u = 0; u < kClsUnroll; ++u)
-      if (const int k = k0 + u * kClsThreads; k * W < V) r[u] = load_raw<W>(z + k * W);
+      if (const int k = k0 + u * kClsThreads; k * W < V) {
+        r[u] = load_raw<W>(z + k * W);
+        if constexpr (kRowInSmem) row_sh[k] = r[u].u;
+      }
 #pragma unroll
     for (int u = 0; u < kClsUnroll; ++u) {
       const int k = k0 + u * kClsThreads;
@@ -385,8 +415,15 @@ __global__ void classifier_kernel(uint16_t* logits, float* losses, const int32_t
   for (int k0 = threadIdx.x; k0 * W < Vp; k0 += kClsUnroll * kClsThreads) {
     RawBf16<W> r[kClsUnroll];
 #pragma unroll
-    for (int u = 0; u < kClsUnroll; ++u)
-      if (const int k = k0 + u * kClsThreads; k * W < Vp) r[u] = load_raw<W>(z + k * W);
+    for (int u = 0; u < kClsUnroll; ++u) {
+      const int k = k0 + u * kClsThreads;
+      if constexpr (kRowInSmem) {
+        // Accesses past V hold only padding, whose gradient is 0: not read.
+        r[u].u = k * W < V ? row_sh[k] : make_uint4(0, 0, 0, 0);
+      } else if (k * W < Vp) {
+        r[u] = load_raw<W>(z + k * W);
+      }
+    }
 #pragma unroll
     for (int u = 0; u < kClsUnroll; ++u) {
       const int k = k0 + u * kClsThreads;
@@ -509,11 +546,23 @@ void bias_backward(float* dbias, float* scratch, const uint16_t* dout, int M, in
 }
 
 void classifier(uint16_t* logits, float* losses, const int32_t* targets, int M, int V, int Vp, float grad_scale,
-                bool write_grad, cudaStream_t s) {
-  if (Vp % 8 == 0 && aligned16(logits))
-    classifier_kernel<8><<<M, kClsThreads, 0, s>>>(logits, losses, targets, V, Vp, grad_scale, write_grad);
+                bool write_grad, cudaStream_t s, bool row_in_smem) {
+  // Shared memory a block may opt into on this device, asked once (sm_90: 227 KiB).
+  static const int smem_optin = [] {
+    int dev = 0, v = 0;
+    MXDP_CUDA_CHECK(cudaGetDevice(&dev));
+    MXDP_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    MXDP_CUDA_CHECK(cudaFuncSetAttribute(classifier_kernel<8, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, v));
+    return v;
+  }();
+  const bool vec = Vp % 8 == 0 && aligned16(logits);
+  const size_t row_bytes = size_t(Vp) * 2;
+  if (vec && row_in_smem && row_bytes <= size_t(smem_optin))
+    classifier_kernel<8, true><<<M, kClsThreads, row_bytes, s>>>(logits, losses, targets, V, Vp, grad_scale, write_grad);
+  else if (vec)
+    classifier_kernel<8, false><<<M, kClsThreads, 0, s>>>(logits, losses, targets, V, Vp, grad_scale, write_grad);
   else
-    classifier_kernel<1><<<M, kClsThreads, 0, s>>>(logits, losses, targets, V, Vp, grad_scale, write_grad);
+    classifier_kernel<1, false><<<M, kClsThreads, 0, s>>>(logits, losses, targets, V, Vp, grad_scale, write_grad);
   MXDP_CUDA_CHECK_LAUNCH();
 }
 
