@@ -547,13 +547,17 @@ void bias_backward(float* dbias, float* scratch, const uint16_t* dout, int M, in
 
 void classifier(uint16_t* logits, float* losses, const int32_t* targets, int M, int V, int Vp, float grad_scale,
                 bool write_grad, cudaStream_t s, bool row_in_smem) {
-  // Shared memory a block may opt into on this device, asked once (sm_90: 227 KiB).
+  // Dynamic shared memory the row kernel may take on this device, asked once:
+  // what a block may opt into (sm_90: 227 KiB) less the kernel's static part.
   static const int smem_optin = [] {
-    int dev = 0, v = 0;
+    int dev = 0, optin = 0;
     MXDP_CUDA_CHECK(cudaGetDevice(&dev));
-    MXDP_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    MXDP_CUDA_CHECK(cudaFuncSetAttribute(classifier_kernel<8, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, v));
-    return v;
+    MXDP_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    cudaFuncAttributes fa{};
+    MXDP_CUDA_CHECK(cudaFuncGetAttributes(&fa, classifier_kernel<8, true>));
+    const int dyn = optin - int(fa.sharedSizeBytes);
+    MXDP_CUDA_CHECK(cudaFuncSetAttribute(classifier_kernel<8, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn));
+    return dyn;
   }();
   const bool vec = Vp % 8 == 0 && aligned16(logits);
   const size_t row_bytes = size_t(Vp) * 2;
