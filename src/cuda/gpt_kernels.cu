@@ -356,14 +356,11 @@ __device__ __forceinline__ void unpack(const RawBf16<W>& r, float (&f)[W]) {
 // per logit, one more per access at most), then the block combines them in a
 // fixed tree. A thread's accesses are k = tid, tid + 512, ... in that order
 // (kClsUnroll of them loaded at a time), so the sums do not depend on the unroll.
-//
-// kRowInSmem: pass one also keeps the row's logits in shared memory (2 Vp
-// bytes), where pass two reads them, so the row crosses HBM once each way.
-template <int W, bool kRowInSmem>
+// Pass two reads the row again: keeping the row (100 KB at GPT-2's vocab) in
+// shared memory between the passes was slower (docs/gpu.md).
+template <int W>
 __global__ void classifier_kernel(uint16_t* logits, float* losses, const int32_t* targets, int V, int Vp,
                                   float grad_scale, bool write_grad) {
-  static_assert(!kRowInSmem || W == 8, "the shared-memory row is kept in 16-byte accesses");
-  extern __shared__ uint4 row_sh[];
   __shared__ MaxSum warps[kClsThreads / 32];
   __shared__ float lse_sh;
   const int64_t row = blockIdx.x;
@@ -373,10 +370,7 @@ __global__ void classifier_kernel(uint16_t* logits, float* losses, const int32_t
     RawBf16<W> r[kClsUnroll];
 #pragma unroll
     for (int u = 0; u < kClsUnroll; ++u)
-      if (const int k = k0 + u * kClsThreads; k * W < V) {
-        r[u] = load_raw<W>(z + k * W);
-        if constexpr (kRowInSmem) row_sh[k] = r[u].u;
-      }
+      if (const int k = k0 + u * kClsThreads; k * W < V) r[u] = load_raw<W>(z + k * W);
 #pragma unroll
     for (int u = 0; u < kClsUnroll; ++u) {
       const int k = k0 + u * kClsThreads;
@@ -415,15 +409,8 @@ __global__ void classifier_kernel(uint16_t* logits, float* losses, const int32_t
   for (int k0 = threadIdx.x; k0 * W < Vp; k0 += kClsUnroll * kClsThreads) {
     RawBf16<W> r[kClsUnroll];
 #pragma unroll
-    for (int u = 0; u < kClsUnroll; ++u) {
-      const int k = k0 + u * kClsThreads;
-      if constexpr (kRowInSmem) {
-        // Accesses past V hold only padding, whose gradient is 0: not read.
-        r[u].u = k * W < V ? row_sh[k] : make_uint4(0, 0, 0, 0);
-      } else if (k * W < Vp) {
-        r[u] = load_raw<W>(z + k * W);
-      }
-    }
+    for (int u = 0; u < kClsUnroll; ++u)
+      if (const int k = k0 + u * kClsThreads; k * W < Vp) r[u] = load_raw<W>(z + k * W);
 #pragma unroll
     for (int u = 0; u < kClsUnroll; ++u) {
       const int k = k0 + u * kClsThreads;
@@ -546,27 +533,11 @@ void bias_backward(float* dbias, float* scratch, const uint16_t* dout, int M, in
 }
 
 void classifier(uint16_t* logits, float* losses, const int32_t* targets, int M, int V, int Vp, float grad_scale,
-                bool write_grad, cudaStream_t s, bool row_in_smem) {
-  // Dynamic shared memory the row kernel may take on this device, asked once:
-  // what a block may opt into (sm_90: 227 KiB) less the kernel's static part.
-  static const int smem_optin = [] {
-    int dev = 0, optin = 0;
-    MXDP_CUDA_CHECK(cudaGetDevice(&dev));
-    MXDP_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    cudaFuncAttributes fa{};
-    MXDP_CUDA_CHECK(cudaFuncGetAttributes(&fa, classifier_kernel<8, true>));
-    const int dyn = optin - int(fa.sharedSizeBytes);
-    MXDP_CUDA_CHECK(cudaFuncSetAttribute(classifier_kernel<8, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn));
-    return dyn;
-  }();
-  const bool vec = Vp % 8 == 0 && aligned16(logits);
-  const size_t row_bytes = size_t(Vp) * 2;
-  if (vec && row_in_smem && row_bytes <= size_t(smem_optin))
-    classifier_kernel<8, true><<<M, kClsThreads, row_bytes, s>>>(logits, losses, targets, V, Vp, grad_scale, write_grad);
-  else if (vec)
-    classifier_kernel<8, false><<<M, kClsThreads, 0, s>>>(logits, losses, targets, V, Vp, grad_scale, write_grad);
+                bool write_grad, cudaStream_t s) {
+  if (Vp % 8 == 0 && aligned16(logits))
+    classifier_kernel<8><<<M, kClsThreads, 0, s>>>(logits, losses, targets, V, Vp, grad_scale, write_grad);
   else
-    classifier_kernel<1, false><<<M, kClsThreads, 0, s>>>(logits, losses, targets, V, Vp, grad_scale, write_grad);
+    classifier_kernel<1><<<M, kClsThreads, 0, s>>>(logits, losses, targets, V, Vp, grad_scale, write_grad);
   MXDP_CUDA_CHECK_LAUNCH();
 }
 

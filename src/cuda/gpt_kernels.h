@@ -63,11 +63,8 @@ void bias_backward(float* dbias, float* scratch, const uint16_t* dout, int M, in
 // losses[m] = logsumexp(z) - z[target]. With write_grad, the logits are
 // overwritten IN PLACE by dlogits = (softmax - onehot(target)) * grad_scale on
 // [0, V) and 0 on the padding [V, Vp).
-// A row that fits in a block's shared memory (Vp <= 116k on sm_90) is read
-// from HBM once and kept there for the gradient pass; row_in_smem = false
-// forces the kernel that reads it twice (the same bits: tests compare them).
 void classifier(uint16_t* logits, float* losses, const int32_t* targets, int M, int V, int Vp, float grad_scale,
-                bool write_grad, cudaStream_t s, bool row_in_smem = true);
+                bool write_grad, cudaStream_t s);
 // *out = float(sum / n): the sum of x[0..n) in double, in a fixed tree (one
 // block), divided in double and rounded once (the CPU model's mean loss).
 void mean_loss(const float* x, int n, float* out, cudaStream_t s);
