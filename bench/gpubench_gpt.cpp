@@ -5,8 +5,10 @@
 // as the trainer runs; ms_synced: the median step run alone), tokens/s, peak GPU memory (device memory taken
 // from before the model is built to the end of the timed steps: every
 // allocation mxdp makes, cuBLASLt/cuDNN workspaces included), MFU against the
-// bf16 matrix rate measured in the same run, and whether two runs from the same
-// seed gave bitwise the same losses.
+// bf16 matrix rate measured in the same run, whether two runs from the same
+// seed gave bitwise the same losses, host_submit_ms (host time in one step's
+// submission, its wait for the step before included) and cuda_graphs (graphs
+// the GPU GPT holds; MXDP_CUDA_GRAPHS=0 for none).
 //
 //   gpubench_gpt [model=gpt2-124m] [batch=16] [seq=1024] [steps=30] [formats=bf16,mxfp8,nvfp4] [profile]
 //
