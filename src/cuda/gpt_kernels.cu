@@ -61,18 +61,38 @@ __global__ void wte_backward_kernel(float* dwte, const uint16_t* dx, const int32
 // ---------------------------------------------------------------- vectors
 
 // W consecutive bf16 values (W = 8: one 16-byte access; the callers check the
-// alignment) as floats, and back.
+// alignment): read raw (load_raw), converted to floats (unpack), both at once
+// (load), and back (store). The split lets a thread issue several loads before
+// it waits for the first.
+template <int W>
+struct RawBf16 {
+  uint16_t h[W];
+};
+template <>
+struct RawBf16<8> {
+  uint4 u;
+};
+template <int W>
+__device__ __forceinline__ RawBf16<W> load_raw(const uint16_t* p) {
+  RawBf16<W> r;
+  if constexpr (W == 8) r.u = *reinterpret_cast<const uint4*>(p);
+  else
+#pragma unroll
+    for (int i = 0; i < W; ++i) r.h[i] = p[i];
+  return r;
+}
+template <int W>
+__device__ __forceinline__ void unpack(const RawBf16<W>& r, float (&f)[W]) {
+  const uint16_t* h;
+  if constexpr (W == 8) h = reinterpret_cast<const uint16_t*>(&r.u);
+  else h = r.h;
+#pragma unroll
+  for (int i = 0; i < W; ++i) f[i] = codec::bf16_to_f32(h[i]);
+}
+
 template <int W>
 __device__ __forceinline__ void load(const uint16_t* p, float (&f)[W]) {
-  if constexpr (W == 8) {
-    const uint4 u = *reinterpret_cast<const uint4*>(p);
-    const uint16_t* h = reinterpret_cast<const uint16_t*>(&u);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) f[i] = codec::bf16_to_f32(h[i]);
-  } else {
-#pragma unroll
-    for (int i = 0; i < W; ++i) f[i] = codec::bf16_to_f32(p[i]);
-  }
+  unpack(load_raw<W>(p), f);
 }
 template <int W>
 __device__ __forceinline__ void store(uint16_t* p, const float (&f)[W]) {
@@ -323,39 +343,32 @@ __device__ __forceinline__ MaxSum combine(MaxSum a, MaxSum b) {
 constexpr int kClsThreads = 512;
 constexpr int kClsUnroll = 4;  // accesses each thread has in flight
 
-// W raw bf16 values: loaded first, converted later, so a thread issues
-// kClsUnroll loads before it waits for the first.
-template <int W>
-struct RawBf16 {
-  uint16_t h[W];
-};
-template <>
-struct RawBf16<8> {
-  uint4 u;
-};
-template <int W>
-__device__ __forceinline__ RawBf16<W> load_raw(const uint16_t* p) {
-  RawBf16<W> r;
-  if constexpr (W == 8) r.u = *reinterpret_cast<const uint4*>(p);
-  else
+// A thread's accesses of a row below `limit` logits, k = tid, tid + kClsThreads,
+// ... in that order, kClsUnroll of them loaded before the first is converted:
+// fn(k, f) gets access k's W logits as floats.
+template <int W, class Fn>
+__device__ __forceinline__ void for_each_access(const uint16_t* z, int limit, Fn&& fn) {
+  for (int k0 = threadIdx.x; k0 * W < limit; k0 += kClsUnroll * kClsThreads) {
+    RawBf16<W> r[kClsUnroll];
 #pragma unroll
-    for (int i = 0; i < W; ++i) r.h[i] = p[i];
-  return r;
-}
-template <int W>
-__device__ __forceinline__ void unpack(const RawBf16<W>& r, float (&f)[W]) {
-  const uint16_t* h;
-  if constexpr (W == 8) h = reinterpret_cast<const uint16_t*>(&r.u);
-  else h = r.h;
+    for (int u = 0; u < kClsUnroll; ++u)
+      if (const int k = k0 + u * kClsThreads; k * W < limit) r[u] = load_raw<W>(z + k * W);
 #pragma unroll
-  for (int i = 0; i < W; ++i) f[i] = codec::bf16_to_f32(h[i]);
+    for (int u = 0; u < kClsUnroll; ++u) {
+      const int k = k0 + u * kClsThreads;
+      if (k * W >= limit) break;
+      float f[W];
+      unpack(r[u], f);
+      fn(k, f);
+    }
+  }
 }
 
 // One block per row, W logits per access (W = 8 when Vp % 8 == 0). Each
 // thread keeps a running max and a sum rescaled when the max grows (one exp
 // per logit, one more per access at most), then the block combines them in a
-// fixed tree. A thread's accesses are k = tid, tid + 512, ... in that order
-// (kClsUnroll of them loaded at a time), so the sums do not depend on the unroll.
+// fixed tree. for_each_access visits a thread's accesses in a fixed order, so
+// the sums do not depend on the unroll.
 // Pass two reads the row again: keeping the row (100 KB at GPT-2's vocab) in
 // shared memory between the passes was slower (docs/gpu.md).
 template <int W>
@@ -366,28 +379,17 @@ __global__ void classifier_kernel(uint16_t* logits, float* losses, const int32_t
   const int64_t row = blockIdx.x;
   uint16_t* z = logits + row * Vp;
   float mx = -INFINITY, sum = 0.f;
-  for (int k0 = threadIdx.x; k0 * W < V; k0 += kClsUnroll * kClsThreads) {
-    RawBf16<W> r[kClsUnroll];
+  for_each_access<W>(z, V, [&](int k, float (&f)[W]) {
+    float cm = -INFINITY;  // the access's max first, so the sum rescales at most once per access
 #pragma unroll
-    for (int u = 0; u < kClsUnroll; ++u)
-      if (const int k = k0 + u * kClsThreads; k * W < V) r[u] = load_raw<W>(z + k * W);
-#pragma unroll
-    for (int u = 0; u < kClsUnroll; ++u) {
-      const int k = k0 + u * kClsThreads;
-      if (k * W >= V) break;
-      float f[W];
-      unpack(r[u], f);
-      float cm = -INFINITY;  // the access's max first, so the sum rescales at most once per access
-#pragma unroll
-      for (int i = 0; i < W; ++i) cm = k * W + i < V ? fmaxf(cm, f[i]) : cm;
-      if (cm > mx) {
-        sum *= expf(mx - cm);
-        mx = cm;
-      }
-#pragma unroll
-      for (int i = 0; i < W; ++i) sum += k * W + i < V ? expf(f[i] - mx) : 0.f;
+    for (int i = 0; i < W; ++i) cm = k * W + i < V ? fmaxf(cm, f[i]) : cm;
+    if (cm > mx) {
+      sum *= expf(mx - cm);
+      mx = cm;
     }
-  }
+#pragma unroll
+    for (int i = 0; i < W; ++i) sum += k * W + i < V ? expf(f[i] - mx) : 0.f;
+  });
   MaxSum acc{mx, sum};
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) {
@@ -406,25 +408,14 @@ __global__ void classifier_kernel(uint16_t* logits, float* losses, const int32_t
   if (!write_grad) return;
   const float lse = lse_sh;
   const int target = targets[row];
-  for (int k0 = threadIdx.x; k0 * W < Vp; k0 += kClsUnroll * kClsThreads) {
-    RawBf16<W> r[kClsUnroll];
+  for_each_access<W>(z, Vp, [&](int k, float (&f)[W]) {
 #pragma unroll
-    for (int u = 0; u < kClsUnroll; ++u)
-      if (const int k = k0 + u * kClsThreads; k * W < Vp) r[u] = load_raw<W>(z + k * W);
-#pragma unroll
-    for (int u = 0; u < kClsUnroll; ++u) {
-      const int k = k0 + u * kClsThreads;
-      if (k * W >= Vp) break;
-      float f[W];
-      unpack(r[u], f);
-#pragma unroll
-      for (int i = 0; i < W; ++i) {
-        const int v = k * W + i;
-        f[i] = v < V ? (expf(f[i] - lse) - (v == target ? 1.f : 0.f)) * grad_scale : 0.f;
-      }
-      store(z + k * W, f);
+    for (int i = 0; i < W; ++i) {
+      const int v = k * W + i;
+      f[i] = v < V ? (expf(f[i] - lse) - (v == target ? 1.f : 0.f)) * grad_scale : 0.f;
     }
-  }
+    store(z + k * W, f);
+  });
 }
 
 __global__ void mean_loss_kernel(const float* x, int n, float* out) {
