@@ -20,6 +20,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <span>
 
 #include "check.h"
 #include "cuda/attention.h"
@@ -138,7 +139,7 @@ class GptCuda final : public GptModel {
     upload_batch(batch.inputs, batch.targets, batch.B, batch.T);
     run_forward(hooks);
     const int M = B_ * T_;
-    segment(kLossSegment, {&loss, &loss + 1}, [&] {
+    segment(kLossSegment, {&loss, 1}, [&] {
       classifier(act_.logits, act_.losses, act_.targets, M, cfg_.vocab, cfg_.padded_vocab, 1.f / float(M),
                  /*write_grad=*/true, s_);
       mean_loss(act_.losses, M, loss, s_);
@@ -222,11 +223,8 @@ class GptCuda final : public GptModel {
   static constexpr int kLossSegment = 0;
   int forward_segment(int s) const { return 1 + s; }
   int backward_segment(int s) const { return 1 + num_layers() + s; }
-  struct Pointers {  // device pointers that go into a segment's key
-    float* const* begin;
-    float* const* end;
-  };
-  void segment(int id, Pointers extra, const std::function<void()>& work);
+  // `pointers`: the device pointers (beyond the fixed ones) in the segment's key.
+  void segment(int id, std::span<float* const> pointers, const std::function<void()>& work);
 
   GptConfig cfg_;
   std::vector<ParamSpec> specs_;
@@ -372,17 +370,17 @@ void GptCuda::upload_batch(const int32_t* tokens, const int32_t* targets, int B,
   sg.pending = true;
 }
 
-void GptCuda::segment(int id, Pointers extra, const std::function<void()>& work) {
+void GptCuda::segment(int id, std::span<float* const> pointers, const std::function<void()>& work) {
   StreamGraphs::Key key{B_, T_, reinterpret_cast<intptr_t>(arena_.get()),
                         reinterpret_cast<intptr_t>(att_.workspace()), att_.workspace_bytes()};
-  for (float* const* p = extra.begin; p != extra.end; ++p) key.push_back(reinterpret_cast<intptr_t>(*p));
+  for (float* p : pointers) key.push_back(reinterpret_cast<intptr_t>(p));
   graphs_.run(id, key, work);
 }
 
 void GptCuda::run_forward(ModelHooks& hooks) {
   for (int s = 0; s <= cfg_.n_layer + 1; ++s) {
     hooks.before_layer(s);
-    segment(forward_segment(s), {nullptr, nullptr}, [&] { forward_stage(s); });
+    segment(forward_segment(s), {}, [&] { forward_stage(s); });
   }
 }
 
@@ -440,7 +438,7 @@ void GptCuda::backward(ModelHooks& hooks) {
   const int L = cfg_.n_layer;
   {
     float* g[3] = {hooks.grad(0), hooks.grad(lnfw_), hooks.grad(lnfb_)};
-    segment(backward_segment(L + 1), {g, g + 3}, [&] { backward_head(g[0], g[1], g[2]); });
+    segment(backward_segment(L + 1), g, [&] { backward_head(g[0], g[1], g[2]); });
   }
   hooks.after_layer_backward(L + 1);
   for (int l = L - 1; l >= 0; --l) {
@@ -448,7 +446,7 @@ void GptCuda::backward(ModelHooks& hooks) {
     float* g[12];
     const int ids[12] = {p.ln1w, p.ln1b, p.qkvw, p.qkvb, p.projw, p.projb, p.ln2w, p.ln2b, p.fcw, p.fcb, p.mprojw, p.mprojb};
     for (int i = 0; i < 12; ++i) g[i] = hooks.grad(ids[i]);
-    segment(backward_segment(l + 1), {g, g + 12}, [&] { backward_block(l, g); });
+    segment(backward_segment(l + 1), g, [&] { backward_block(l, g); });
     hooks.after_layer_backward(l + 1);
   }
   // Not a graph: its launch size is the batch's number of distinct tokens.
