@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "comm_internal.h"
+#include "options.h"
 
 namespace mxdp {
 
@@ -62,11 +63,7 @@ Communicator::Options resolve_options(Communicator::Options opts) {
     MXDP_CHECK(end && *end == '\0' && v > 0, "MXDP_COMM_TIMEOUT must be a positive number of seconds, got '", t, "'");
     opts.timeout_s = v;
   }
-  if (const char* c = std::getenv("MXDP_COMM_CHECK"); c && *c) {
-    std::string s = c;
-    MXDP_CHECK(s == "0" || s == "1", "MXDP_COMM_CHECK must be 0 or 1, got '", s, "'");
-    if (s == "1") opts.check_sizes = true;
-  }
+  if (env_flag("MXDP_COMM_CHECK", false)) opts.check_sizes = true;
   MXDP_CHECK(opts.timeout_s > 0, "Communicator::Options::timeout_s must be > 0, got ", opts.timeout_s);
   return opts;
 }

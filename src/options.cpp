@@ -1,6 +1,7 @@
 #include "options.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <fmt/format.h>
 
 #include "check.h"
@@ -95,6 +96,14 @@ DpOptions DpOptions::reference() const {
   r.overlap_param_gather = false;
   r.reuse_grad_buf = false;
   return r;
+}
+
+bool env_flag(const char* name, bool unset) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return unset;
+  const std::string s = v;
+  MXDP_CHECK(s == "0" || s == "1", name, " must be 0 or 1, got '", s, "'");
+  return s == "1";
 }
 
 }  // namespace mxdp

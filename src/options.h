@@ -23,6 +23,10 @@ WeightFormat parse_weight_format(const std::string& s);
 ScaleRounding parse_scale_rounding(const std::string& s);
 GradReduceDType parse_grad_reduce_dtype(const std::string& s);
 
+// An on/off environment variable: unset or empty gives `unset`, "1" true,
+// "0" false; anything else is an error naming the variable.
+bool env_flag(const char* name, bool unset);
+
 struct DpOptions {
   // -- sharding and gather
   bool distributed_optimizer = true;   // shard fp32 masters + AdamW state (ZeRO-1); off = reference mode

@@ -1,12 +1,12 @@
 #include "cuda/stream_graphs.h"
 
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
 #include <string>
 
 #include "check.h"
 #include "cuda_check.h"
+#include "options.h"
 
 namespace mxdp::cuda {
 
@@ -87,12 +87,6 @@ bool StreamGraphs::capture(Entry& e, int id, const std::function<void()>& work) 
   return false;
 }
 
-bool cuda_graphs_from_env() {
-  const char* v = std::getenv("MXDP_CUDA_GRAPHS");
-  if (!v || !*v) return true;
-  const std::string s = v;
-  MXDP_CHECK(s == "0" || s == "1", "MXDP_CUDA_GRAPHS must be 0 or 1, got '", s, "'");
-  return s == "1";
-}
+bool cuda_graphs_from_env() { return env_flag("MXDP_CUDA_GRAPHS", true); }
 
 }  // namespace mxdp::cuda
