@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-#include "comm.h"
-#include "engine.h"
-#include "gpt.h"
+#include "comm/comm.h"
+#include "engine/engine.h"
+#include "models/gpt2/gpt.h"
 
 namespace {
 

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <memory>
 
-#include "comm.h"
+#include "comm/comm.h"
 #include "comm_bench.h"
 
 int main(int argc, char** argv) {

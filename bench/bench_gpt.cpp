@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "gpt.h"
+#include "models/gpt2/gpt.h"
 
 namespace {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "comm.h"
+#include "comm/comm.h"
 
 namespace mxdp_bench {
 

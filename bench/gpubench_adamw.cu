@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "cuda/engine_ops_cuda.h"
-#include "cuda_check.h"
-#include "gpt.h"
-#include "optimizer.h"
+#include "engine/cuda/engine_ops_cuda.h"
+#include "util/cuda_check.h"
+#include "models/gpt2/gpt.h"
+#include "engine/optimizer.h"
 
 using namespace mxdp;
 

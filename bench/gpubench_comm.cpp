@@ -4,9 +4,9 @@
 //   NCCL_NVLS_ENABLE=0 mpirun -np 2 ./build/bench/gpubench_comm [--max-mb 4096]
 #include <cuda_runtime.h>
 
-#include "comm.h"
+#include "comm/comm.h"
 #include "comm_bench.h"
-#include "cuda_check.h"
+#include "util/cuda_check.h"
 
 int main(int argc, char** argv) {
   using namespace mxdp;

@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "comm.h"
-#include "cuda/engine_ops_cuda.h"
-#include "cuda_check.h"
-#include "engine.h"
-#include "gpt.h"
+#include "comm/comm.h"
+#include "engine/cuda/engine_ops_cuda.h"
+#include "util/cuda_check.h"
+#include "engine/engine.h"
+#include "models/gpt2/gpt.h"
 
 using namespace mxdp;
 

@@ -27,11 +27,11 @@
 #include <string>
 #include <vector>
 
-#include "cuda/gemm.h"
-#include "cuda/gpt_cuda.h"
-#include "cuda_check.h"
-#include "engine.h"
-#include "runtime.h"
+#include "models/cuda/gemm.h"
+#include "models/gpt2/cuda/gpt_cuda.h"
+#include "util/cuda_check.h"
+#include "engine/engine.h"
+#include "train/runtime.h"
 
 using namespace mxdp;
 

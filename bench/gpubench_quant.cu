@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "cuda/quant_cuda.h"
-#include "cuda_check.h"
-#include "quant.h"
+#include "formats/cuda/quant_cuda.h"
+#include "util/cuda_check.h"
+#include "formats/quant.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-"""GPT-2 in PyTorch, the same model as mxdp's (src/gpt.h): learned positions, pre-LN
+"""GPT-2 in PyTorch, the same model as mxdp's (src/models/gpt2/gpt.h): learned positions, pre-LN
 blocks, tanh GELU, LM head tied to wte, vocab padded to 50304, LayerNorm eps 1e-5.
 
 Benchmark mode (what bench/compare_torch.sh runs): bf16 autocast, fused AdamW,

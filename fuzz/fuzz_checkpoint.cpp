@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "check.h"
-#include "checkpoint.h"
+#include "util/check.h"
+#include "io/checkpoint.h"
 
 using namespace mxdp;
 

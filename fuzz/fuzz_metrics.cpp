@@ -6,8 +6,8 @@
 #include <sstream>
 #include <string>
 
-#include "check.h"
-#include "plot.h"
+#include "util/check.h"
+#include "train/plot.h"
 
 using namespace mxdp;
 

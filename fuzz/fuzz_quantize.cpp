@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#include "quant.h"
+#include "formats/quant.h"
 
 using namespace mxdp;
 

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <vector>
 
-#include "check.h"
-#include "data.h"
+#include "util/check.h"
+#include "data/data.h"
 
 using namespace mxdp;
 

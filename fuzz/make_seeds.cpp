@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint.h"
-#include "data.h"
-#include "quant.h"
+#include "io/checkpoint.h"
+#include "data/data.h"
+#include "formats/quant.h"
 
 using namespace mxdp;
 namespace fs = std::filesystem;

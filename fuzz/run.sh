@@ -37,8 +37,8 @@ FLAGS=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -f
 # The readers under test, compiled once (again when a source changed).
 OBJS=()
 mkdir -p "$OUT/obj"
-for src in checkpoint fileio data quant plot; do
-  obj=$OUT/obj/$src.o
+for src in io/checkpoint io/fileio data/data formats/quant train/plot; do
+  obj=$OUT/obj/${src//\//_}.o
   if [ ! -f "$obj" ] || [ -n "$(find "$ROOT/src" -newer "$obj" -name '*.[ch]*' | head -1)" ]; then
     echo "fuzz: compiling src/$src.cpp"
     "$CXX" "${FLAGS[@]}" -c -o "$obj" "$ROOT/src/$src.cpp"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Golden data for tests/test_gpt.cpp: mxdp's GPT-2 computed by PyTorch.
 
-Builds the architecture of src/gpt.h in PyTorch (float64, so the reference is
+Builds the architecture of src/models/gpt2/gpt.h in PyTorch (float64, so the reference is
 far more exact than the fp32 code under test), with random weights chosen here
 (biases and LayerNorm params non-trivial, padded vocab rows non-zero), and
 writes to tests/data/gpt_golden.bin:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reads an mxdp checkpoint step directory (src/checkpoint.h) with numpy.
+"""Reads an mxdp checkpoint step directory (src/io/checkpoint.h) with numpy.
 
     from mxdp_checkpoint import read_checkpoint
     ck = read_checkpoint("ckpt/step_000004.ckpt")   # or a --save-dir: its `latest`

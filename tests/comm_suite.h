@@ -27,8 +27,8 @@
 #include <thread>
 #include <vector>
 
-#include "check.h"
-#include "comm.h"
+#include "util/check.h"
+#include "comm/comm.h"
 #include "mpi_session.h"
 
 extern char** environ;

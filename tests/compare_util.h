@@ -14,7 +14,7 @@
 #include <cmath>
 #include <vector>
 
-#include "formats.h"
+#include "formats/codec.h"
 
 namespace mxdp::testing {
 

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "check.h"
+#include "util/check.h"
 
 namespace mxdp::testing {
 

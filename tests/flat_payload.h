@@ -5,9 +5,9 @@
 
 #include <cstdint>
 
-#include "engine_ops.h"
-#include "options.h"
-#include "quant.h"
+#include "engine/engine_ops.h"
+#include "engine/options.h"
+#include "formats/quant.h"
 
 namespace mxdp::testing {
 

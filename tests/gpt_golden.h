@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "check.h"
+#include "util/check.h"
 #include "compare_util.h"
-#include "gpt.h"
+#include "models/gpt2/gpt.h"
 
 namespace mxdp::testing {
 

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda_check.h"
-#include "model.h"
+#include "util/cuda_check.h"
+#include "models/model.h"
 
 namespace mxdp::gputest {
 

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "check.h"
-#include "cuda_check.h"
-#include "engine.h"
-#include "runtime.h"
+#include "util/check.h"
+#include "util/cuda_check.h"
+#include "engine/engine.h"
+#include "train/runtime.h"
 
 using namespace mxdp;
 

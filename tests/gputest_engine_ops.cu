@@ -10,11 +10,11 @@
 #include <limits>
 #include <vector>
 
-#include "cuda/engine_ops_cuda.h"
-#include "cuda_check.h"
-#include "engine_ops.h"
-#include "layout.h"
-#include "quant.h"
+#include "engine/cuda/engine_ops_cuda.h"
+#include "util/cuda_check.h"
+#include "engine/engine_ops.h"
+#include "engine/layout.h"
+#include "formats/quant.h"
 #include "compare_util.h"
 #include "flat_payload.h"
 #include "gpu_test_util.h"

@@ -16,15 +16,15 @@
 #include <random>
 #include <vector>
 
-#include "cuda/attention.h"
-#include "cuda/gemm.h"
-#include "cuda/gpt_cuda.h"
-#include "cuda/gpt_kernels.h"
+#include "models/cuda/attention.h"
+#include "models/cuda/gemm.h"
+#include "models/gpt2/cuda/gpt_cuda.h"
+#include "models/gpt2/cuda/gpt_kernels.h"
 #include "compare_util.h"
-#include "cuda_check.h"
-#include "formats.h"
-#include "gpt.h"
-#include "gpt_cpu.h"
+#include "util/cuda_check.h"
+#include "formats/codec.h"
+#include "models/gpt2/gpt.h"
+#include "models/gpt2/gpt_cpu.h"
 #include "gpu_test_util.h"
 
 using namespace mxdp;

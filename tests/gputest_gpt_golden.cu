@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "compare_util.h"
-#include "engine.h"
+#include "engine/engine.h"
 #include "gpt_golden.h"
 #include "gpu_test_util.h"
-#include "runtime.h"
+#include "train/runtime.h"
 
 using namespace mxdp;
 using mxdp::gputest::DevHooks;

@@ -22,10 +22,10 @@
 #include <vector>
 
 #include "compare_util.h"
-#include "engine.h"
+#include "engine/engine.h"
 #include "gpu_test_util.h"
-#include "cuda/gpt_cuda.h"
-#include "runtime.h"
+#include "models/gpt2/cuda/gpt_cuda.h"
+#include "train/runtime.h"
 
 using namespace mxdp;
 

@@ -17,10 +17,10 @@
 #include <random>
 #include <vector>
 
-#include "cuda/quant_cuda.h"
-#include "cuda_check.h"
-#include "formats.h"
-#include "quant.h"
+#include "formats/cuda/quant_cuda.h"
+#include "util/cuda_check.h"
+#include "formats/codec.h"
+#include "formats/quant.h"
 #include "gpu_test_util.h"
 
 namespace {

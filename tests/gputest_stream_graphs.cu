@@ -9,8 +9,8 @@
 
 #include <cstdint>
 
-#include "cuda/stream_graphs.h"
-#include "cuda_check.h"
+#include "models/cuda/stream_graphs.h"
+#include "util/cuda_check.h"
 #include "gpu_test_util.h"
 
 using mxdp::cuda::StreamGraphs;

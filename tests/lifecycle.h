@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "check.h"
-#include "comm.h"
-#include "engine.h"
+#include "util/check.h"
+#include "comm/comm.h"
+#include "engine/engine.h"
 #include "oracle.h"
-#include "toy_model.h"
+#include "models/toy/toy_model.h"
 
 namespace mxdp::testing {
 

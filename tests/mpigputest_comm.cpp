@@ -6,7 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "comm_suite.h"
-#include "cuda_check.h"
+#include "util/cuda_check.h"
 
 namespace mxdp_test {
 

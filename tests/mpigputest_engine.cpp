@@ -16,10 +16,10 @@
 #include <filesystem>
 #include <map>
 
-#include "cuda/engine_ops_cuda.h"
-#include "cuda/gpt_cuda.h"
-#include "formats.h"
-#include "cuda_check.h"
+#include "engine/cuda/engine_ops_cuda.h"
+#include "models/gpt2/cuda/gpt_cuda.h"
+#include "formats/codec.h"
+#include "util/cuda_check.h"
 #include "lifecycle.h"
 
 using namespace mxdp;

@@ -12,7 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "checkpoint.h"
+#include "io/checkpoint.h"
 #include "error_of.h"
 #include "lifecycle.h"
 

@@ -19,8 +19,8 @@
 #include <map>
 #include <tuple>
 
-#include "checkpoint.h"
-#include "faults.h"
+#include "io/checkpoint.h"
+#include "engine/faults.h"
 #include "lifecycle.h"
 
 using namespace mxdp;

@@ -14,12 +14,12 @@
 #include <filesystem>
 #include <random>
 
-#include "check.h"
-#include "checkpoint.h"
-#include "comm.h"
-#include "engine.h"
-#include "gpt.h"
-#include "trained_weights.h"
+#include "util/check.h"
+#include "io/checkpoint.h"
+#include "comm/comm.h"
+#include "engine/engine.h"
+#include "models/gpt2/gpt.h"
+#include "train/trained_weights.h"
 
 using namespace mxdp;
 

@@ -1,6 +1,6 @@
 # ctest product_has_no_fault_switches (tests/CMakeLists.txt): cmake -P script.
 # Fails when the product library or the mxdp binary defines or uses anything of
-# mxdp::faults (src/faults.h), or when the test library does not (then this
+# mxdp::faults (src/engine/faults.h), or when the test library does not (then this
 # check would prove nothing).
 function(fault_symbols file out)
   execute_process(COMMAND ${NM} -C ${file} OUTPUT_VARIABLE syms ERROR_VARIABLE err RESULT_VARIABLE rc)

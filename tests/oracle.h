@@ -23,12 +23,12 @@
 #include <string>
 #include <vector>
 
-#include "check.h"
+#include "util/check.h"
 #include "compare_util.h"
-#include "formats.h"
-#include "model.h"
-#include "options.h"
-#include "quant.h"
+#include "formats/codec.h"
+#include "models/model.h"
+#include "engine/options.h"
+#include "formats/quant.h"
 
 namespace mxdp::testing {
 

@@ -10,9 +10,9 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "bpe.h"
-#include "check.h"
-#include "data.h"
+#include "data/bpe.h"
+#include "util/check.h"
+#include "data/data.h"
 #include "python_util.h"
 
 using namespace mxdp;

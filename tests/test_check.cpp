@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "check.h"
+#include "util/check.h"
 
 TEST(Check, CarriesFileAndLine) {
   try {

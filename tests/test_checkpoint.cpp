@@ -7,8 +7,8 @@
 #include <fstream>
 #include <functional>
 
-#include "check.h"
-#include "checkpoint.h"
+#include "util/check.h"
+#include "io/checkpoint.h"
 
 using namespace mxdp;
 namespace fs = std::filesystem;

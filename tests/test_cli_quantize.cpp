@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "quant.h"
+#include "formats/quant.h"
 
 namespace {
 

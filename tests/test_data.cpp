@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "check.h"
-#include "data.h"
+#include "util/check.h"
+#include "data/data.h"
 #include "tmpdir_util.h"
 
 using namespace mxdp;

@@ -6,13 +6,13 @@
 #include <cmath>
 #include <limits>
 
-#include "check.h"
-#include "comm.h"
-#include "engine.h"
-#include "gpt.h"
+#include "util/check.h"
+#include "comm/comm.h"
+#include "engine/engine.h"
+#include "models/gpt2/gpt.h"
 #include "lifecycle.h"
 #include "tmpdir_util.h"
-#include "toy_model.h"
+#include "models/toy/toy_model.h"
 
 using namespace mxdp;
 using namespace mxdp::testing;

@@ -9,10 +9,10 @@
 #include <random>
 #include <vector>
 
-#include "check.h"
-#include "engine_ops.h"
-#include "layout.h"
-#include "quant.h"
+#include "util/check.h"
+#include "engine/engine_ops.h"
+#include "engine/layout.h"
+#include "formats/quant.h"
 #include "compare_util.h"
 #include "flat_payload.h"
 

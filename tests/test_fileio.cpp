@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <string>
 
-#include "check.h"
-#include "fileio.h"
+#include "util/check.h"
+#include "io/fileio.h"
 #include "tmpdir_util.h"
 
 using namespace mxdp;

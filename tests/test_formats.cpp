@@ -14,7 +14,7 @@
 #include <random>
 #include <vector>
 
-#include "formats.h"
+#include "formats/codec.h"
 
 #if __has_include(<cuda_fp8.h>) && __has_include(<cuda_fp4.h>) && __has_include(<cuda_bf16.h>)
 #include <cuda_bf16.h>

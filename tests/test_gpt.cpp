@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "check.h"
-#include "gpt.h"
+#include "util/check.h"
+#include "models/gpt2/gpt.h"
 #include "gpt_golden.h"
 
 namespace mxdp {

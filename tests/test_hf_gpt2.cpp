@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "checkpoint.h"
+#include "io/checkpoint.h"
 #include "python_util.h"
 
 using namespace mxdp::testing;

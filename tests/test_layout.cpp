@@ -7,8 +7,8 @@
 #include <numeric>
 #include <random>
 
-#include "check.h"
-#include "layout.h"
+#include "util/check.h"
+#include "engine/layout.h"
 
 using namespace mxdp;
 

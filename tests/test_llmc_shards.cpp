@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "check.h"
-#include "data.h"
-#include "llmc_shards.h"
+#include "util/check.h"
+#include "data/data.h"
+#include "data/llmc_shards.h"
 #include "python_util.h"
 
 using namespace mxdp;

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <random>
 
-#include "check.h"
-#include "optimizer.h"
-#include "options.h"
+#include "util/check.h"
+#include "engine/optimizer.h"
+#include "engine/options.h"
 
 using namespace mxdp;
 

@@ -5,8 +5,8 @@
 #include <regex>
 #include <sstream>
 
-#include "check.h"
-#include "plot.h"
+#include "util/check.h"
+#include "train/plot.h"
 #include "tmpdir_util.h"
 
 using namespace mxdp;

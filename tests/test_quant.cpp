@@ -16,8 +16,8 @@
 #include <random>
 #include <vector>
 
-#include "check.h"
-#include "quant.h"
+#include "util/check.h"
+#include "formats/quant.h"
 
 namespace {
 

@@ -7,10 +7,10 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "check.h"
-#include "formats.h"
+#include "util/check.h"
+#include "formats/codec.h"
 #include "python_util.h"
-#include "safetensors.h"
+#include "io/safetensors.h"
 
 using namespace mxdp;
 using namespace mxdp::testing;

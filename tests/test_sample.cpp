@@ -4,12 +4,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include "check.h"
-#include "checkpoint.h"
-#include "gpt.h"
+#include "util/check.h"
+#include "io/checkpoint.h"
+#include "models/gpt2/gpt.h"
 #include "mpi_session.h"
 #include "python_util.h"
-#include "sample.h"
+#include "train/sample.h"
 #include "tmpdir_util.h"
 
 using namespace mxdp;

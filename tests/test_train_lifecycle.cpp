@@ -32,14 +32,14 @@
 #include <thread>
 #include <vector>
 
-#include "checkpoint.h"
-#include "data.h"
-#include "gpt.h"
+#include "io/checkpoint.h"
+#include "data/data.h"
+#include "models/gpt2/gpt.h"
 #include "mpi_session.h"
 #include "oracle.h"
-#include "sample.h"
+#include "train/sample.h"
 #include "tmpdir_util.h"
-#include "utf8.h"
+#include "data/utf8.h"
 
 namespace {
 

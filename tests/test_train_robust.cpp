@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "data.h"
+#include "data/data.h"
 #include "mpi_session.h"
 #include "tmpdir_util.h"
 

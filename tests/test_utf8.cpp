@@ -7,7 +7,7 @@
 #include <random>
 
 #include "python_util.h"
-#include "utf8.h"
+#include "data/utf8.h"
 
 using namespace mxdp;
 using namespace mxdp::testing;

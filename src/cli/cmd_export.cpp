@@ -4,8 +4,8 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "hf_gpt2.h"
-#include "trained_weights.h"
+#include "models/gpt2/hf_gpt2.h"
+#include "train/trained_weights.h"
 
 namespace mxdp::cli {
 

@@ -6,8 +6,8 @@
 #include <memory>
 
 #include "cli/commands.h"
-#include "engine.h"
-#include "trainer.h"
+#include "engine/engine.h"
+#include "train/trainer.h"
 
 namespace mxdp::cli {
 

@@ -5,10 +5,10 @@
 #include <memory>
 #include <string>
 
-#include "check.h"
+#include "util/check.h"
 #include "cli/commands.h"
-#include "fileio.h"
-#include "plot.h"
+#include "io/fileio.h"
+#include "train/plot.h"
 
 namespace mxdp::cli {
 

@@ -4,8 +4,8 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "data.h"
-#include "tokenizer.h"
+#include "data/data.h"
+#include "data/tokenizer.h"
 
 namespace mxdp::cli {
 

@@ -19,16 +19,16 @@
 
 #include <unistd.h>
 
-#include "check.h"
+#include "util/check.h"
 #include "cli/commands.h"
-#include "fileio.h"
-#include "quant.h"
+#include "io/fileio.h"
+#include "formats/quant.h"
 
 #if defined(MXDP_HAVE_CUDA)
 #include <cuda_runtime_api.h>
 
-#include "cuda/quant_cuda.h"
-#include "cuda_check.h"
+#include "formats/cuda/quant_cuda.h"
+#include "util/cuda_check.h"
 #endif
 
 namespace mxdp::cli {

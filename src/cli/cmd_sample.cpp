@@ -6,13 +6,13 @@
 #include <cstdio>
 #include <memory>
 
-#include "check.h"
+#include "util/check.h"
 #include "cli/commands.h"
-#include "runtime.h"
-#include "sample.h"
-#include "tokenizer.h"
-#include "trained_weights.h"
-#include "utf8.h"
+#include "train/runtime.h"
+#include "train/sample.h"
+#include "data/tokenizer.h"
+#include "train/trained_weights.h"
+#include "data/utf8.h"
 
 namespace mxdp::cli {
 

@@ -4,11 +4,11 @@
 #include <map>
 #include <memory>
 
-#include "check.h"
+#include "util/check.h"
 #include "cli/commands.h"
-#include "comm.h"
-#include "runtime.h"
-#include "trainer.h"
+#include "comm/comm.h"
+#include "train/runtime.h"
+#include "train/trainer.h"
 
 namespace mxdp::cli {
 

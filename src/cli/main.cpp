@@ -2,7 +2,7 @@
 #include <cstdio>
 #include <exception>
 
-#include "check.h"
+#include "util/check.h"
 #include "cli/commands.h"
 
 int main(int argc, char** argv) {

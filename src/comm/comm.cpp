@@ -1,0 +1,174 @@
+// Communicator: type helpers, options, backend choice. The backends are in
+// comm_self.cpp, comm_mpi.cpp and cuda/comm_nccl.cpp.
+#include <cstdlib>
+#include <sstream>
+
+#include "comm/comm_internal.h"
+#include "engine/options.h"
+
+namespace mxdp {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::BF16: return 2;
+    case DType::F64: return 8;
+    case DType::U8: return 1;
+  }
+  MXDP_FAIL("unknown DType ", int(t));
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::BF16: return "bf16";
+    case DType::F64: return "f64";
+    case DType::U8: return "u8";
+  }
+  return "?";
+}
+
+const char* redop_name(RedOp op) {
+  switch (op) {
+    case RedOp::Sum: return "sum";
+    case RedOp::Avg: return "avg";
+    case RedOp::Max: return "max";
+  }
+  return "?";
+}
+
+const char* backend_name(Backend b) {
+  switch (b) {
+    case Backend::Auto: return "auto";
+    case Backend::Self: return "self";
+    case Backend::Mpi: return "mpi";
+    case Backend::Nccl: return "nccl";
+  }
+  return "?";
+}
+
+namespace comm_detail {
+
+bool launched_by_mpirun() {
+  // Open MPI, MPICH/Hydra, PMIx-based launchers.
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+Communicator::Options resolve_options(Communicator::Options opts) {
+  if (const char* t = std::getenv("MXDP_COMM_TIMEOUT"); t && *t) {
+    char* end = nullptr;
+    double v = std::strtod(t, &end);
+    MXDP_CHECK(end && *end == '\0' && v > 0, "MXDP_COMM_TIMEOUT must be a positive number of seconds, got '", t, "'");
+    opts.timeout_s = v;
+  }
+  if (env_flag("MXDP_COMM_CHECK", false)) opts.check_sizes = true;
+  MXDP_CHECK(opts.timeout_s > 0, "Communicator::Options::timeout_s must be > 0, got ", opts.timeout_s);
+  return opts;
+}
+
+const char* op_kind_name(OpKind k) {
+  switch (k) {
+    case OpKind::AllGather: return "all_gather";
+    case OpKind::ReduceScatter: return "reduce_scatter";
+    case OpKind::AllReduce: return "all_reduce";
+    case OpKind::Broadcast: return "broadcast";
+    case OpKind::Barrier: return "barrier";
+  }
+  return "?";
+}
+
+std::string OpDesc::str(int rank, int size) const {
+  std::ostringstream os;
+  os << op_kind_name(kind) << " #" << seq << " on rank " << rank << " of " << size << " (";
+  switch (kind) {
+    case OpKind::AllGather: os << count << " bytes per rank"; break;
+    case OpKind::Broadcast: os << count << " bytes from root " << root; break;
+    case OpKind::Barrier: os << "no data"; break;
+    default:
+      os << count << " x " << dtype_name(type) << " " << redop_name(op) << ", "
+         << count * dtype_size(type) << " bytes" << (kind == OpKind::ReduceScatter ? " out" : "");
+  }
+  double age = std::chrono::duration<double>(std::chrono::steady_clock::now() - posted).count();
+  os << ", posted " << age << " s ago)";
+  return os.str();
+}
+
+void check_reduction_type(DType t, RedOp op, const char* where) {
+  MXDP_CHECK(t == DType::F32 || t == DType::BF16 || t == DType::F64, where,
+             ": reductions take f32, bf16 or f64, got ", dtype_name(t));
+  MXDP_CHECK(op == RedOp::Sum || op == RedOp::Avg || op == RedOp::Max, where, ": unknown RedOp ", int(op));
+}
+
+void divide_host(void* buf, size_t count, DType t, int n) {
+  switch (t) {
+    case DType::F32: {
+      auto* p = static_cast<float*>(buf);
+      const float d = float(n);
+      for (size_t i = 0; i < count; ++i) p[i] = p[i] / d;
+      return;
+    }
+    case DType::F64: {
+      auto* p = static_cast<double*>(buf);
+      const double d = double(n);
+      for (size_t i = 0; i < count; ++i) p[i] = p[i] / d;
+      return;
+    }
+    case DType::BF16: {
+      auto* p = static_cast<uint16_t*>(buf);
+      const float d = float(n);
+      for (size_t i = 0; i < count; ++i) p[i] = float_to_bf16(bf16_to_float(p[i]) / d);
+      return;
+    }
+    case DType::U8: break;
+  }
+  MXDP_FAIL("Avg is not defined for ", dtype_name(t));
+}
+
+}  // namespace comm_detail
+
+std::unique_ptr<Communicator> make_communicator(const Communicator::Options& in) {
+  using namespace comm_detail;
+  Communicator::Options opts = resolve_options(in);
+  switch (opts.backend) {
+    case Backend::Self: return make_self_communicator(opts);
+    case Backend::Mpi: return make_mpi_communicator(opts);
+    case Backend::Auto: {
+      if (!launched_by_mpirun()) return make_self_communicator(opts);
+      mpi_ensure_initialized();
+      int size = 0;
+      MXDP_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+      return size == 1 ? make_self_communicator(opts) : make_mpi_communicator(opts);
+    }
+    case Backend::Nccl:
+#ifdef MXDP_HAVE_NCCL
+      return make_nccl_communicator(opts);
+#else
+      MXDP_FAIL("the NCCL backend was asked for, but mxdp was built without CUDA/NCCL");
+#endif
+  }
+  MXDP_FAIL("unknown Backend ", int(opts.backend));
+}
+
+void on_rank0(Communicator& comm, const std::function<void()>& fn,
+              const std::function<void(void*, size_t)>& broadcast) {
+  auto bcast = [&](void* p, size_t n) { broadcast ? broadcast(p, n) : comm.host_broadcast(p, n, 0); };
+  std::string err;
+  if (comm.rank() == 0) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      err = e.what();
+      if (err.empty()) err = "unknown error";
+    }
+  }
+  uint64_t n = err.size();
+  bcast(&n, sizeof n);
+  if (!n) return;
+  err.resize(n);
+  bcast(err.data(), n);
+  throw Error(err);
+}
+
+}  // namespace mxdp

@@ -1,0 +1,109 @@
+// Internals shared by the communicator backends (comm*.cpp, cuda/comm_nccl*).
+// Not part of the public API: include comm.h instead.
+#pragma once
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "util/check.h"
+#include "comm/comm.h"
+
+// Every MPI call is checked; the error carries file:line, the call and MPI's
+// own error string (communicators use MPI_ERRORS_RETURN, so errors come back).
+#define MXDP_MPI_CHECK(call)                                                     \
+  do {                                                                           \
+    int mxdp_mpi_err_ = (call);                                                  \
+    if (mxdp_mpi_err_ != MPI_SUCCESS)                                            \
+      MXDP_FAIL("MPI call failed: " #call ": ", ::mxdp::comm_detail::mpi_error_string(mxdp_mpi_err_)); \
+  } while (0)
+
+namespace mxdp::comm_detail {
+
+std::string mpi_error_string(int err);
+
+// MPI_Init_thread once per process (if nobody else did); MPI_Finalize at exit
+// if we initialised it. Returns MPI_COMM_WORLD's size.
+void mpi_ensure_initialized();
+// True when this process was started by a launcher (mpirun, srun...).
+bool launched_by_mpirun();
+// Rank and size of this host's processes (MPI_Comm_split_type SHARED).
+void mpi_local_rank(MPI_Comm comm, int* local_rank, int* local_size);
+// Writes a last message to stderr and aborts the whole job.
+[[noreturn]] void abort_job(const std::string& message);
+
+// Options with the environment applied (MXDP_COMM_TIMEOUT, MXDP_COMM_CHECK).
+Communicator::Options resolve_options(Communicator::Options opts);
+
+// What an operation was, for error reports and the size check.
+enum class OpKind : int64_t { AllGather = 1, ReduceScatter, AllReduce, Broadcast, Barrier };
+const char* op_kind_name(OpKind k);
+
+struct OpDesc {
+  OpKind kind;
+  DType type = DType::U8;
+  RedOp op = RedOp::Sum;
+  size_t count = 0;  // elements (bytes for all-gather/broadcast)
+  int root = -1;
+  uint64_t seq = 0;  // per-communicator sequence number
+  std::chrono::steady_clock::time_point posted{};
+  std::string str(int rank, int size) const;
+};
+
+// Waits for req, driving MPI progress, until done or timeout_s has passed.
+// On timeout: reports describe() (called only then); aborts the job, or throws
+// mxdp::Error when abort_on_timeout is false.
+void mpi_wait_deadline(MPI_Request* req, double timeout_s, bool abort_on_timeout,
+                       const std::function<std::string()>& describe);
+// The text of a timeout report (shared by the MPI and NCCL backends).
+std::string timeout_message(double timeout_s, const std::string& what);
+
+// The cross-rank consistency check (Options::check_sizes): a small all-reduce
+// of (min, max) of every field of d; throws mxdp::Error on every rank if any
+// differs.
+void mpi_check_consistent(MPI_Comm comm, const OpDesc& d, int rank, int size, double timeout_s,
+                          bool abort_on_timeout);
+
+MPI_Datatype mpi_datatype(DType t);
+// The MPI_Op for a reduction: built-in for F32/F64, user-defined for BF16.
+MPI_Op mpi_op(DType t, RedOp op);
+
+void check_reduction_type(DType t, RedOp op, const char* where);
+
+// BF16 <-> fp32 on the host: widening is exact; narrowing rounds to nearest
+// even (NaN stays NaN, quietened).
+inline float bf16_to_float(uint16_t h) {
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t float_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x0040u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+
+// Avg's second half on the host: buf[i] = buf[i] / n in the element type.
+void divide_host(void* buf, size_t count, DType t, int n);
+
+// True when [a, a+na) and [b, b+nb) share a byte.
+inline bool overlaps(const void* a, size_t na, const void* b, size_t nb) {
+  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return na && nb && pa < pb + nb && pb < pa + na;
+}
+
+std::unique_ptr<Communicator> make_self_communicator(const Communicator::Options& opts);
+std::unique_ptr<Communicator> make_mpi_communicator(const Communicator::Options& opts);
+#ifdef MXDP_HAVE_NCCL
+std::unique_ptr<Communicator> make_nccl_communicator(const Communicator::Options& opts);
+#endif
+
+}  // namespace mxdp::comm_detail

@@ -1,0 +1,394 @@
+#include "data/bpe.h"
+
+#include <algorithm>
+#include <fstream>
+#include <queue>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "util/check.h"
+#include "data/unicode_class.h"
+#include "data/utf8.h"
+
+namespace mxdp {
+
+using nlohmann::json;
+
+namespace {
+
+// GPT-2's bytes_to_unicode: printable bytes stand for themselves, the other 68
+// get the code points 256, 257, ... in byte order.
+struct ByteMap {
+  char32_t to_char[256];
+  std::unordered_map<char32_t, uint8_t> to_byte;
+  ByteMap() {
+    auto printable = [](int b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); };
+    char32_t next = 256;
+    for (int b = 0; b < 256; ++b) {
+      to_char[b] = printable(b) ? char32_t(b) : next++;
+      to_byte[to_char[b]] = uint8_t(b);
+    }
+  }
+};
+const ByteMap& byte_map() {
+  static const ByteMap m;
+  return m;
+}
+
+void append_utf8(std::string& out, char32_t cp) {
+  if (cp < 0x80) {
+    out += char(cp);
+  } else if (cp < 0x800) {
+    out += char(0xC0 | (cp >> 6));
+    out += char(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += char(0xE0 | (cp >> 12));
+    out += char(0x80 | ((cp >> 6) & 0x3F));
+    out += char(0x80 | (cp & 0x3F));
+  } else {
+    out += char(0xF0 | (cp >> 18));
+    out += char(0x80 | ((cp >> 12) & 0x3F));
+    out += char(0x80 | ((cp >> 6) & 0x3F));
+    out += char(0x80 | (cp & 0x3F));
+  }
+}
+
+uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
+
+bool json_false_or_missing(const json& j, const char* key) {
+  return !j.contains(key) || j[key].is_null() || (j[key].is_boolean() && !j[key].get<bool>());
+}
+bool json_empty_or_missing(const json& j, const char* key) {
+  return !j.contains(key) || j[key].is_null() || (j[key].is_string() && j[key].get<std::string>().empty());
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  MXDP_CHECK(in.good(), "cannot open tokenizer '", path, "'");
+  std::ostringstream s;
+  s << in.rdbuf();
+  MXDP_CHECK(!in.bad(), "reading tokenizer '", path, "' failed");
+  return std::move(s).str();
+}
+
+}  // namespace
+
+BpeTokenizer::BpeTokenizer(const std::string& path) : what_(path) { parse(read_text_file(path)); }
+
+BpeTokenizer::BpeTokenizer(const std::string& json_text, const std::string& what) : what_(what) { parse(json_text); }
+
+void BpeTokenizer::parse(const std::string& text) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const std::exception& e) {
+    MXDP_FAIL("tokenizer '", what_, "' is not valid JSON: ", e.what());
+  }
+  const std::string& w = what_;
+  MXDP_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(), "tokenizer '", w,
+             "' is not a Hugging Face tokenizer.json (no \"model\" object)");
+  const json& m = j["model"];
+  const std::string type = m.value("type", std::string("BPE"));
+  MXDP_CHECK(type == "BPE", "tokenizer '", w, "': model type '", type, "' is not supported (only BPE)");
+  MXDP_CHECK(!m.contains("dropout") || m["dropout"].is_null(), "tokenizer '", w, "': BPE dropout is not supported");
+  MXDP_CHECK(json_empty_or_missing(m, "continuing_subword_prefix") && json_empty_or_missing(m, "end_of_word_suffix"),
+             "tokenizer '", w, "': continuing_subword_prefix / end_of_word_suffix are not supported (GPT-2's BPE has none)");
+  ignore_merges_ = m.contains("ignore_merges") && m["ignore_merges"].is_boolean() && m["ignore_merges"].get<bool>();
+  fuse_unk_ = m.contains("fuse_unk") && m["fuse_unk"].is_boolean() && m["fuse_unk"].get<bool>();
+
+  // Normalizer, pre-tokenizer, post-processor, decoder.
+  MXDP_CHECK(!j.contains("normalizer") || j["normalizer"].is_null(), "tokenizer '", w, "': normalizer ",
+             j.value("normalizer", json()).dump(), " is not supported (GPT-2's tokenizer has none)");
+  MXDP_CHECK(j.contains("pre_tokenizer") && j["pre_tokenizer"].is_object() &&
+                 j["pre_tokenizer"].value("type", std::string()) == "ByteLevel",
+             "tokenizer '", w, "': pre_tokenizer ", j.value("pre_tokenizer", json()).dump(),
+             " is not supported (only GPT-2's ByteLevel)");
+  const json& pt = j["pre_tokenizer"];
+  add_prefix_space_ = pt.value("add_prefix_space", false);
+  use_regex_ = pt.value("use_regex", true);
+  for (const char* k : {"decoder", "post_processor"}) {
+    if (!j.contains(k) || j[k].is_null()) continue;
+    MXDP_CHECK(j[k].is_object() && j[k].value("type", std::string()) == "ByteLevel", "tokenizer '", w, "': ", k, " ",
+               j[k].dump(), " is not supported (only ByteLevel or none)");
+  }
+
+  // Vocabulary.
+  MXDP_CHECK(m.contains("vocab") && m["vocab"].is_object(), "tokenizer '", w, "': model.vocab is not an object");
+  int64_t max_id = -1;
+  for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) {
+    MXDP_CHECK(it.value().is_number_integer(), "tokenizer '", w, "': vocab entry '", it.key(), "' has id ",
+               it.value().dump(), ", not an integer");
+    const int64_t id = it.value().get<int64_t>();
+    MXDP_CHECK(id >= 0 && id < 65536, "tokenizer '", w, "': vocab entry '", it.key(), "' has id ", id,
+               " (mxdp's token shards hold ids below 65536)");
+    vocab_[it.key()] = int32_t(id);
+    max_id = std::max(max_id, id);
+  }
+  MXDP_CHECK(!vocab_.empty(), "tokenizer '", w, "': the vocabulary is empty");
+
+  // Added tokens.
+  std::vector<std::pair<std::string, int32_t>> added;
+  if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
+    MXDP_CHECK(j["added_tokens"].is_array(), "tokenizer '", w, "': added_tokens is not an array");
+    for (const json& a : j["added_tokens"]) {
+      MXDP_CHECK(a.is_object() && a.contains("id") && a["id"].is_number_integer() && a.contains("content") &&
+                     a["content"].is_string(),
+                 "tokenizer '", w, "': added token ", a.dump(), " needs an integer id and a string content");
+      const int64_t id = a["id"].get<int64_t>();
+      const std::string content = a["content"].get<std::string>();
+      MXDP_CHECK(id >= 0 && id < 65536, "tokenizer '", w, "': added token '", content, "' has id ", id);
+      MXDP_CHECK(!content.empty(), "tokenizer '", w, "': added token ", id, " is empty");
+      for (const char* k : {"single_word", "lstrip", "rstrip"})
+        MXDP_CHECK(json_false_or_missing(a, k), "tokenizer '", w, "': added token '", content, "' has ", k,
+                   " set, which is not supported");
+      added.emplace_back(content, int32_t(id));
+      max_id = std::max(max_id, id);
+    }
+  }
+  vocab_size_ = int(max_id + 1);
+  id_to_token_.assign(vocab_size_, std::string());
+  is_added_.assign(vocab_size_, false);
+  std::vector<bool> seen(vocab_size_, false);
+  for (const auto& [tok, id] : vocab_) {
+    MXDP_CHECK(!seen[id], "tokenizer '", w, "': id ", id, " is given to two vocabulary entries ('",
+               id_to_token_[id], "' and '", tok, "')");
+    seen[id] = true;
+    id_to_token_[id] = tok;
+  }
+  for (const auto& [content, id] : added) {
+    id_to_token_[id] = content;
+    is_added_[id] = true;
+  }
+  added_ = added;
+
+  if (m.contains("unk_token") && m["unk_token"].is_string()) {
+    const std::string unk = m["unk_token"].get<std::string>();
+    auto it = vocab_.find(unk);
+    MXDP_CHECK(it != vocab_.end(), "tokenizer '", w, "': unk_token '", unk, "' is not in the vocabulary");
+    unk_id_ = it->second;
+  }
+
+  const ByteMap& bm = byte_map();
+  for (int b = 0; b < 256; ++b) {
+    byte_char_[b].clear();
+    append_utf8(byte_char_[b], bm.to_char[b]);
+    auto it = vocab_.find(byte_char_[b]);
+    byte_id_[b] = it == vocab_.end() ? -1 : it->second;
+  }
+
+  // Merges: rank = position in the list; a later duplicate replaces an earlier one.
+  MXDP_CHECK(m.contains("merges") && m["merges"].is_array(), "tokenizer '", w, "': model.merges is not an array");
+  int32_t rank = 0;
+  for (const json& e : m["merges"]) {
+    std::string a, b;
+    if (e.is_string()) {
+      const std::string s = e.get<std::string>();
+      const size_t sp = s.find(' ');
+      MXDP_CHECK(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos, "tokenizer '", w, "': merge ",
+                 rank, " '", s, "' is not two tokens separated by one space");
+      a = s.substr(0, sp);
+      b = s.substr(sp + 1);
+    } else {
+      MXDP_CHECK(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string(), "tokenizer '", w,
+                 "': merge ", rank, " ", e.dump(), " is not a pair of strings");
+      a = e[0].get<std::string>();
+      b = e[1].get<std::string>();
+    }
+    auto ia = vocab_.find(a), ib = vocab_.find(b), ic = vocab_.find(a + b);
+    MXDP_CHECK(ia != vocab_.end() && ib != vocab_.end() && ic != vocab_.end(), "tokenizer '", w, "': merge ", rank,
+               " ('", a, "', '", b, "') uses a token that is not in the vocabulary");
+    merges_[pair_key(ia->second, ib->second)] = Merge{rank, ic->second};
+    ++rank;
+  }
+}
+
+std::string BpeTokenizer::describe() const {
+  return "bpe " + what_ + " (vocab " + std::to_string(vocab_size_) + ", " + std::to_string(merges_.size()) + " merges)";
+}
+
+// ---- pre-tokenizer -----------------------------------------------------------
+
+std::vector<std::pair<size_t, size_t>> BpeTokenizer::split_gpt2(std::string_view text) {
+  std::vector<char32_t> cp;
+  std::vector<size_t> at;  // byte offset of each code point, and of the end
+  for (size_t i = 0; i < text.size();) {
+    at.push_back(i);
+    cp.push_back(unicode::next_code_point(text.data(), text.size(), i));
+  }
+  at.push_back(text.size());
+  const size_t n = cp.size();
+  auto L = [&](size_t k) { return k < n && unicode::is_letter(cp[k]); };
+  auto N = [&](size_t k) { return k < n && unicode::is_number(cp[k]); };
+  auto S = [&](size_t k) { return k < n && unicode::is_white_space(cp[k]); };
+  auto other = [&](size_t k) { return k < n && !S(k) && !unicode::is_letter(cp[k]) && !unicode::is_number(cp[k]); };
+  std::vector<std::pair<size_t, size_t>> out;
+  size_t i = 0;
+  while (i < n) {
+    size_t e = i;
+    // 's|'t|'re|'ve|'m|'ll|'d
+    if (cp[i] == '\'' && i + 1 < n) {
+      const char32_t c1 = cp[i + 1], c2 = i + 2 < n ? cp[i + 2] : 0;
+      if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd')
+        e = i + 2;
+      else if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l'))
+        e = i + 3;
+    }
+    const size_t s = cp[i] == ' ' ? i + 1 : i;  // the optional leading space of the next three
+    if (e == i && L(s)) {                        //  ?\p{L}+
+      for (e = s; L(e); ++e) {}
+    } else if (e == i && N(s)) {                 //  ?\p{N}+
+      for (e = s; N(e); ++e) {}
+    } else if (e == i && other(s)) {             //  ?[^\s\p{L}\p{N}]+
+      for (e = s; other(e); ++e) {}
+    } else if (e == i) {                         // \s+(?!\S) | \s+   (cp[i] is white space here)
+      size_t k = i;
+      while (S(k)) ++k;
+      e = (k == n || k - 1 == i) ? k : k - 1;  // leave the last space to the word after it
+    }
+    out.emplace_back(at[i], at[e]);
+    i = e;
+  }
+  return out;
+}
+
+// ---- BPE ---------------------------------------------------------------------
+
+void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out) const {
+  const std::string key(word);
+  if (auto it = cache_.find(key); it != cache_.end()) {
+    out.insert(out.end(), it->second.begin(), it->second.end());
+    return;
+  }
+  std::vector<int32_t> ids;
+  if (ignore_merges_) {
+    std::string mapped;
+    for (unsigned char c : word) mapped += byte_char_[c];
+    if (auto it = vocab_.find(mapped); it != vocab_.end()) ids.push_back(it->second);
+  }
+  if (ids.empty()) {
+    struct Sym {
+      int32_t id;
+      int prev, next;
+      bool alive;
+    };
+    std::vector<Sym> sym;
+    sym.reserve(word.size());
+    for (unsigned char c : word) {
+      int32_t id = byte_id_[c];
+      if (id < 0) {
+        if (unk_id_ < 0) continue;  // no unk token: the character is dropped
+        if (fuse_unk_ && !sym.empty() && sym.back().id == unk_id_) continue;
+        id = unk_id_;
+      }
+      sym.push_back({id, int(sym.size()) - 1, int(sym.size()) + 1, true});
+    }
+    if (!sym.empty()) sym.back().next = -1;
+    struct Cand {
+      int32_t rank;
+      int pos;
+      int32_t id;
+      bool operator<(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }  // min-heap
+    };
+    std::priority_queue<Cand> q;
+    auto push = [&](int pos) {
+      const int nx = sym[pos].next;
+      if (nx < 0) return;
+      auto it = merges_.find(pair_key(sym[pos].id, sym[nx].id));
+      if (it != merges_.end()) q.push({it->second.rank, pos, it->second.id});
+    };
+    for (int p = 0; p + 1 < int(sym.size()); ++p) push(p);
+    while (!q.empty()) {
+      const Cand c = q.top();
+      q.pop();
+      Sym& s = sym[c.pos];
+      if (!s.alive || s.next < 0) continue;
+      const int nx = s.next;
+      auto it = merges_.find(pair_key(s.id, sym[nx].id));
+      if (it == merges_.end() || it->second.id != c.id) continue;  // an entry from before a neighbour changed
+      s.id = c.id;
+      sym[nx].alive = false;
+      s.next = sym[nx].next;
+      if (s.next >= 0) sym[s.next].prev = c.pos;
+      if (s.prev >= 0) push(s.prev);
+      push(c.pos);
+    }
+    for (const Sym& s : sym)
+      if (s.alive) ids.push_back(s.id);
+  }
+  if (cache_.size() > (1u << 20)) cache_.clear();
+  out.insert(out.end(), ids.begin(), ids.end());
+  cache_.emplace(key, std::move(ids));
+}
+
+void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
+  if (piece.empty()) return;
+  std::string with_space;
+  if (add_prefix_space_ && piece[0] != ' ') {
+    with_space.reserve(piece.size() + 1);
+    with_space.push_back(' ');
+    with_space.append(piece);
+    piece = with_space;
+  }
+  if (!use_regex_) {
+    encode_word(piece, out);
+    return;
+  }
+  for (auto [b, e] : split_gpt2(piece)) encode_word(piece.substr(b, e - b), out);
+}
+
+std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
+  if (!utf8_valid(text)) {
+    const std::string fixed = utf8_replace_invalid(text);
+    size_t i = 0;
+    while (i < text.size() && i < fixed.size() && text[i] == fixed[i]) ++i;
+    MXDP_FAIL("tokenizer '", what_, "': the text is not valid UTF-8 (first bad byte near offset ", i, ")");
+  }
+  std::vector<int32_t> out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    // The next added token: leftmost, then longest.
+    size_t best = std::string_view::npos, best_len = 0;
+    int32_t best_id = -1;
+    for (const auto& [content, id] : added_) {
+      const size_t f = text.find(content, pos);
+      if (f == std::string_view::npos) continue;
+      if (f < best || (f == best && content.size() > best_len)) {
+        best = f;
+        best_len = content.size();
+        best_id = id;
+      }
+    }
+    const size_t end = best == std::string_view::npos ? text.size() : best;
+    encode_piece(text.substr(pos, end - pos), out);
+    if (best == std::string_view::npos) break;
+    out.push_back(best_id);
+    pos = best + best_len;
+  }
+  return out;
+}
+
+std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
+  const ByteMap& bm = byte_map();
+  std::string out;
+  for (size_t k = 0; k < ids.size(); ++k) {
+    const int32_t id = ids[k];
+    MXDP_CHECK(id >= 0 && id < vocab_size_ && (is_added_[id] || !id_to_token_[id].empty()), "tokenizer '", what_,
+               "': token ", id, " at position ", k, " is not in the vocabulary (", vocab_size_, " ids)");
+    const std::string& t = id_to_token_[id];
+    std::string bytes;
+    bool all = true;
+    for (size_t i = 0; i < t.size() && all;) {
+      const char32_t c = unicode::next_code_point(t.data(), t.size(), i);
+      auto it = bm.to_byte.find(c);
+      if (it == bm.to_byte.end())
+        all = false;
+      else
+        bytes += char(it->second);
+    }
+    out += all ? bytes : t;
+  }
+  return out;
+}
+
+}  // namespace mxdp

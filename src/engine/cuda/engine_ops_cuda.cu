@@ -1,0 +1,583 @@
+// Compiled with -fmad=false (src/CMakeLists.txt): adamw_element must round every
+// multiply and add on its own to give the host's bits.
+#include "engine/cuda/engine_ops_cuda.h"
+
+#include <array>
+#include <climits>
+#include <cstring>
+#include <type_traits>
+
+#include "util/check.h"
+#include "formats/cuda/fp8_encode.cuh"
+#include "formats/cuda/quant_cuda.h"
+#include "util/cuda_check.h"
+#include "formats/codec.h"
+#include "engine/optimizer.h"
+
+namespace mxdp::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+// sum_squares: a fixed grid, so the reduction tree depends on n only.
+constexpr int kSumBlocks = 264;
+
+int blocks_for(int64_t n) { return int(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535 * 16)); }
+
+__global__ void to_bf16_kernel(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = codec::bf16_from_f32(x[i]);
+}
+__global__ void from_bf16_kernel(const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = codec::bf16_to_f32(x[i]);
+}
+__global__ void scale_kernel(float* x, int64_t n, float c) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = x[i] * c;
+}
+__global__ void adamw_kernel(float* p, float* m, float* v, const float* g, int64_t n, AdamWScalars s) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    adamw_element(p[i], m[i], v[i], g[i], s);
+}
+// ---- fused AdamW + stage --------------------------------------------------------
+// One pass over (g, m, v, p): every element's AdamW (adamw_element, the host's
+// bits under -fmad=false) on the gradient g * ctl->grad_scale (nothing when
+// ctl->skip), then p quantized in registers. The scalars come from device
+// memory: the host never waits for the grad norm. Vectorized kernels: lane l of warp w handles float4s
+// w*32U + j*32 + l (j < U), so every load is a coalesced 512-byte warp access and
+// each thread has 4U independent 16-byte loads in flight; an MXFP8 block (32
+// elements = 8 float4s = 8 lanes) reduces its amax with 3 xor-shuffles. A
+// general kernel (one warp per 32 elements, lane = element) takes what the
+// vectorized one cannot: a partial last block, unaligned pointers.
+
+using device::fold4;
+using device::warp_max;
+__device__ __forceinline__ void adamw4(float4& p, float4& m, float4& v, float4 g, float gs, const AdamWScalars& s) {
+  adamw_element(p.x, m.x, v.x, g.x * gs, s);
+  adamw_element(p.y, m.y, v.y, g.y * gs, s);
+  adamw_element(p.z, m.z, v.z, g.z * gs, s);
+  adamw_element(p.w, m.w, v.w, g.w * gs, s);
+}
+__device__ __forceinline__ uint32_t bf16x2(float a, float b) {
+  return uint32_t(codec::bf16_from_f32(a)) | (uint32_t(codec::bf16_from_f32(b)) << 16);
+}
+
+enum class FusedOut : uint8_t { Bf16, Mxfp8, Amax };
+
+// n4 float4s; Mxfp8: n4 % 8 == 0 (whole blocks). Bf16 codes: uint2 per float4;
+// Mxfp8 codes: uint32 per float4, one scale per 8 float4s; Amax: folded into *amax.
+template <FusedOut O, ScaleRounding R, int U>
+__global__ void __launch_bounds__(kThreads)
+    adamw_fused_vec(float4* __restrict__ p, float4* __restrict__ m, float4* __restrict__ v,
+                    const float4* __restrict__ g, int64_t n4, const StepControl* __restrict__ ctl, AdamWChoice c,
+                    void* __restrict__ codes, uint8_t* __restrict__ scales, unsigned* __restrict__ amax) {
+  const int lane = threadIdx.x & 31;
+  const bool update = !ctl->skip;
+  const float gs = ctl->grad_scale;
+  const AdamWScalars s = adamw_pick(c, ctl->updates);
+  const int64_t base = ((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5) * (32 * U) + lane;
+  float4 pp[U], mm[U], vv[U], gg[U];
+  const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int j = 0; j < U; ++j) {
+    const int64_t i = base + j * 32;
+    const bool in = i < n4;
+    gg[j] = in ? g[i] : z;
+    mm[j] = in ? m[i] : z;
+    vv[j] = in ? v[i] : z;
+    pp[j] = in ? p[i] : z;
+  }
+  float am_all = 0.0f;
+#pragma unroll
+  for (int j = 0; j < U; ++j) {
+    const int64_t i = base + j * 32;
+    const bool in = i < n4;
+    if (update) adamw4(pp[j], mm[j], vv[j], gg[j], gs, s);
+    if (in && update) {
+      p[i] = pp[j];
+      m[i] = mm[j];
+      v[i] = vv[j];
+    }
+    if constexpr (O == FusedOut::Bf16) {
+      if (in)
+        static_cast<uint2*>(codes)[i] = make_uint2(bf16x2(pp[j].x, pp[j].y), bf16x2(pp[j].z, pp[j].w));
+    } else if constexpr (O == FusedOut::Mxfp8) {
+      const float am = warp_max(fold4(0.0f, pp[j]), 8);
+      const uint8_t sb = codec::mxfp8_scale_byte(am, Fp8Kind::E4M3, R);
+      const float mul = codec::e8m0_multiplier(sb);
+      const uint32_t q = device::encode4<Fp8Kind::E4M3, device::kEnc>(pp[j].x * mul, pp[j].y * mul, pp[j].z * mul,
+                                                                      pp[j].w * mul);
+      if (in) {  // whole blocks are in or out: n4 % 8 == 0
+        static_cast<uint32_t*>(codes)[i] = q;
+        if ((lane & 7) == 0) scales[i >> 3] = sb;
+      }
+    } else {
+      if (in) am_all = fold4(am_all, pp[j]);
+    }
+  }
+  if constexpr (O == FusedOut::Amax) {
+    am_all = warp_max(am_all, 32);
+    __shared__ float part[kThreads / 32];
+    if (lane == 0) part[threadIdx.x / 32] = am_all;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      am_all = threadIdx.x < kThreads / 32 ? part[threadIdx.x] : 0.0f;
+      am_all = warp_max(am_all, 32);
+      // Non-negative floats order like their bits: an integer max is exact and order-free.
+      if (threadIdx.x == 0 && am_all > 0.0f) atomicMax(amax, __float_as_uint(am_all));
+    }
+  }
+}
+
+// Any n, any alignment: one warp per 32 consecutive elements, lane = element.
+template <FusedOut O, ScaleRounding R>
+__global__ void __launch_bounds__(kThreads)
+    adamw_fused_any(float* __restrict__ p, float* __restrict__ m, float* __restrict__ v, const float* __restrict__ g,
+                    int64_t n, const StepControl* __restrict__ ctl, AdamWChoice c, void* __restrict__ codes,
+                    uint8_t* __restrict__ scales, unsigned* __restrict__ amax) {
+  const int lane = threadIdx.x & 31;
+  const bool update = !ctl->skip;
+  const float gs = ctl->grad_scale;
+  const AdamWScalars s = adamw_pick(c, ctl->updates);
+  const int64_t nb = (n + 31) / 32, nwarps = int64_t(gridDim.x) * blockDim.x / 32;
+  float am_all = 0.0f;
+  for (int64_t b = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; b < nb; b += nwarps) {
+    const int64_t i = b * 32 + lane;
+    const bool in = i < n;
+    float pi = 0.0f, mi = 0.0f, vi = 0.0f;
+    if (in) {
+      pi = p[i];
+      mi = m[i];
+      vi = v[i];
+      if (update) {
+        adamw_element(pi, mi, vi, g[i] * gs, s);
+        p[i] = pi;
+        m[i] = mi;
+        v[i] = vi;
+      }
+    }
+    if constexpr (O == FusedOut::Bf16) {
+      if (in) static_cast<uint16_t*>(codes)[i] = codec::bf16_from_f32(pi);
+    } else if constexpr (O == FusedOut::Mxfp8) {
+      const float am = warp_max(codec::amax_fold(0.0f, pi), 32);  // absent lanes fold 0: the amax of those present
+      const uint8_t sb = codec::mxfp8_scale_byte(am, Fp8Kind::E4M3, R);
+      if (in) static_cast<uint8_t*>(codes)[i] = device::encode1<Fp8Kind::E4M3, device::kEnc>(pi * codec::e8m0_multiplier(sb));
+      if (lane == 0) scales[b] = sb;
+    } else {
+      am_all = codec::amax_fold(am_all, pi);
+    }
+  }
+  if constexpr (O == FusedOut::Amax) {
+    am_all = warp_max(am_all, 32);
+    if (lane == 0 && am_all > 0.0f) atomicMax(amax, __float_as_uint(am_all));
+  }
+}
+
+__global__ void step_control_kernel(const double* partials, int rows, int stride, int cols, double clip,
+                                    StepControl* ctl) {
+  step_control_of(partials, rows, stride, cols, clip, *ctl);
+}
+__global__ void sum_into_kernel(const float* x, int64_t n, double* out) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += double(x[i]);
+  *out = s;
+}
+
+bool aligned(const void* q, int a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }
+
+template <FusedOut O, ScaleRounding R>
+void launch_fused(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
+                  const AdamWChoice& ch, void* codes, uint8_t* scales, unsigned* amax, int unroll, cudaStream_t st) {
+  // The vectorized kernel takes the longest prefix of whole float4s (MXFP8:
+  // whole 32-element blocks) when every pointer allows 16-byte loads and the
+  // codes their vector stores; the general kernel does the rest.
+  const int64_t quantum = O == FusedOut::Mxfp8 ? 32 : 4;
+  const int code_align = O == FusedOut::Bf16 ? 8 : (O == FusedOut::Mxfp8 ? 4 : 1);
+  const bool vec = aligned(p, 16) && aligned(m, 16) && aligned(v, 16) && aligned(g, 16) &&
+                   (O == FusedOut::Amax || aligned(codes, code_align));
+  const int64_t nv = vec ? n / quantum * quantum : 0;
+  if (nv > 0) {
+    const int64_t n4 = nv / 4;
+    auto go = [&]<int U>() {
+      const int64_t blocks = ((n4 + 32 * U - 1) / (32 * U) * 32 + kThreads - 1) / kThreads;
+      MXDP_CHECK(blocks <= INT_MAX, "fused AdamW: too many elements for one launch: ", n);
+      adamw_fused_vec<O, R, U><<<unsigned(blocks), kThreads, 0, st>>>(
+          reinterpret_cast<float4*>(p), reinterpret_cast<float4*>(m), reinterpret_cast<float4*>(v),
+          reinterpret_cast<const float4*>(g), n4, ctl, ch, codes, scales, amax);
+    };
+    switch (unroll) {
+      case 1: go.template operator()<1>(); break;
+      case 4: go.template operator()<4>(); break;
+      default: go.template operator()<2>(); break;
+    }
+    MXDP_CUDA_CHECK_LAUNCH();
+  }
+  if (nv < n) {
+    const int64_t rest = n - nv, warps = (rest + 31) / 32;
+    const int blocks = int(std::min<int64_t>((warps * 32 + kThreads - 1) / kThreads, 65535 * 16));
+    void* c = nullptr;
+    uint8_t* sc = nullptr;
+    if constexpr (O == FusedOut::Bf16) c = static_cast<uint16_t*>(codes) + nv;
+    if constexpr (O == FusedOut::Mxfp8) {
+      c = static_cast<uint8_t*>(codes) + nv;
+      sc = scales + nv / 32;
+    }
+    adamw_fused_any<O, R><<<blocks, kThreads, 0, st>>>(p + nv, m + nv, v + nv, g + nv, rest, ctl, ch, c, sc, amax);
+    MXDP_CUDA_CHECK_LAUNCH();
+  }
+}
+
+// Dequantize straight into bf16 compute weights: bf16_rne(fp32 dequantized
+// value), element by element the CPU's to_bf16(dequantize(x)).
+template <WeightFormat F>
+__device__ __forceinline__ float dequant_at(const uint8_t* codes, const uint8_t* scales, int64_t i, float s_dec) {
+  if constexpr (F == WeightFormat::Bf16) {
+    return codec::bf16_to_f32(reinterpret_cast<const uint16_t*>(codes)[i]);
+  } else if constexpr (F == WeightFormat::Mxfp8) {
+    return codec::mxfp8_dequant(codes[i], scales[i / kMxfp8Block], Fp8Kind::E4M3);
+  } else {
+    const uint8_t nib = (codes[i / 2] >> ((i & 1) * 4)) & 0xF;
+    return codec::nvfp4_dequant(nib, scales[i / kNvfp4Block], s_dec);
+  }
+}
+// Elements of one range, 8 consecutive ones per thread (`thread` of `threads`
+// striding over it), dequantized into y as bf16_rne or fp32 of the value: one
+// 16-byte store per 8 bf16 (two for fp32) when y is 16-byte aligned.
+template <WeightFormat F, class Out>
+__device__ __forceinline__ void dequant_range(const uint8_t* codes, const uint8_t* scales, int64_t n, float s_dec,
+                                              Out* y, int64_t thread, int64_t threads) {
+  constexpr bool kBf16 = std::is_same_v<Out, uint16_t>;
+  const auto put = [](float v) {
+    if constexpr (kBf16) return codec::bf16_from_f32(v);
+    else return v;
+  };
+  const bool vec = reinterpret_cast<uintptr_t>(y) % 16 == 0;
+  for (int64_t i0 = 8 * thread; i0 < n; i0 += 8 * threads) {
+    if (vec && i0 + 8 <= n) {
+      Out v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = put(dequant_at<F>(codes, scales, i0 + j, s_dec));
+      if constexpr (kBf16) {
+        uint4 o;
+        o.x = v[0] | (uint32_t(v[1]) << 16);
+        o.y = v[2] | (uint32_t(v[3]) << 16);
+        o.z = v[4] | (uint32_t(v[5]) << 16);
+        o.w = v[6] | (uint32_t(v[7]) << 16);
+        *reinterpret_cast<uint4*>(y + i0) = o;
+      } else {
+        reinterpret_cast<float4*>(y + i0)[0] = make_float4(v[0], v[1], v[2], v[3]);
+        reinterpret_cast<float4*>(y + i0)[1] = make_float4(v[4], v[5], v[6], v[7]);
+      }
+    } else {
+      for (int64_t i = i0; i < n && i < i0 + 8; ++i) y[i] = put(dequant_at<F>(codes, scales, i, s_dec));
+    }
+  }
+}
+template <WeightFormat F>
+__global__ void dequant_bf16_kernel(const uint8_t* codes, const uint8_t* scales, int64_t n, float s_dec,
+                                    const float* d_amax, uint16_t* y) {
+  if (d_amax) s_dec = codec::nvfp4_tensor_scale_of(*d_amax).s_dec;  // NVFP4, tensor amax in device memory
+  dequant_range<F>(codes, scales, n, s_dec, y, blockIdx.x * int64_t(blockDim.x) + threadIdx.x,
+                   int64_t(gridDim.x) * blockDim.x);
+}
+template <WeightFormat F>
+void launch_dequant_bf16(const uint8_t* codes, const uint8_t* scales, int64_t n, float s_dec, uint16_t* y,
+                         cudaStream_t st, const float* d_amax = nullptr) {
+  const int blocks = int(std::min<int64_t>((n + 8 * kThreads - 1) / (8 * kThreads), 65535 * 16));
+  dequant_bf16_kernel<F><<<blocks, kThreads, 0, st>>>(codes, scales, n, s_dec, d_amax, y);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+// Every piece of an unpack in one launch: blockIdx.y is the piece, the blocks
+// in x stride over its elements. Element by element what dequantize gives.
+template <WeightFormat F, class Out>
+__global__ void dequant_pieces_kernel(const UnpackPiece* pieces) {
+  const UnpackPiece pc = pieces[blockIdx.y];
+  float s_dec = 0.0f;
+  if constexpr (F == WeightFormat::Nvfp4) s_dec = codec::nvfp4_tensor_scale_of(*pc.amax).s_dec;
+  dequant_range<F>(pc.codes, pc.scales, pc.len, s_dec, static_cast<Out*>(pc.dst),
+                   blockIdx.x * int64_t(blockDim.x) + threadIdx.x, int64_t(gridDim.x) * blockDim.x);
+}
+
+// Pass 1: each block sums a fixed strided subset in fp64 and reduces it in a
+// fixed tree; pass 2: one thread adds the block sums in order.
+__global__ void sum_squares_blocks(const float* x, int64_t n, double* partial) {
+  __shared__ double sh[kThreads];
+  double acc = 0;
+  for (int64_t i = blockIdx.x * int64_t(kThreads) + threadIdx.x; i < n; i += int64_t(kSumBlocks) * kThreads)
+    acc += double(x[i]) * double(x[i]);
+  sh[threadIdx.x] = acc;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w /= 2) {
+    if (int(threadIdx.x) < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = sh[0];
+}
+__global__ void sum_partials(const double* partial, double* out) {
+  double s = 0;
+  for (int i = 0; i < kSumBlocks; ++i) s += partial[i];
+  *out = s;
+}
+
+class CudaOps final : public EngineOps {
+ public:
+  explicit CudaOps(cudaStream_t s) : stream_(s) {
+    if (!stream_) {
+      MXDP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+      own_stream_ = true;
+    }
+    MXDP_CUDA_CHECK(cudaMalloc(&scratch_, (kSumBlocks + 1) * sizeof(double) + 4 * sizeof(float)));
+  }
+  ~CudaOps() override {
+    cudaStreamSynchronize(stream_);
+    for (cudaEvent_t e : events_)
+      if (e) cudaEventDestroy(e);
+    cudaFree(scratch_);
+    if (own_stream_) cudaStreamDestroy(stream_);
+  }
+  bool device_memory() const override { return true; }
+  void* stream() override { return stream_; }
+
+  void* alloc(size_t bytes) override {
+    if (!bytes) return nullptr;
+    void* p = nullptr;
+    MXDP_CUDA_CHECK(cudaMalloc(&p, bytes));
+    MXDP_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+    return p;
+  }
+  void release(void* p) override {
+    if (!p) return;
+    sync();
+    MXDP_CUDA_CHECK(cudaFree(p));
+  }
+  void zero(void* p, size_t bytes) override {
+    if (bytes) MXDP_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes) MXDP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+  void copy_to_host(void* host, const void* src, size_t bytes) override {
+    if (bytes) MXDP_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    sync();
+  }
+  void copy_from_host(void* dst, const void* host, size_t bytes) override {
+    if (!bytes) return;
+    MXDP_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
+    sync();  // the host buffer may go away
+  }
+  float amax(const float* x, int64_t n) override {
+    float* d = reinterpret_cast<float*>(scratch_ + kSumBlocks + 1);
+    cuda::amax(x, n, d, stream_);
+    float h = 0;
+    copy_to_host(&h, d, sizeof h);
+    return h;
+  }
+  void quantize(WeightFormat f, ScaleRounding r, const float* x, int64_t n, float tensor_amax, uint8_t* codes,
+                uint8_t* scales) override {
+    switch (f) {
+      case WeightFormat::Bf16: to_bf16(x, reinterpret_cast<uint16_t*>(codes), n); break;
+      case WeightFormat::Mxfp8:
+        cuda::mxfp8_quantize_rowwise(x, 1, n, {Fp8Kind::E4M3, r}, codes, scales, stream_);
+        break;
+      case WeightFormat::Nvfp4: cuda::nvfp4_quantize_rowwise(x, 1, n, tensor_amax, codes, scales, stream_); break;
+    }
+  }
+  void dequantize(WeightFormat f, const uint8_t* codes, const uint8_t* scales, int64_t n, float tensor_amax,
+                  void* out, ComputeDType dt) override {
+    if (n <= 0) return;
+    if (dt == ComputeDType::BF16) {
+      uint16_t* y = static_cast<uint16_t*>(out);
+      switch (f) {
+        case WeightFormat::Bf16: copy(y, codes, size_t(n) * 2); break;
+        case WeightFormat::Mxfp8: launch_dequant_bf16<WeightFormat::Mxfp8>(codes, scales, n, 0.f, y, stream_); break;
+        case WeightFormat::Nvfp4:
+          launch_dequant_bf16<WeightFormat::Nvfp4>(codes, scales, n, mxdp::nvfp4_tensor_scale(tensor_amax).s_dec, y,
+                                                   stream_);
+          break;
+      }
+      return;
+    }
+    float* y = static_cast<float*>(out);
+    switch (f) {
+      case WeightFormat::Bf16: from_bf16(reinterpret_cast<const uint16_t*>(codes), y, n); break;
+      case WeightFormat::Mxfp8: cuda::mxfp8_dequantize_rowwise(codes, scales, 1, n, Fp8Kind::E4M3, y, stream_); break;
+      case WeightFormat::Nvfp4:
+        cuda::nvfp4_dequantize_rowwise(codes, scales, mxdp::nvfp4_tensor_scale(tensor_amax).s_dec, 1, n, y, stream_);
+        break;
+    }
+  }
+  void dequantize_pieces(WeightFormat f, const UnpackPiece* pieces, int count, int64_t max_len,
+                         ComputeDType out) override {
+    if (count <= 0 || max_len <= 0) return;
+    MXDP_CHECK(count <= 65535, "dequantize_pieces: at most 65535 pieces per launch, got ", count);
+    const dim3 grid(unsigned(std::min<int64_t>((max_len + 8 * kThreads - 1) / (8 * kThreads), 1024)), unsigned(count));
+    const auto go = [&]<WeightFormat F>() {
+      if (out == ComputeDType::BF16)
+        dequant_pieces_kernel<F, uint16_t><<<grid, kThreads, 0, stream_>>>(pieces);
+      else
+        dequant_pieces_kernel<F, float><<<grid, kThreads, 0, stream_>>>(pieces);
+    };
+    switch (f) {
+      case WeightFormat::Bf16: go.template operator()<WeightFormat::Bf16>(); break;
+      case WeightFormat::Mxfp8: go.template operator()<WeightFormat::Mxfp8>(); break;
+      case WeightFormat::Nvfp4: go.template operator()<WeightFormat::Nvfp4>(); break;
+    }
+    MXDP_CUDA_CHECK_LAUNCH();
+  }
+  void to_bf16(const float* x, uint16_t* y, int64_t n) override {
+    if (n <= 0) return;
+    to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x, y, n);
+    MXDP_CUDA_CHECK_LAUNCH();
+  }
+  void from_bf16(const uint16_t* x, float* y, int64_t n) override {
+    if (n <= 0) return;
+    from_bf16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x, y, n);
+    MXDP_CUDA_CHECK_LAUNCH();
+  }
+  void scale(float* x, int64_t n, float c) override {
+    if (n <= 0) return;
+    scale_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x, n, c);
+    MXDP_CUDA_CHECK_LAUNCH();
+  }
+  double sum_squares(const float* x, int64_t n) override {
+    if (n <= 0) return 0;
+    sum_squares_into(x, n, scratch_ + kSumBlocks);
+    double h = 0;
+    copy_to_host(&h, scratch_ + kSumBlocks, sizeof h);
+    return h;
+  }
+  void sum_squares_into(const float* x, int64_t n, double* out) override {
+    if (n <= 0) {
+      zero(out, sizeof(double));
+      return;
+    }
+    sum_squares_blocks<<<kSumBlocks, kThreads, 0, stream_>>>(x, n, scratch_);  // stream order protects scratch_
+    MXDP_CUDA_CHECK_LAUNCH();
+    sum_partials<<<1, 1, 0, stream_>>>(scratch_, out);
+    MXDP_CUDA_CHECK_LAUNCH();
+  }
+  void adamw(float* p, float* m, float* v, const float* g, int64_t n, const AdamWParams& a) override {
+    if (n <= 0) return;
+    adamw_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(p, m, v, g, n, adamw_scalars(a));
+    MXDP_CUDA_CHECK_LAUNCH();
+  }
+
+  void step_control(const double* partials, int rows, int stride, int cols, double clip_grad,
+                    StepControl* ctl) override {
+    step_control_kernel<<<1, 1, 0, stream_>>>(partials, rows, stride, cols, clip_grad, ctl);
+    MXDP_CUDA_CHECK_LAUNCH();
+  }
+  void adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m, float* v, const float* g, int64_t n,
+                      const StepControl* ctl, const AdamWChoice& a, uint8_t* codes, uint8_t* scales) override {
+    detail::adamw_quantize(f, r, p, m, v, g, n, ctl, a, codes, scales, stream_);
+  }
+  void adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
+                  const AdamWChoice& a, float* am) override {
+    detail::adamw_amax(p, m, v, g, n, ctl, a, am, stream_);
+  }
+  void amax_into(const float* x, int64_t n, float* out) override {
+    if (n > 0) cuda::amax_fold_into(x, n, out, stream_);
+  }
+  void quantize_nvfp4(const float* x, int64_t n, const float* tensor_amax, uint8_t* codes, uint8_t* scales) override {
+    cuda::nvfp4_quantize_rowwise_device_amax(x, 1, n, tensor_amax, codes, scales, stream_);
+  }
+  void dequantize_nvfp4(const uint8_t* codes, const uint8_t* scales, int64_t n, const float* tensor_amax, void* out,
+                        ComputeDType dt) override {
+    if (n <= 0) return;
+    if (dt == ComputeDType::BF16) {
+      launch_dequant_bf16<WeightFormat::Nvfp4>(codes, scales, n, 0.f, static_cast<uint16_t*>(out), stream_, tensor_amax);
+      return;
+    }
+    Nvfp4TensorScale* ts = scale_scratch();  // stream order protects it
+    cuda::nvfp4_tensor_scale(tensor_amax, ts, stream_);
+    cuda::nvfp4_dequantize_rowwise_device_sdec(codes, scales, &ts->s_dec, 1, n, static_cast<float*>(out), stream_);
+  }
+  void sum_into(const float* x, int64_t n, double* out) override {
+    sum_into_kernel<<<1, 1, 0, stream_>>>(x, n, out);
+    MXDP_CUDA_CHECK_LAUNCH();
+  }
+  void* alloc_host(size_t bytes) override {
+    if (!bytes) return nullptr;
+    void* p = nullptr;
+    MXDP_CUDA_CHECK(cudaMallocHost(&p, bytes));
+    std::memset(p, 0, bytes);
+    return p;
+  }
+  void release_host(void* p) override {
+    if (!p) return;
+    sync();  // no copy may still be landing in it
+    MXDP_CUDA_CHECK(cudaFreeHost(p));
+  }
+  void copy_to_host_async(void* host, const void* src, size_t bytes) override {
+    if (bytes) MXDP_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  }
+  int64_t mark() override {
+    const int64_t k = ++marks_;
+    cudaEvent_t& e = events_[size_t(k % kMarkEvents)];
+    if (!e) MXDP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    MXDP_CUDA_CHECK(cudaEventRecord(e, stream_));
+    return k;
+  }
+  void wait(int64_t k) override {
+    MXDP_CHECK(k >= 1 && k <= marks_, "wait(", k, "): no such mark (", marks_, " made)");
+    // A mark older than the ring: its event was recorded again later in the
+    // stream, and waiting for that later point covers it.
+    MXDP_CUDA_CHECK(cudaEventSynchronize(events_[size_t(k % kMarkEvents)]));
+  }
+  int64_t host_waits() const override { return waits_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  bool own_stream_ = false;
+  double* scratch_ = nullptr;  // sum_squares partials + result, then one float for amax, then an Nvfp4TensorScale
+  int64_t waits_ = 0;
+  static constexpr int kMarkEvents = 16;
+  std::array<cudaEvent_t, kMarkEvents> events_{};
+  int64_t marks_ = 0;
+  void sync() {
+    ++waits_;
+    MXDP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  Nvfp4TensorScale* scale_scratch() { return reinterpret_cast<Nvfp4TensorScale*>(reinterpret_cast<float*>(scratch_ + kSumBlocks + 1) + 2); }
+};
+
+}  // namespace
+
+void detail::adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m, float* v, const float* g, int64_t n,
+                            const StepControl* ctl, const AdamWChoice& s, uint8_t* codes, uint8_t* scales,
+                            cudaStream_t st, int unroll) {
+  MXDP_CHECK(n >= 0, "adamw_quantize: n must be >= 0, got ", n);
+  if (n == 0) return;
+  MXDP_CHECK(p && m && v && g && ctl && codes && (f == WeightFormat::Bf16 || scales), "adamw_quantize: null pointer");
+  switch (f) {
+    case WeightFormat::Bf16:
+      launch_fused<FusedOut::Bf16, ScaleRounding::RCeil>(p, m, v, g, n, ctl, s, codes, nullptr, nullptr,
+                                                          unroll, st);
+      break;
+    case WeightFormat::Mxfp8:
+      if (r == ScaleRounding::RCeil)
+        launch_fused<FusedOut::Mxfp8, ScaleRounding::RCeil>(p, m, v, g, n, ctl, s, codes, scales, nullptr,
+                                                             unroll, st);
+      else
+        launch_fused<FusedOut::Mxfp8, ScaleRounding::Floor>(p, m, v, g, n, ctl, s, codes, scales, nullptr,
+                                                             unroll, st);
+      break;
+    case WeightFormat::Nvfp4:
+      MXDP_FAIL("adamw_quantize: NVFP4 needs the tensor amax first (adamw_amax, then quantize_nvfp4)");
+  }
+}
+
+void detail::adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
+                        const AdamWChoice& s, float* amax, cudaStream_t st, int unroll) {
+  MXDP_CHECK(n >= 0, "adamw_amax: n must be >= 0, got ", n);
+  if (n == 0) return;
+  MXDP_CHECK(p && m && v && g && ctl && amax, "adamw_amax: null pointer");
+  launch_fused<FusedOut::Amax, ScaleRounding::RCeil>(p, m, v, g, n, ctl, s, nullptr, nullptr,
+                                                      reinterpret_cast<unsigned*>(amax), unroll, st);
+}
+
+std::unique_ptr<EngineOps> make_cuda_ops(cudaStream_t stream) { return std::make_unique<CudaOps>(stream); }
+
+}  // namespace mxdp::cuda

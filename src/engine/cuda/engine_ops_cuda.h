@@ -1,0 +1,32 @@
+// EngineOps on a CUDA device: device memory, the kernels of quant_cuda.h, and
+// small kernels for the rest. Bitwise equal to the CPU ops for every operation
+// but sum_squares, whose fixed reduction tree differs from the CPU's sequential
+// sum (deterministic run to run on the same device, equal within rounding).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+
+#include "engine/engine_ops.h"
+#include "engine/optimizer.h"
+
+namespace mxdp::cuda {
+
+// Work is ordered on `stream` (a new non-blocking stream when null) of the
+// current device.
+std::unique_ptr<EngineOps> make_cuda_ops(cudaStream_t stream = nullptr);
+
+namespace detail {
+// The fused kernels behind EngineOps::adamw_quantize / adamw_amax, for
+// benchmarks: `unroll` = float4s each thread keeps in flight per array (1, 2
+// or 4; kFusedUnroll is what the ops use). Every choice gives the same bits.
+inline constexpr int kFusedUnroll = 2;
+void adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m, float* v, const float* g, int64_t n,
+                    const StepControl* ctl, const AdamWChoice& s, uint8_t* codes, uint8_t* scales,
+                    cudaStream_t stream, int unroll = kFusedUnroll);
+void adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
+                const AdamWChoice& s, float* amax, cudaStream_t stream, int unroll = kFusedUnroll);
+}  // namespace detail
+
+}  // namespace mxdp::cuda

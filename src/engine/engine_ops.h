@@ -1,0 +1,206 @@
+// EngineOps: everything the data-parallel engine does to memory, behind one
+// narrow interface, so that the engine's logic (layout, freshness chain,
+// collective order, checkpoints) is the same code on the CPU and on a GPU.
+//
+// Pointers are in the ops' memory space (host for the CPU ops, device memory
+// for CUDA ops); the model's weights() live there too. Operations are ordered
+// on stream() (nullptr on the CPU); copy_to_host and the host-valued results
+// (amax, sum_squares) are complete on return: those are the host waits, which
+// host_waits() counts. An optimizer step makes none: its scalars (grad norm,
+// clip coefficient, skip, AdamW count) are decided on the stream by
+// step_control and read there by the fused AdamW passes, and its results reach
+// the host through copy_to_host_async, read after wait(mark) once the host has
+// gone on to the next step. Every operation is deterministic: the same inputs
+// give the same bits run to run (fixed reduction order).
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <utility>
+
+#include "models/model.h"
+#include "engine/optimizer.h"
+#include "engine/options.h"
+
+namespace mxdp {
+
+// The optimizer step's scalars, in ops memory: written by step_control from the
+// step's grad-norm partial sums, read by the fused AdamW passes of the same step.
+struct StepControl {
+  double grad_norm = 0;  // global grad norm before clipping
+  int64_t updates = 0;   // AdamW updates applied so far, this step's included if it applied
+  float grad_scale = 1;  // clip coefficient (1: none)
+  int32_t skip = 0;      // 1: non-finite grad norm; AdamW leaves p, m, v as they are
+};
+
+// step_control's arithmetic, the definition every implementation gives the bits
+// of: total = sum over c < cols, then r < rows, of partials[r * stride + c] (that
+// order, in double); grad_norm = sqrt(total); skip = !isfinite(grad_norm);
+// grad_scale = float(clip / (grad_norm + 1e-6)) when clip > 0 and that is < 1,
+// else 1; updates += !skip.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline void step_control_of(const double* partials, int rows, int stride, int cols, double clip_grad,
+                            StepControl& c) {
+  double total = 0;
+  for (int col = 0; col < cols; ++col)
+    for (int r = 0; r < rows; ++r) total += partials[size_t(r) * stride + col];
+  c.grad_norm = std::sqrt(total);
+  c.skip = c.grad_norm - c.grad_norm == 0.0 ? 0 : 1;  // x - x is 0 exactly when x is finite
+  c.grad_scale = 1.0f;
+  if (!c.skip && clip_grad > 0) {
+    const double coeff = clip_grad / (c.grad_norm + 1e-6);
+    if (coeff < 1.0) c.grad_scale = float(coeff);
+  }
+  c.updates += c.skip ? 0 : 1;
+}
+
+// One piece of an unpack: len elements of a gathered payload (codes, and the
+// scales of MXFP8 / NVFP4; NVFP4's tensor amax) into a model's compute weights.
+// Every pointer in the ops' memory space.
+struct UnpackPiece {
+  const uint8_t* codes = nullptr;
+  const uint8_t* scales = nullptr;
+  const float* amax = nullptr;  // NVFP4 only
+  void* dst = nullptr;
+  int64_t len = 0;
+};
+
+class EngineOps {
+ public:
+  virtual ~EngineOps() = default;
+  virtual bool device_memory() const = 0;
+  virtual void* stream() { return nullptr; }
+
+  virtual void* alloc(size_t bytes) = 0;  // zero-filled; nullptr for 0 bytes
+  virtual void release(void* p) = 0;
+  virtual void zero(void* p, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // within the memory space
+  virtual void copy_to_host(void* host, const void* src, size_t bytes) = 0;
+  virtual void copy_from_host(void* dst, const void* host, size_t bytes) = 0;
+
+  // max |x|, NaN ignored (quant.h's amax).
+  virtual float amax(const float* x, int64_t n) = 0;
+  // A flat range of n elements, n a multiple of the format's block, into codes
+  // and scales laid out as in a gather payload (bf16: codes only, 2 bytes each).
+  // tensor_amax is used by NVFP4 only.
+  virtual void quantize(WeightFormat f, ScaleRounding r, const float* x, int64_t n, float tensor_amax,
+                        uint8_t* codes, uint8_t* scales) = 0;
+  // Into y in dtype `out`: fp32, or bf16 (round to nearest even of the fp32
+  // dequantized value, so a bf16 model reads exactly bf16(dequantize(x))).
+  virtual void dequantize(WeightFormat f, const uint8_t* codes, const uint8_t* scales, int64_t n,
+                          float tensor_amax, void* y, ComputeDType out) = 0;
+  // dequantize (NVFP4: dequantize_nvfp4) of every piece of `pieces` (count of
+  // them, in ops memory; max_len the longest), in one launch on a GPU: the
+  // same bits as the calls one by one.
+  virtual void dequantize_pieces(WeightFormat f, const UnpackPiece* pieces, int count, int64_t max_len,
+                                 ComputeDType out) = 0;
+  virtual void to_bf16(const float* x, uint16_t* y, int64_t n) = 0;
+  virtual void from_bf16(const uint16_t* x, float* y, int64_t n) = 0;
+  virtual void scale(float* x, int64_t n, float c) = 0;
+  virtual double sum_squares(const float* x, int64_t n) = 0;
+  // The same sum, written to *out (ops memory) without a host round trip: the
+  // engine collects every partial sum of a step this way and reads them once.
+  virtual void sum_squares_into(const float* x, int64_t n, double* out) = 0;
+  virtual void adamw(float* p, float* m, float* v, const float* g, int64_t n, const AdamWParams& a) = 0;
+
+  // ---- the optimizer step's fused work (docs/engine.md, "The optimizer step")
+  // *ctl (ops memory) updated by step_control_of (above) from rows x cols
+  // partial sums (row r at partials + r * stride), on the stream.
+  virtual void step_control(const double* partials, int rows, int stride, int cols, double clip_grad,
+                            StepControl* ctl) = 0;
+  // One pass over (g, m, v, p) reading *ctl (ops memory): unless ctl->skip,
+  // AdamW on n elements with the gradient g[i] * ctl->grad_scale and the scalars
+  // adamw_pick(a, ctl->updates), writing m, v, p; then p quantized into
+  // codes/scales. Bitwise exactly adamw(p, m, v, g * grad_scale, n, params of
+  // that t) followed by quantize(f, r, p, n, ...); skipped, only the quantize.
+  // f: BF16 or MXFP8 (NVFP4 needs the tensor amax first: adamw_amax, then
+  // quantize_nvfp4).
+  virtual void adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m, float* v, const float* g,
+                              int64_t n, const StepControl* ctl, const AdamWChoice& a, uint8_t* codes,
+                              uint8_t* scales) = 0;
+  // The same AdamW, then *amax = max(*amax, amax(p)) in ops memory: the first
+  // pass of an NVFP4 stage.
+  virtual void adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
+                          const AdamWChoice& a, float* amax) = 0;
+  // *out = max(*out, amax(x)), *out in ops memory (no host round trip).
+  virtual void amax_into(const float* x, int64_t n, float* out) = 0;
+  // NVFP4 quantize / dequantize with the tensor amax read from ops memory:
+  // the same bits as quantize/dequantize given *tensor_amax as a host value.
+  virtual void quantize_nvfp4(const float* x, int64_t n, const float* tensor_amax, uint8_t* codes,
+                              uint8_t* scales) = 0;
+  virtual void dequantize_nvfp4(const uint8_t* codes, const uint8_t* scales, int64_t n, const float* tensor_amax,
+                                void* y, ComputeDType out) = 0;
+  // *out = x[0] + x[1] + ... + x[n-1], in double, in that order (ops memory).
+  virtual void sum_into(const float* x, int64_t n, double* out) = 0;
+
+  // ---- results read late, without a host wait inside the step
+  // Host memory copy_to_host_async may land in (pinned for a GPU), zero-filled.
+  virtual void* alloc_host(size_t bytes) = 0;
+  virtual void release_host(void* p) = 0;
+  // Starts the copy, ordered on the stream; `host` (from alloc_host) holds the
+  // bytes once wait() on a later mark returns.
+  virtual void copy_to_host_async(void* host, const void* src, size_t bytes) = 0;
+  // A point after all work submitted so far; wait(mark) returns once that work
+  // is done (the CPU's is done already). Marks are increasing.
+  virtual int64_t mark() { return 0; }
+  virtual void wait(int64_t /*mark*/) {}
+  // Host waits so far: every stream synchronisation (a blocking copy, a
+  // host-valued result, release), not counting wait(mark). The CPU ops never
+  // wait: 0.
+  virtual int64_t host_waits() const { return 0; }
+};
+
+// Host memory, fp32, the reference every other implementation is compared with.
+std::unique_ptr<EngineOps> make_cpu_ops();
+
+// Where an OpsArray lives: the ops' memory space (alloc), or host memory the
+// ops can copy into without a host wait (alloc_host: pinned for a GPU).
+enum class OpsSpace : uint8_t { Ops, Host };
+
+// An owning array of n T from an EngineOps.
+template <class T, OpsSpace S = OpsSpace::Ops>
+class OpsArray {
+ public:
+  OpsArray() = default;
+  OpsArray(EngineOps& ops, size_t n)
+      : ops_(&ops), n_(n), p_(static_cast<T*>(S == OpsSpace::Ops ? ops.alloc(n * sizeof(T)) : ops.alloc_host(n * sizeof(T)))) {}
+  OpsArray(OpsArray&& o) noexcept { swap(o); }
+  OpsArray& operator=(OpsArray&& o) noexcept {
+    OpsArray tmp(std::move(o));
+    swap(tmp);
+    return *this;
+  }
+  OpsArray(const OpsArray&) = delete;
+  OpsArray& operator=(const OpsArray&) = delete;
+  ~OpsArray() {
+    if (!ops_ || !p_) return;
+    if constexpr (S == OpsSpace::Ops)
+      ops_->release(p_);
+    else
+      ops_->release_host(p_);
+  }
+  T* data() { return p_; }
+  const T* data() const { return p_; }
+  size_t size() const { return n_; }
+  size_t bytes() const { return n_ * sizeof(T); }
+
+ private:
+  void swap(OpsArray& o) noexcept {
+    std::swap(ops_, o.ops_);
+    std::swap(n_, o.n_);
+    std::swap(p_, o.p_);
+  }
+  EngineOps* ops_ = nullptr;
+  size_t n_ = 0;
+  T* p_ = nullptr;
+};
+template <class T>
+using DeviceArray = OpsArray<T, OpsSpace::Ops>;  // in the ops' memory space (device memory for a GPU)
+template <class T>
+using HostArray = OpsArray<T, OpsSpace::Host>;
+
+}  // namespace mxdp

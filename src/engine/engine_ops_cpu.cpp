@@ -1,0 +1,135 @@
+// The CPU implementation of EngineOps: host memory, the quant.h reference
+// quantizers, sequential reductions.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "util/check.h"
+#include "engine/engine_ops.h"
+#include "formats/codec.h"
+#include "formats/quant.h"
+
+namespace mxdp {
+
+namespace {
+
+class CpuOps final : public EngineOps {
+ public:
+  bool device_memory() const override { return false; }
+  void* alloc(size_t bytes) override {
+    if (!bytes) return nullptr;
+    void* p = std::calloc(1, bytes);
+    MXDP_CHECK(p, "out of host memory allocating ", bytes, " bytes");
+    return p;
+  }
+  void release(void* p) override { std::free(p); }
+  void zero(void* p, size_t bytes) override {
+    if (bytes) std::memset(p, 0, bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memmove(dst, src, bytes);
+  }
+  void copy_to_host(void* host, const void* src, size_t bytes) override { copy(host, src, bytes); }
+  void copy_from_host(void* dst, const void* host, size_t bytes) override { copy(dst, host, bytes); }
+  float amax(const float* x, int64_t n) override { return mxdp::amax(x, n); }
+
+  void quantize(WeightFormat f, ScaleRounding r, const float* x, int64_t n, float tensor_amax,
+                uint8_t* codes, uint8_t* scales) override {
+    switch (f) {
+      case WeightFormat::Bf16: to_bf16(x, reinterpret_cast<uint16_t*>(codes), n); break;
+      case WeightFormat::Mxfp8: mxfp8_quantize_rowwise(x, 1, n, {Fp8Kind::E4M3, r}, codes, scales); break;
+      case WeightFormat::Nvfp4: nvfp4_quantize_rowwise(x, 1, n, tensor_amax, codes, scales); break;
+    }
+  }
+  void dequantize(WeightFormat f, const uint8_t* codes, const uint8_t* scales, int64_t n, float tensor_amax,
+                  void* out, ComputeDType dt) override {
+    if (dt == ComputeDType::BF16) {
+      std::vector<float> tmp(size_t(std::max<int64_t>(n, 0)));
+      dequantize(f, codes, scales, n, tensor_amax, tmp.data(), ComputeDType::F32);
+      to_bf16(tmp.data(), static_cast<uint16_t*>(out), n);
+      return;
+    }
+    float* y = static_cast<float*>(out);
+    switch (f) {
+      case WeightFormat::Bf16: from_bf16(reinterpret_cast<const uint16_t*>(codes), y, n); break;
+      case WeightFormat::Mxfp8: mxfp8_dequantize_rowwise(codes, scales, 1, n, Fp8Kind::E4M3, y); break;
+      case WeightFormat::Nvfp4:
+        nvfp4_dequantize_rowwise(codes, scales, nvfp4_tensor_scale(tensor_amax).s_dec, 1, n, y);
+        break;
+    }
+  }
+  void dequantize_pieces(WeightFormat f, const UnpackPiece* pieces, int count, int64_t, ComputeDType out) override {
+    for (int i = 0; i < count; ++i) {
+      const UnpackPiece& pc = pieces[i];
+      if (f == WeightFormat::Nvfp4)
+        dequantize_nvfp4(pc.codes, pc.scales, pc.len, pc.amax, pc.dst, out);
+      else
+        dequantize(f, pc.codes, pc.scales, pc.len, 0.0f, pc.dst, out);
+    }
+  }
+  void to_bf16(const float* x, uint16_t* y, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) y[i] = codec::bf16_from_f32(x[i]);
+  }
+  void from_bf16(const uint16_t* x, float* y, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) y[i] = codec::bf16_to_f32(x[i]);
+  }
+  void scale(float* x, int64_t n, float c) override {
+    for (int64_t i = 0; i < n; ++i) x[i] *= c;
+  }
+  double sum_squares(const float* x, int64_t n) override {
+    double s = 0;  // fixed, sequential order: the parity contract depends on it
+    for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
+    return s;
+  }
+  void sum_squares_into(const float* x, int64_t n, double* out) override { *out = sum_squares(x, n); }
+  void adamw(float* p, float* m, float* v, const float* g, int64_t n, const AdamWParams& a) override {
+    adamw_update(p, m, v, g, n, a);
+  }
+
+  void step_control(const double* partials, int rows, int stride, int cols, double clip_grad,
+                    StepControl* ctl) override {
+    step_control_of(partials, rows, stride, cols, clip_grad, *ctl);
+  }
+  // The reference of the fused ops: exactly the separate ops, in order.
+  void adamw_scaled(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
+                    const AdamWChoice& a) {
+    if (ctl->skip) return;
+    const AdamWScalars s = adamw_pick(a, ctl->updates);
+    const float gs = ctl->grad_scale;
+    for (int64_t i = 0; i < n; ++i) adamw_element(p[i], m[i], v[i], g[i] * gs, s);
+  }
+  void adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m, float* v, const float* g, int64_t n,
+                      const StepControl* ctl, const AdamWChoice& a, uint8_t* codes, uint8_t* scales) override {
+    MXDP_CHECK(f != WeightFormat::Nvfp4, "adamw_quantize: NVFP4 needs the tensor amax first (adamw_amax, then quantize_nvfp4)");
+    adamw_scaled(p, m, v, g, n, ctl, a);
+    quantize(f, r, p, n, 0.0f, codes, scales);
+  }
+  void adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
+                  const AdamWChoice& a, float* am) override {
+    adamw_scaled(p, m, v, g, n, ctl, a);
+    amax_into(p, n, am);
+  }
+  void amax_into(const float* x, int64_t n, float* out) override { *out = std::max(*out, amax(x, n)); }
+  void quantize_nvfp4(const float* x, int64_t n, const float* tensor_amax, uint8_t* codes, uint8_t* scales) override {
+    quantize(WeightFormat::Nvfp4, ScaleRounding::RCeil, x, n, *tensor_amax, codes, scales);
+  }
+  void dequantize_nvfp4(const uint8_t* codes, const uint8_t* scales, int64_t n, const float* tensor_amax, void* y,
+                        ComputeDType out) override {
+    dequantize(WeightFormat::Nvfp4, codes, scales, n, *tensor_amax, y, out);
+  }
+  void sum_into(const float* x, int64_t n, double* out) override {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += double(x[i]);
+    *out = s;
+  }
+  void* alloc_host(size_t bytes) override { return alloc(bytes); }
+  void release_host(void* p) override { release(p); }
+  void copy_to_host_async(void* host, const void* src, size_t bytes) override { copy_to_host(host, src, bytes); }
+};
+
+}  // namespace
+
+std::unique_ptr<EngineOps> make_cpu_ops() { return std::make_unique<CpuOps>(); }
+
+}  // namespace mxdp

@@ -1,0 +1,82 @@
+// Layout: where every parameter, gradient and quantized payload lives.
+//
+// Params are grouped by gather format into one flat buffer per format (2-D
+// weights whose rows hold whole 32-element blocks use the low-precision format,
+// everything else BF16), laid out in backward order (reverse of forward order).
+// Invariants (checked by tests over many random shapes):
+//   - every param starts at an element offset that is a multiple of 64;
+//   - a param lives in exactly one bucket; a bucket closes once it holds at
+//     least bucket_size elements;
+//   - every bucket's size is dp * shard, shard a multiple of 256 elements, so
+//     shards hold whole MXFP8/NVFP4 blocks and every rank's slice of a gather
+//     payload is 256-byte aligned;
+//   - rank r owns shard r of every bucket; shards cut through params, and each
+//     shard's Pieces say which param sub-range sits where.
+// Gather payload of one shard = element codes, then scales, padded to 256 bytes.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "models/model.h"
+#include "engine/options.h"
+
+namespace mxdp {
+
+inline constexpr int64_t kParamAlign = 64;    // elements
+inline constexpr int64_t kShardAlign = 256;   // elements
+inline constexpr int64_t kPayloadAlign = 256; // bytes
+
+inline int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+// A param's sub-range inside one shard.
+struct Piece {
+  int param = 0;
+  int64_t param_begin = 0;  // first element of the param in this piece
+  int64_t len = 0;
+  int64_t shard_pos = 0;    // element offset of the piece inside its shard
+};
+
+struct Bucket {
+  int64_t offset = 0;        // first element in the buffer
+  int64_t numel = 0;         // dp * shard_numel
+  int64_t shard_numel = 0;   // multiple of 256
+  int first_layer = 0;       // smallest `layer` of its params: when forward first needs it
+  std::vector<int> params;   // in buffer order
+  std::vector<std::vector<Piece>> shards;  // shards[s]: pieces of shard s, by position
+};
+
+struct PayloadShape {
+  int64_t code_bytes = 0;    // element codes of one shard
+  int64_t scale_bytes = 0;   // scales of one shard (right after the codes)
+  int64_t shard_bytes = 0;   // code + scale bytes, padded to kPayloadAlign
+};
+PayloadShape payload_shape(WeightFormat f, int64_t shard_numel);
+
+struct GatherBuffer {
+  WeightFormat format = WeightFormat::Bf16;
+  int64_t numel = 0;
+  std::vector<Bucket> buckets;
+};
+
+struct ParamPlace {
+  int buffer = -1;
+  int bucket = -1;
+  int64_t offset = 0;  // element offset in the buffer
+};
+
+struct Layout {
+  int dp = 1;
+  std::vector<GatherBuffer> buffers;
+  std::vector<ParamPlace> place;  // per param
+
+  // order: the params in buffer order (empty = backward order). Must be a
+  // permutation of 0..params.size()-1.
+  static Layout build(const std::vector<ParamSpec>& params, WeightFormat lowp_format,
+                      int64_t bucket_size, int dp, const std::vector<int>& order = {});
+  // Every bucket of every buffer, as (buffer, bucket) pairs, in the order the
+  // forward pass first needs them (by first_layer, then buffer, then bucket).
+  std::vector<std::pair<int, int>> forward_order() const;
+};
+
+}  // namespace mxdp

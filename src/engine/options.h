@@ -1,0 +1,60 @@
+// DpOptions: every knob of the data-parallel core, declared once with its
+// default and meaning, validated at start (validate()), printed in the run
+// header (describe()). Names follow Megatron-Core's so its users know them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "formats/format.h"
+#include "formats/quant.h"
+
+namespace mxdp {
+
+enum class GradReduceDType : uint8_t { Fp32, Bf16 };
+
+const char* to_string(GradReduceDType t);
+const char* to_string(ScaleRounding r);
+ScaleRounding parse_scale_rounding(const std::string& s);
+GradReduceDType parse_grad_reduce_dtype(const std::string& s);
+
+// An on/off environment variable: unset or empty gives `unset`, "1" true,
+// "0" false; anything else is an error naming the variable.
+bool env_flag(const char* name, bool unset);
+
+struct DpOptions {
+  // -- sharding and gather
+  bool distributed_optimizer = true;   // shard fp32 masters + AdamW state (ZeRO-1); off = reference mode
+  WeightFormat weight_format = WeightFormat::Mxfp8;  // gather format of 2-D weights (row length % 32 == 0)
+  ScaleRounding mxfp8_scale_rounding = ScaleRounding::RCeil;  // E8M0 scale: rceil (TE) or floor (OCP MX)
+  bool overlap_grad_reduce = true;     // start each bucket's reduce-scatter as soon as its grads are in
+  bool overlap_param_gather = true;    // defer each bucket's all-gather to just before its first layer
+  bool reuse_grad_buf = false;         // MXFP8 gather payload lives in the idle grad buffer
+  int64_t bucket_size = 1 << 20;       // elements per bucket (a bucket closes once it reaches this)
+  GradReduceDType grad_reduce_dtype = GradReduceDType::Fp32;  // dtype of the reduce-scatter
+  // -- optimizer
+  double clip_grad = 1.0;              // global grad-norm clip; 0 disables
+  double lr = 1e-3;                    // peak learning rate
+  double min_lr = 1e-4;                // floor of the cosine decay
+  int64_t warmup_steps = 0;            // linear warmup from 0 to lr
+  int64_t lr_decay_steps = 0;          // cosine from warmup_steps to here; 0 = constant after warmup
+  double weight_decay = 0.1;           // decoupled (AdamW); never applied to 1-D params
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.95;
+  double adam_eps = 1e-8;
+  int micro_batches = 1;               // gradient accumulation steps per optimizer step
+  // -- test only (fault switches are not options: faults.h, test builds only)
+  std::vector<int> layout_order;       // test only: param order in the buffers (default: backward order)
+
+  // Throws mxdp::Error naming the first invalid option and why.
+  void validate(int dp) const;
+  // "name = value" lines for the run header.
+  std::vector<std::pair<std::string, std::string>> describe() const;
+  // The reference run of these options: replicated optimizer, no param gather.
+  DpOptions reference() const;
+  // Whether the gather payload of a buffer in format f lives in its grad buffer.
+  bool payload_in_grad_buffer(WeightFormat f) const { return reuse_grad_buf && format_traits(f).fits_grad_buffer; }
+};
+
+}  // namespace mxdp

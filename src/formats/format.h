@@ -1,0 +1,61 @@
+// The weight formats, one row each: everything the layers above the codecs
+// (layout, engine, engine ops, trained weights, CLI) need to know about how a
+// parameter travels in the all-gather. A layer asks this table; it does not
+// switch on WeightFormat. Adding a format is its codec (codec.h, quant.h), its
+// kernels (cuda/), and one row in format.cpp (docs/architecture.md, "Adding a
+// format").
+//
+// A shard of n elements travels as a payload: n element codes (code_bits each,
+// packed little end first), then n / block scales of scale_bytes each, padded
+// to 256 bytes (engine/layout.h). A format whose `tensor_amax` is set also
+// needs the amax of the whole parameter: the engine stages it in two passes
+// (amax of every piece of the param, all-reduced, then the quantize), and the
+// unpack reads that amax beside the codes and scales.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace mxdp {
+
+// How parameters travel in the all-gather (and what the model computes with:
+// the dequantized values of that format).
+enum class WeightFormat : uint8_t { Bf16, Mxfp8, Nvfp4 };
+
+// What a block's scale is.
+enum class ScaleKind : uint8_t {
+  None,  // no scales: each code is the value (bf16)
+  E8M0,  // a power of two, one byte (OCP MX)
+  E4M3,  // an FP8 E4M3 value times the tensor scale (NVFP4)
+};
+
+struct FormatTraits {
+  WeightFormat id;
+  const char* name;            // as the CLI, the run header and checkpoints spell it
+  const char* description;     // one line for --help and docs
+  int block;                   // elements per scale (1 where there are no scales)
+  int code_bits;               // bits per element code: 16, 8 or 4
+  ScaleKind scale_kind;
+  int scale_bytes;             // bytes per block scale (0: none)
+  bool tensor_amax;            // needs the whole param's amax (two-pass stage, amax at unpack)
+  bool rounding_applies;       // the scale rounding option (rceil / floor) changes its bits
+  bool fits_grad_buffer;       // its gather payload may live in the idle fp32 grad buffer
+
+  // Bytes of one shard's codes and scales, n a multiple of `block` (and even
+  // for 4-bit codes).
+  int64_t code_bytes(int64_t n) const { return n * code_bits / 8; }
+  int64_t scales_bytes(int64_t n) const { return scale_bytes == 0 ? 0 : n / block * scale_bytes; }
+  bool low_precision() const { return id != WeightFormat::Bf16; }
+};
+
+const FormatTraits& format_traits(WeightFormat f);
+// Every format, in enum order.
+std::span<const FormatTraits> all_formats();
+const char* to_string(WeightFormat f);
+// The format named `s`; an unknown name is an error listing the known ones.
+WeightFormat parse_weight_format(const std::string& s);
+// "bf16, mxfp8, nvfp4": the names, for help texts and errors.
+std::string format_names();
+
+}  // namespace mxdp

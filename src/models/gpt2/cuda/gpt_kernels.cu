@@ -1,0 +1,552 @@
+// Kernels of the GPU GPT; see gpt_kernels.h for the contract of each.
+#include "models/gpt2/cuda/gpt_kernels.h"
+
+#include "util/check.h"
+#include "util/cuda_check.h"
+#include "formats/codec.h"
+
+#include <initializer_list>
+
+namespace mxdp::cuda {
+
+namespace {
+
+constexpr float kLnEps = 1e-5f;
+
+__device__ __forceinline__ float ld(const uint16_t* p, int64_t i) { return codec::bf16_to_f32(p[i]); }
+__device__ __forceinline__ uint16_t bf(float x) { return codec::bf16_from_f32(x); }
+
+// Butterfly sum: every lane ends with the same bits, in the same order every run.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+int grid_for(int64_t n, int threads) { return int(std::min<int64_t>((n + threads - 1) / threads, 1 << 20)); }
+
+// ---------------------------------------------------------------- encoder
+
+__global__ void encoder_forward_kernel(uint16_t* x, const int32_t* tokens, const uint16_t* wte, const uint16_t* wpe,
+                                       int B, int T, int C) {
+  const int64_t n = int64_t(B) * T * C;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t m = i / C;
+    const int c = int(i % C);
+    const int t = int(m % T);
+    x[i] = bf(ld(wte, int64_t(tokens[m]) * C + c) + ld(wpe, int64_t(t) * C + c));
+  }
+}
+
+__global__ void wpe_backward_kernel(float* dwpe, const uint16_t* dx, int B, int T, int C) {
+  const int64_t n = int64_t(T) * C;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    float s = 0.f;
+    for (int b = 0; b < B; ++b) s += ld(dx, int64_t(b) * T * C + i);
+    dwpe[i] += s;
+  }
+}
+
+// One block per (token segment, 256 channels).
+__global__ void wte_backward_kernel(float* dwte, const uint16_t* dx, const int32_t* order, const int32_t* seg_start,
+                                    const int32_t* seg_token, int C) {
+  const int seg = blockIdx.x;
+  const int c = blockIdx.y * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float s = 0.f;
+  for (int j = seg_start[seg]; j < seg_start[seg + 1]; ++j) s += ld(dx, int64_t(order[j]) * C + c);
+  dwte[int64_t(seg_token[seg]) * C + c] += s;
+}
+
+// ---------------------------------------------------------------- vectors
+
+// W consecutive bf16 values (W = 8: one 16-byte access; the callers check the
+// alignment): read raw (load_raw), converted to floats (unpack), both at once
+// (load), and back (store). The split lets a thread issue several loads before
+// it waits for the first.
+template <int W>
+struct RawBf16 {
+  uint16_t h[W];
+};
+template <>
+struct RawBf16<8> {
+  uint4 u;
+};
+template <int W>
+__device__ __forceinline__ RawBf16<W> load_raw(const uint16_t* p) {
+  RawBf16<W> r;
+  if constexpr (W == 8) r.u = *reinterpret_cast<const uint4*>(p);
+  else
+#pragma unroll
+    for (int i = 0; i < W; ++i) r.h[i] = p[i];
+  return r;
+}
+template <int W>
+__device__ __forceinline__ void unpack(const RawBf16<W>& r, float (&f)[W]) {
+  const uint16_t* h;
+  if constexpr (W == 8) h = reinterpret_cast<const uint16_t*>(&r.u);
+  else h = r.h;
+#pragma unroll
+  for (int i = 0; i < W; ++i) f[i] = codec::bf16_to_f32(h[i]);
+}
+
+template <int W>
+__device__ __forceinline__ void load(const uint16_t* p, float (&f)[W]) {
+  unpack(load_raw<W>(p), f);
+}
+template <int W>
+__device__ __forceinline__ void store(uint16_t* p, const float (&f)[W]) {
+  if constexpr (W == 8) {
+    uint4 u;
+    uint16_t* h = reinterpret_cast<uint16_t*>(&u);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) h[i] = bf(f[i]);
+    *reinterpret_cast<uint4*>(p) = u;
+  } else {
+#pragma unroll
+    for (int i = 0; i < W; ++i) p[i] = bf(f[i]);
+  }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// ---------------------------------------------------------------- LayerNorm
+
+// One warp per row of C (a multiple of 8) values; lane l takes the 8-element
+// chunks l, l+32, ... in every pass, so a lane reads back only what it wrote.
+// Two-pass statistics (mean, then the mean of squared deviations); the row
+// stays in L1 between passes.
+__device__ __forceinline__ void ln_row(uint16_t* out, float* mean, float* rstd, const uint16_t* x, const uint16_t* w,
+                                       const uint16_t* b, int64_t m, int C, float partial_sum) {
+  const int lane = threadIdx.x % 32, chunks = C / 8;
+  float f[8];
+  const float mu = warp_sum(partial_sum) / float(C);
+  float v = 0.f;
+  for (int k = lane; k < chunks; k += 32) {
+    load(x + 8 * k, f);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v += (f[i] - mu) * (f[i] - mu);
+  }
+  const float r = 1.f / sqrtf(warp_sum(v) / float(C) + kLnEps);
+  for (int k = lane; k < chunks; k += 32) {
+    float g[8], o[8];
+    load(x + 8 * k, f);
+    load(w + 8 * k, g);
+    load(b + 8 * k, o);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[i] = (f[i] - mu) * r * g[i] + o[i];
+    store(out + 8 * k, o);
+  }
+  if (lane == 0) {
+    mean[m] = mu;
+    rstd[m] = r;
+  }
+}
+
+__global__ void layernorm_forward_kernel(uint16_t* out, float* mean, float* rstd, const uint16_t* inp,
+                                         const uint16_t* w, const uint16_t* b, int M, int C) {
+  const int64_t m = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
+  if (m >= M) return;
+  const uint16_t* x = inp + m * C;
+  float s = 0.f, f[8];
+  for (int k = threadIdx.x % 32; k < C / 8; k += 32) {
+    load(x + 8 * k, f);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s += f[i];
+  }
+  ln_row(out + m * C, mean, rstd, x, w, b, m, C, s);
+}
+
+__global__ void residual_layernorm_forward_kernel(uint16_t* res, uint16_t* out, float* mean, float* rstd,
+                                                  const uint16_t* a, const uint16_t* bb, const uint16_t* w,
+                                                  const uint16_t* bias, int M, int C) {
+  const int64_t m = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
+  if (m >= M) return;
+  float s = 0.f;
+  for (int k = threadIdx.x % 32; k < C / 8; k += 32) {
+    float f[8], g[8];
+    load(a + m * C + 8 * k, f);
+    load(bb + m * C + 8 * k, g);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      f[i] = codec::bf16_to_f32(bf(f[i] + g[i]));  // the statistics see the stored (rounded) residual
+      s += f[i];
+    }
+    store(res + m * C + 8 * k, f);
+  }
+  ln_row(out + m * C, mean, rstd, res + m * C, w, bias, m, C, s);
+}
+
+__global__ void layernorm_backward_kernel(uint16_t* dinp, bool accumulate, const uint16_t* dout, const uint16_t* inp,
+                                          const uint16_t* w, const float* mean, const float* rstd, int M, int C) {
+  const int64_t m = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
+  if (m >= M) return;
+  const int lane = threadIdx.x % 32, chunks = C / 8;
+  const uint16_t* x = inp + m * C;
+  const uint16_t* d = dout + m * C;
+  const float mu = mean[m], r = rstd[m];
+  float a = 0.f, b = 0.f;
+  for (int k = lane; k < chunks; k += 32) {
+    float fx[8], fd[8], fw[8];
+    load(x + 8 * k, fx);
+    load(d + 8 * k, fd);
+    load(w + 8 * k, fw);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float dn = fw[i] * fd[i];
+      a += dn;
+      b += dn * ((fx[i] - mu) * r);
+    }
+  }
+  const float dnorm_mean = warp_sum(a) / float(C), dnorm_norm_mean = warp_sum(b) / float(C);
+  uint16_t* di = dinp + m * C;
+  for (int k = lane; k < chunks; k += 32) {
+    float fx[8], fd[8], fw[8], o[8];
+    load(x + 8 * k, fx);
+    load(d + 8 * k, fd);
+    load(w + 8 * k, fw);
+    if (accumulate) load(di + 8 * k, o);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float g = (fw[i] * fd[i] - dnorm_mean - (fx[i] - mu) * r * dnorm_norm_mean) * r;
+      o[i] = accumulate ? o[i] + g : g;
+    }
+    store(di + 8 * k, o);
+  }
+}
+
+// ---------------------------------------------------------------- column sums
+
+// One kernel: a block takes 256 columns (8 per lane, one 16-byte access per
+// row) of one chunk of kColsumRows rows; warp w adds rows w, w+8, ... of the
+// chunk in order; the 8 warp sums are added in warp order into the chunk's
+// partial sum ([2][chunks][N] after the counters in scratch). The last block
+// of a column range to finish (a counter per range) adds the chunks' partial
+// sums in a fixed order (below) into the destination and resets the counter. Which block
+// is last does not change the order of any addition: the bits are fixed.
+// With ln (mean != null): a = sum dout * norm(inp), b = sum dout (LayerNorm dw,
+// db); otherwise a = sum dout (bias).
+constexpr int kColsumCols = 256;
+
+__global__ void colsum_kernel(float* dst_a, float* dst_b, float* scratch, const uint16_t* dout, const uint16_t* inp,
+                              const float* mean, const float* rstd, int M, int N) {
+  __shared__ float sa[8][kColsumCols], sb[8][kColsumCols];
+  __shared__ bool last;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int n0 = blockIdx.x * kColsumCols + lane * 8;
+  const int chunk = blockIdx.y, chunks = gridDim.y;
+  const int r0 = chunk * kColsumRows, r1 = min(M, r0 + kColsumRows);
+  unsigned* counters = reinterpret_cast<unsigned*>(scratch);
+  float* partial = scratch + kColsumCounters;
+  float a[8] = {}, b[8] = {};
+  if (n0 < N) {
+#pragma unroll 4
+    for (int m = r0 + warp; m < r1; m += 8) {
+      float d[8];
+      load(dout + int64_t(m) * N + n0, d);
+      if (mean) {
+        float x[8];
+        load(inp + int64_t(m) * N + n0, x);
+        const float mu = mean[m], rs = rstd[m];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          a[i] += d[i] * ((x[i] - mu) * rs);
+          b[i] += d[i];
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) a[i] += d[i];
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    sa[warp][lane * 8 + i] = a[i];
+    sb[warp][lane * 8 + i] = b[i];
+  }
+  __syncthreads();
+  const int c = threadIdx.x, n = blockIdx.x * kColsumCols + c;  // one column per thread from here
+  if (n < N) {
+    float ta = 0.f, tb = 0.f;
+    for (int w = 0; w < 8; ++w) {
+      ta += sa[w][c];
+      tb += sb[w][c];
+    }
+    partial[int64_t(chunk) * N + n] = ta;
+    partial[(int64_t(chunks) + chunk) * N + n] = tb;
+  }
+  __threadfence();  // the partial sums are visible before the counter says so
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&counters[blockIdx.x], 1u) == unsigned(chunks - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  // The chunks' partial sums, spread over the block as phase one spread the
+  // rows: warp w adds chunks w, w+8, ... in order (lane: 8 columns, two 16-byte
+  // reads per chunk), then each column adds the 8 warp sums in warp order.
+  for (int i = 0; i < 8; ++i) a[i] = b[i] = 0.f;
+  if (n0 < N) {
+#pragma unroll 4
+    for (int k = warp; k < chunks; k += 8) {
+      const float4* pa = reinterpret_cast<const float4*>(partial + int64_t(k) * N + n0);
+      const float4 a0 = __ldcg(pa), a1 = __ldcg(pa + 1);
+      a[0] += a0.x, a[1] += a0.y, a[2] += a0.z, a[3] += a0.w, a[4] += a1.x, a[5] += a1.y, a[6] += a1.z, a[7] += a1.w;
+      if (dst_b) {
+        const float4* pb = reinterpret_cast<const float4*>(partial + (int64_t(chunks) + k) * N + n0);
+        const float4 b0 = __ldcg(pb), b1 = __ldcg(pb + 1);
+        b[0] += b0.x, b[1] += b0.y, b[2] += b0.z, b[3] += b0.w, b[4] += b1.x, b[5] += b1.y, b[6] += b1.z, b[7] += b1.w;
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    sa[warp][lane * 8 + i] = a[i];
+    sb[warp][lane * 8 + i] = b[i];
+  }
+  __syncthreads();
+  if (n < N) {
+    float ta = 0.f, tb = 0.f;
+    for (int w = 0; w < 8; ++w) {
+      ta += sa[w][c];
+      tb += sb[w][c];
+    }
+    dst_a[n] += ta;
+    if (dst_b) dst_b[n] += tb;
+  }
+  if (threadIdx.x == 0) counters[blockIdx.x] = 0;
+}
+
+void colsums(float* dst_a, float* dst_b, float* scratch, const uint16_t* dout, const uint16_t* inp, const float* mean,
+             const float* rstd, int M, int N, cudaStream_t s) {
+  MXDP_CHECK(N % 8 == 0 && aligned16(dout) && (!inp || aligned16(inp)) && aligned16(scratch),
+             "column sums need N % 8 == 0 and 16-byte aligned rows and scratch, got N=", N);
+  const int col_blocks = (N + kColsumCols - 1) / kColsumCols;
+  MXDP_CHECK(col_blocks <= kColsumCounters, "column sums over N=", N, " columns: more than ",
+             kColsumCounters * kColsumCols, " are not supported");
+  const int chunks = (M + kColsumRows - 1) / kColsumRows;
+  colsum_kernel<<<dim3(col_blocks, chunks), 256, 0, s>>>(dst_a, dst_b, scratch, dout, inp, mean, rstd, M, N);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------- classifier
+
+struct MaxSum {
+  float m, s;
+};
+// Commutative (bitwise): max is symmetric and the two products are added once.
+__device__ __forceinline__ MaxSum combine(MaxSum a, MaxSum b) {
+  const float m = fmaxf(a.m, b.m);
+  if (m == -INFINITY) return {m, 0.f};
+  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+
+constexpr int kClsThreads = 512;
+constexpr int kClsUnroll = 4;  // accesses each thread has in flight
+
+// A thread's accesses of a row below `limit` logits, k = tid, tid + kClsThreads,
+// ... in that order, kClsUnroll of them loaded before the first is converted:
+// fn(k, f) gets access k's W logits as floats.
+template <int W, class Fn>
+__device__ __forceinline__ void for_each_access(const uint16_t* z, int limit, Fn&& fn) {
+  for (int k0 = threadIdx.x; k0 * W < limit; k0 += kClsUnroll * kClsThreads) {
+    RawBf16<W> r[kClsUnroll];
+#pragma unroll
+    for (int u = 0; u < kClsUnroll; ++u)
+      if (const int k = k0 + u * kClsThreads; k * W < limit) r[u] = load_raw<W>(z + k * W);
+#pragma unroll
+    for (int u = 0; u < kClsUnroll; ++u) {
+      const int k = k0 + u * kClsThreads;
+      if (k * W >= limit) break;
+      float f[W];
+      unpack(r[u], f);
+      fn(k, f);
+    }
+  }
+}
+
+// One block per row, W logits per access (W = 8 when Vp % 8 == 0). Each
+// thread keeps a running max and a sum rescaled when the max grows (one exp
+// per logit, one more per access at most), then the block combines them in a
+// fixed tree. for_each_access visits a thread's accesses in a fixed order, so
+// the sums do not depend on the unroll.
+// Pass two reads the row again: keeping the row (100 KB at GPT-2's vocab) in
+// shared memory between the passes was slower (docs/gpu.md).
+template <int W>
+__global__ void classifier_kernel(uint16_t* logits, float* losses, const int32_t* targets, int V, int Vp,
+                                  float grad_scale, bool write_grad) {
+  __shared__ MaxSum warps[kClsThreads / 32];
+  __shared__ float lse_sh;
+  const int64_t row = blockIdx.x;
+  uint16_t* z = logits + row * Vp;
+  float mx = -INFINITY, sum = 0.f;
+  for_each_access<W>(z, V, [&](int k, float (&f)[W]) {
+    float cm = -INFINITY;  // the access's max first, so the sum rescales at most once per access
+#pragma unroll
+    for (int i = 0; i < W; ++i) cm = k * W + i < V ? fmaxf(cm, f[i]) : cm;
+    if (cm > mx) {
+      sum *= expf(mx - cm);
+      mx = cm;
+    }
+#pragma unroll
+    for (int i = 0; i < W; ++i) sum += k * W + i < V ? expf(f[i] - mx) : 0.f;
+  });
+  MaxSum acc{mx, sum};
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) {
+    MaxSum other{__shfl_xor_sync(0xffffffffu, acc.m, o), __shfl_xor_sync(0xffffffffu, acc.s, o)};
+    acc = combine(acc, other);
+  }
+  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    MaxSum t = warps[0];
+    for (int w = 1; w < kClsThreads / 32; ++w) t = combine(t, warps[w]);
+    lse_sh = t.m + logf(t.s);
+    losses[row] = lse_sh - ld(z, targets[row]);
+  }
+  __syncthreads();
+  if (!write_grad) return;
+  const float lse = lse_sh;
+  const int target = targets[row];
+  for_each_access<W>(z, Vp, [&](int k, float (&f)[W]) {
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+      const int v = k * W + i;
+      f[i] = v < V ? (expf(f[i] - lse) - (v == target ? 1.f : 0.f)) * grad_scale : 0.f;
+    }
+    store(z + k * W, f);
+  });
+}
+
+__global__ void mean_loss_kernel(const float* x, int n, float* out) {
+  __shared__ double sh[1024];
+  double s = 0;
+  for (int i = threadIdx.x; i < n; i += 1024) s += double(x[i]);
+  sh[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = 512; w > 0; w /= 2) {
+    if (int(threadIdx.x) < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *out = float(sh[0] / double(n));
+}
+
+// ---------------------------------------------------------------- elementwise
+
+__global__ void residual_add_kernel(uint16_t* y, const uint16_t* a, const uint16_t* b, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = bf(ld(a, i) + ld(b, i));
+}
+__global__ void f32_to_bf16_kernel(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = bf(x[i]);
+}
+__global__ void bf16_to_f32_kernel(const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = ld(x, i);
+}
+
+// gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), 8 at a time.
+__global__ void gelu_forward_kernel(uint16_t* y, const uint16_t* x, int64_t n8) {
+  constexpr float kS = 0.7978845608028654f;  // sqrt(2 / pi)
+  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n8; k += int64_t(gridDim.x) * blockDim.x) {
+    float f[8];
+    load(x + 8 * k, f);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f[i] = 0.5f * f[i] * (1.f + tanhf(kS * (f[i] + 0.044715f * f[i] * f[i] * f[i])));
+    store(y + 8 * k, f);
+  }
+}
+
+}  // namespace
+
+void gelu_forward(uint16_t* y, const uint16_t* x, int64_t n, cudaStream_t s) {
+  MXDP_CHECK(n % 8 == 0 && aligned16(x) && aligned16(y), "gelu_forward needs n % 8 == 0 and 16-byte aligned arrays, got n=", n);
+  if (n == 0) return;
+  gelu_forward_kernel<<<grid_for(n / 8, 256), 256, 0, s>>>(y, x, n / 8);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+void encoder_forward(uint16_t* x, const int32_t* tokens, const uint16_t* wte, const uint16_t* wpe, int B, int T, int C,
+                     cudaStream_t s) {
+  encoder_forward_kernel<<<grid_for(int64_t(B) * T * C, 256), 256, 0, s>>>(x, tokens, wte, wpe, B, T, C);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+void encoder_backward(float* dwte, float* dwpe, const uint16_t* dx, const int32_t* order, const int32_t* seg_start,
+                      const int32_t* seg_token, int n_seg, int B, int T, int C, cudaStream_t s) {
+  wpe_backward_kernel<<<grid_for(int64_t(T) * C, 256), 256, 0, s>>>(dwpe, dx, B, T, C);
+  MXDP_CUDA_CHECK_LAUNCH();
+  if (n_seg > 0) {
+    wte_backward_kernel<<<dim3(n_seg, (C + 255) / 256), 256, 0, s>>>(dwte, dx, order, seg_start, seg_token, C);
+    MXDP_CUDA_CHECK_LAUNCH();
+  }
+}
+
+// The row kernels read and write 8 bf16 at a time: C % 8 == 0 (d_model is a
+// multiple of 32) and every row 16-byte aligned.
+void check_rows(int C, std::initializer_list<const void*> ptrs) {
+  MXDP_CHECK(C % 8 == 0, "LayerNorm kernels need C % 8 == 0, got C=", C);
+  for (const void* p : ptrs) MXDP_CHECK(aligned16(p), "LayerNorm kernels need 16-byte aligned rows");
+}
+
+void layernorm_forward(uint16_t* out, float* mean, float* rstd, const uint16_t* inp, const uint16_t* w,
+                       const uint16_t* b, int M, int C, cudaStream_t s) {
+  check_rows(C, {out, inp, w, b});
+  layernorm_forward_kernel<<<(M + 7) / 8, 256, 0, s>>>(out, mean, rstd, inp, w, b, M, C);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+void residual_layernorm_forward(uint16_t* res, uint16_t* out, float* mean, float* rstd, const uint16_t* a,
+                                const uint16_t* b, const uint16_t* w, const uint16_t* bias, int M, int C,
+                                cudaStream_t s) {
+  check_rows(C, {res, out, a, b, w, bias});
+  residual_layernorm_forward_kernel<<<(M + 7) / 8, 256, 0, s>>>(res, out, mean, rstd, a, b, w, bias, M, C);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+void layernorm_backward(uint16_t* dinp, bool accumulate, float* dw, float* db, float* scratch, const uint16_t* dout,
+                        const uint16_t* inp, const uint16_t* w, const float* mean, const float* rstd, int M, int C,
+                        cudaStream_t s) {
+  check_rows(C, {dinp, dout, inp, w});
+  layernorm_backward_kernel<<<(M + 7) / 8, 256, 0, s>>>(dinp, accumulate, dout, inp, w, mean, rstd, M, C);
+  MXDP_CUDA_CHECK_LAUNCH();
+  colsums(dw, db, scratch, dout, inp, mean, rstd, M, C, s);
+}
+
+void residual_add(uint16_t* y, const uint16_t* a, const uint16_t* b, int64_t n, cudaStream_t s) {
+  residual_add_kernel<<<grid_for(n, 256), 256, 0, s>>>(y, a, b, n);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+void bias_backward(float* dbias, float* scratch, const uint16_t* dout, int M, int N, cudaStream_t s) {
+  colsums(dbias, nullptr, scratch, dout, nullptr, nullptr, nullptr, M, N, s);
+}
+
+void classifier(uint16_t* logits, float* losses, const int32_t* targets, int M, int V, int Vp, float grad_scale,
+                bool write_grad, cudaStream_t s) {
+  if (Vp % 8 == 0 && aligned16(logits))
+    classifier_kernel<8><<<M, kClsThreads, 0, s>>>(logits, losses, targets, V, Vp, grad_scale, write_grad);
+  else
+    classifier_kernel<1><<<M, kClsThreads, 0, s>>>(logits, losses, targets, V, Vp, grad_scale, write_grad);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+void mean_loss(const float* x, int n, float* out, cudaStream_t s) {
+  mean_loss_kernel<<<1, 1024, 0, s>>>(x, n, out);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+void f32_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  f32_to_bf16_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, y, n);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+void bf16_to_f32(const uint16_t* x, float* y, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  bf16_to_f32_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, y, n);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace mxdp::cuda

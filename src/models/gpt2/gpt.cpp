@@ -1,0 +1,740 @@
+// GPT-2 on the CPU. See gpt.h for the architecture and the parameter layout.
+//
+// Kernels follow llm.c's train_gpt2.c, with one rule added for determinism:
+// every output element is written by one sequential loop in a fixed order, and
+// OpenMP only splits the outputs between threads. Without FMA (x86-64-v2) and
+// without fast-math, a vectorised lane computes exactly what the scalar loop
+// would, so tiling and thread count never change a bit.
+#include "models/gpt2/gpt.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numbers>
+
+#include <fmt/format.h>
+
+#include "util/check.h"
+#include "models/gpt2/gpt_cpu.h"
+
+namespace mxdp {
+
+// ---------------------------------------------------------------- configs
+
+GptConfig gpt_config(const std::string& name) {
+  GptConfig c;
+  if (name == "tiny") {
+    // Byte-level; sized so that one core runs a B=8 x T=64 forward+backward
+    // in a few tens of ms (docs/gpt.md has the measurements).
+    c = {.vocab = 256, .padded_vocab = 256, .max_seq = 128, .n_layer = 4, .n_head = 4, .d_model = 64};
+  } else if (name == "gpt2-124m") {
+    c = {.vocab = 50257, .padded_vocab = 50304, .max_seq = 1024, .n_layer = 12, .n_head = 12, .d_model = 768};
+  } else if (name == "gpt2-350m") {
+    c = {.vocab = 50257, .padded_vocab = 50304, .max_seq = 1024, .n_layer = 24, .n_head = 16, .d_model = 1024};
+  } else if (name == "gpt2-774m") {
+    c = {.vocab = 50257, .padded_vocab = 50304, .max_seq = 1024, .n_layer = 36, .n_head = 20, .d_model = 1280};
+  } else if (name == "gpt2-1558m") {
+    c = {.vocab = 50257, .padded_vocab = 50304, .max_seq = 1024, .n_layer = 48, .n_head = 25, .d_model = 1600};
+  } else {
+    std::string known;
+    for (const auto& n : gpt_config_names()) {
+      if (!known.empty()) known += ", ";
+      known += n;
+    }
+    MXDP_FAIL("unknown GPT config '", name, "' (known: ", known, ")");
+  }
+  return c;
+}
+
+std::vector<std::string> gpt_config_names() {
+  return {"tiny", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1558m"};
+}
+
+void validate(const GptConfig& c) {
+  MXDP_CHECK(c.vocab > 0, "GPT config: vocab must be positive, got ", c.vocab);
+  MXDP_CHECK(c.padded_vocab >= c.vocab, "GPT config: padded_vocab (", c.padded_vocab,
+             ") must be >= vocab (", c.vocab, ")");
+  MXDP_CHECK(c.max_seq > 0, "GPT config: max_seq must be positive, got ", c.max_seq);
+  MXDP_CHECK(c.n_layer > 0, "GPT config: n_layer must be positive, got ", c.n_layer);
+  MXDP_CHECK(c.n_head > 0, "GPT config: n_head must be positive, got ", c.n_head);
+  MXDP_CHECK(c.d_model > 0, "GPT config: d_model must be positive, got ", c.d_model);
+  MXDP_CHECK(c.d_model % c.n_head == 0, "GPT config: d_model (", c.d_model,
+             ") must be a multiple of n_head (", c.n_head, ")");
+  MXDP_CHECK(c.d_model % 32 == 0, "GPT config: d_model (", c.d_model,
+             ") must be a multiple of 32 so that every 2-D weight has rows of whole 32-blocks");
+}
+
+std::vector<ParamSpec> gpt_param_specs(const GptConfig& c) {
+  validate(c);
+  const int64_t C = c.d_model;
+  std::vector<ParamSpec> s;
+  auto add = [&](std::string name, std::vector<int64_t> shape, int layer) {
+    bool decay = shape.size() == 2;
+    s.push_back({std::move(name), std::move(shape), layer, decay});
+  };
+  add("wte", {c.padded_vocab, C}, 0);
+  add("wpe", {c.max_seq, C}, 0);
+  for (int l = 1; l <= c.n_layer; ++l) {
+    const std::string p = fmt::format("h{}.", l - 1);
+    add(p + "ln1.w", {C}, l);
+    add(p + "ln1.b", {C}, l);
+    add(p + "attn.qkv.w", {3 * C, C}, l);
+    add(p + "attn.qkv.b", {3 * C}, l);
+    add(p + "attn.proj.w", {C, C}, l);
+    add(p + "attn.proj.b", {C}, l);
+    add(p + "ln2.w", {C}, l);
+    add(p + "ln2.b", {C}, l);
+    add(p + "mlp.fc.w", {4 * C, C}, l);
+    add(p + "mlp.fc.b", {4 * C}, l);
+    add(p + "mlp.proj.w", {C, 4 * C}, l);
+    add(p + "mlp.proj.b", {C}, l);
+  }
+  add("lnf.w", {C}, c.n_layer + 1);
+  add("lnf.b", {C}, c.n_layer + 1);
+  return s;
+}
+
+int64_t gpt_num_parameters(const GptConfig& c) {
+  int64_t n = 0;
+  for (const auto& p : gpt_param_specs(c)) n += p.numel();
+  return n;
+}
+
+// ---------------------------------------------------------------- kernels
+// In namespace cpu (gpt_cpu.h): the references of the GPU kernels' tests.
+
+namespace cpu {
+
+// Loops with less work than this run on one thread: on a busy machine every
+// OpenMP barrier can cost a scheduler slice, which dwarfs a small loop. Which
+// thread computes an output never changes its value, so this only affects speed.
+constexpr int64_t kParallelMinWork = int64_t(1) << 13;  // elements (elementwise, per-row loops)
+constexpr int64_t kParallelMinMacs = int64_t(1) << 17;  // multiply-adds (GEMM, attention)
+
+// Four floats in an SSE register (GCC vector extensions; a scalar operand is
+// broadcast). Lane arithmetic is plain IEEE fp32, the same as scalar code.
+typedef float v4 __attribute__((vector_size(16)));
+inline v4 load4(const float* p) {
+  v4 r;
+  std::memcpy(&r, p, sizeof r);
+  return r;
+}
+inline void store4(float* p, v4 x) { std::memcpy(p, &x, sizeof x); }
+
+// out[m,n] = bias[n] + sum_k A(m,k) * B(k,n)    (accumulate: out[m,n] += sum_k ...)
+// with A(m,k) = A[m*K + k], or A[k*M + m] when kAT, and B(k,n) = B[k*N + n].
+// Each element's sum runs over k = 0..K-1 in order from 0, then the bias (or
+// the old value) is added. 6x8 register tiles, tiles split between threads.
+template <bool kAT>
+void gemm(float* out, const float* A, const float* B, const float* bias, int M, int N, int K,
+          bool accumulate) {
+  constexpr int MR = 6, NR = 8;
+  const int mt = (M + MR - 1) / MR, nt = (N + NR - 1) / NR;
+  auto a_at = [&](int m, int k) {
+    return kAT ? A[int64_t(k) * M + m] : A[int64_t(m) * K + k];
+  };
+#pragma omp parallel for collapse(2) schedule(static) if(int64_t(M) * N * K >= kParallelMinMacs)
+  for (int tm = 0; tm < mt; ++tm) {
+    for (int tn = 0; tn < nt; ++tn) {
+      const int m0 = tm * MR, n0 = tn * NR;
+      float acc[MR][NR] = {};
+      if (m0 + MR <= M && n0 + NR <= N) {
+        v4 c[MR][2] = {};
+        for (int k = 0; k < K; ++k) {
+          const v4 b0 = load4(B + int64_t(k) * N + n0), b1 = load4(B + int64_t(k) * N + n0 + 4);
+          for (int i = 0; i < MR; ++i) {
+            const float a = a_at(m0 + i, k);
+            c[i][0] += a * b0;
+            c[i][1] += a * b1;
+          }
+        }
+        for (int i = 0; i < MR; ++i) {
+          store4(acc[i], c[i][0]);
+          store4(acc[i] + 4, c[i][1]);
+        }
+      } else {  // edge tile: the same per-element order
+        for (int k = 0; k < K; ++k)
+          for (int i = 0; i < MR && m0 + i < M; ++i)
+            for (int j = 0; j < NR && n0 + j < N; ++j)
+              acc[i][j] += a_at(m0 + i, k) * B[int64_t(k) * N + n0 + j];
+      }
+      for (int i = 0; i < MR && m0 + i < M; ++i) {
+        float* o = out + int64_t(m0 + i) * N + n0;
+        for (int j = 0; j < NR && n0 + j < N; ++j) {
+          if (accumulate) o[j] += acc[i][j];
+          else o[j] = bias ? bias[n0 + j] + acc[i][j] : acc[i][j];
+        }
+      }
+    }
+  }
+}
+
+// dst[k*N + n] = src[n*K + k]: src is {N, K}.
+void transpose(float* dst, const float* src, int N, int K) {
+  constexpr int TB = 32;
+#pragma omp parallel for collapse(2) schedule(static) if(int64_t(N) * K >= kParallelMinWork)
+  for (int n0 = 0; n0 < N; n0 += TB)
+    for (int k0 = 0; k0 < K; k0 += TB)
+      for (int n = n0; n < std::min(N, n0 + TB); ++n)
+        for (int k = k0; k < std::min(K, k0 + TB); ++k) dst[int64_t(k) * N + n] = src[int64_t(n) * K + k];
+}
+
+// out[M,N] = inp[M,K] @ W^T + bias, W = {N, K}. wt: scratch of N*K floats.
+void matmul_forward(float* out, const float* inp, const float* W, const float* bias, int M, int N,
+                    int K, std::vector<float>& wt) {
+  if (wt.size() < size_t(N) * K) wt.resize(size_t(N) * K);
+  transpose(wt.data(), W, N, K);
+  gemm<false>(out, inp, wt.data(), bias, M, N, K, /*accumulate=*/false);
+}
+
+// dst[n] += sum_m src[m*N + n], the sum over m in order, then added.
+void colsum_accumulate(float* dst, const float* src, int M, int N) {
+  constexpr int NB = 64;
+  const int nb = (N + NB - 1) / NB;
+#pragma omp parallel for schedule(static) if(int64_t(M) * N >= kParallelMinWork)
+  for (int ib = 0; ib < nb; ++ib) {
+    const int n0 = ib * NB, n1 = std::min(N, n0 + NB);
+    float acc[NB] = {};
+    for (int m = 0; m < M; ++m) {
+      const float* s = src + int64_t(m) * N;
+      for (int n = n0; n < n1; ++n) acc[n - n0] += s[n];
+    }
+    for (int n = n0; n < n1; ++n) dst[n] += acc[n - n0];
+  }
+}
+
+// Backward of out = inp @ W^T + bias. dinp (if non-null) is OVERWRITTEN with
+// dout @ W; dW and dbias (if non-null) ACCUMULATE.
+void matmul_backward(float* dinp, float* dW, float* dbias, const float* dout, const float* inp,
+                     const float* W, int M, int N, int K) {
+  if (dinp) gemm<false>(dinp, dout, W, nullptr, M, K, N, /*accumulate=*/false);
+  gemm<true>(dW, dout, inp, nullptr, N, K, M, /*accumulate=*/true);
+  if (dbias) colsum_accumulate(dbias, dout, M, N);
+}
+
+constexpr float kLnEps = 1e-5f;
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                       const float* b, int M, int C) {
+#pragma omp parallel for schedule(static) if(int64_t(M) * C >= kParallelMinWork)
+  for (int m = 0; m < M; ++m) {
+    const float* x = inp + int64_t(m) * C;
+    float s = 0.f;
+    for (int i = 0; i < C; ++i) s += x[i];
+    const float mu = s / C;
+    float v = 0.f;
+    for (int i = 0; i < C; ++i) v += (x[i] - mu) * (x[i] - mu);
+    const float r = 1.f / std::sqrt(v / C + kLnEps);
+    float* o = out + int64_t(m) * C;
+    for (int i = 0; i < C; ++i) o[i] = (x[i] - mu) * r * w[i] + b[i];
+    mean[m] = mu;
+    rstd[m] = r;
+  }
+}
+
+// dinp ACCUMULATES (it is the residual stream's gradient); dw, db accumulate.
+void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                        const float* w, const float* mean, const float* rstd, int M, int C) {
+#pragma omp parallel for schedule(static) if(int64_t(M) * C >= kParallelMinWork)
+  for (int m = 0; m < M; ++m) {
+    const float* x = inp + int64_t(m) * C;
+    const float* d = dout + int64_t(m) * C;
+    const float mu = mean[m], r = rstd[m];
+    float dnorm_mean = 0.f, dnorm_norm_mean = 0.f;
+    for (int i = 0; i < C; ++i) {
+      const float dnorm = w[i] * d[i];
+      dnorm_mean += dnorm;
+      dnorm_norm_mean += dnorm * ((x[i] - mu) * r);
+    }
+    dnorm_mean /= C;
+    dnorm_norm_mean /= C;
+    float* di = dinp + int64_t(m) * C;
+    for (int i = 0; i < C; ++i) {
+      const float norm = (x[i] - mu) * r;
+      di[i] += (w[i] * d[i] - dnorm_mean - norm * dnorm_norm_mean) * r;
+    }
+  }
+  // dw[i] += sum_m dout*norm, db[i] += sum_m dout: per column, in row order.
+  constexpr int NB = 32;
+  const int nb = (C + NB - 1) / NB;
+#pragma omp parallel for schedule(static) if(int64_t(M) * C >= kParallelMinWork)
+  for (int ib = 0; ib < nb; ++ib) {
+    const int i0 = ib * NB, i1 = std::min(C, i0 + NB);
+    float aw[NB] = {}, ab[NB] = {};
+    for (int m = 0; m < M; ++m) {
+      const float* x = inp + int64_t(m) * C;
+      const float* d = dout + int64_t(m) * C;
+      for (int i = i0; i < i1; ++i) {
+        aw[i - i0] += d[i] * ((x[i] - mean[m]) * rstd[m]);
+        ab[i - i0] += d[i];
+      }
+    }
+    for (int i = i0; i < i1; ++i) {
+      dw[i] += aw[i - i0];
+      db[i] += ab[i - i0];
+    }
+  }
+}
+
+// Copies head h's keys (which = 1) or values (which = 2) of sequence b into
+// dst[i*T + t] (head dim major), so that dot products against every position
+// vectorise over positions while each one still sums over i in order.
+void gather_head_transposed(float* dst, const float* qkv, int b, int h, int which, int T, int C, int hs) {
+  for (int t = 0; t < T; ++t) {
+    const float* src = qkv + (int64_t(b) * T + t) * 3 * C + which * C + h * hs;
+    for (int i = 0; i < hs; ++i) dst[int64_t(i) * T + t] = src[i];
+  }
+}
+
+// qkv [B,T,3C] -> out [B,T,C]; att [B,NH,T,T] keeps the softmax (0 above the
+// diagonal). One (b, h) per task.
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const float scale = 1.f / std::sqrt(float(hs));
+#pragma omp parallel for collapse(2) schedule(static) if(int64_t(B) * NH * T * T * hs >= kParallelMinMacs)
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h) {
+      std::vector<float> kt(size_t(hs) * T);
+      gather_head_transposed(kt.data(), qkv, b, h, 1, T, C, hs);
+      for (int t = 0; t < T; ++t) {
+        const float* q = qkv + (int64_t(b) * T + t) * 3 * C + h * hs;
+        float* a = att + ((int64_t(b) * NH + h) * T + t) * T;
+        // a[t2] = q . k[t2], summed over i in order.
+        for (int t2 = 0; t2 <= t; ++t2) a[t2] = 0.f;
+        for (int i = 0; i < hs; ++i) {
+          const float qi = q[i];
+          const float* k = kt.data() + int64_t(i) * T;
+          for (int t2 = 0; t2 <= t; ++t2) a[t2] += qi * k[t2];
+        }
+        float maxv = -INFINITY;
+        for (int t2 = 0; t2 <= t; ++t2) {
+          a[t2] *= scale;
+          maxv = std::max(maxv, a[t2]);
+        }
+        float sum = 0.f;
+        for (int t2 = 0; t2 <= t; ++t2) {
+          a[t2] = std::exp(a[t2] - maxv);
+          sum += a[t2];
+        }
+        const float inv = 1.f / sum;
+        for (int t2 = 0; t2 <= t; ++t2) a[t2] *= inv;
+        for (int t2 = t + 1; t2 < T; ++t2) a[t2] = 0.f;
+        float* o = out + (int64_t(b) * T + t) * C + h * hs;
+        for (int i = 0; i < hs; ++i) o[i] = 0.f;
+        for (int t2 = 0; t2 <= t; ++t2) {
+          const float* v = qkv + (int64_t(b) * T + t2) * 3 * C + 2 * C + h * hs;
+          for (int i = 0; i < hs; ++i) o[i] += a[t2] * v[i];
+        }
+      }
+    }
+}
+
+// dqkv is OVERWRITTEN. One (b, h) per task: within it, t runs in order, so the
+// contributions to dk and dv of earlier positions are added in a fixed order.
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
+                        int T, int C, int NH) {
+  const int hs = C / NH;
+  const float scale = 1.f / std::sqrt(float(hs));
+#pragma omp parallel for collapse(2) schedule(static) if(int64_t(B) * NH * T * T * hs >= kParallelMinMacs)
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h) {
+      for (int t = 0; t < T; ++t) {
+        float* dq = dqkv + (int64_t(b) * T + t) * 3 * C + h * hs;
+        for (int i = 0; i < hs; ++i) dq[i] = dq[C + i] = dq[2 * C + i] = 0.f;
+      }
+      std::vector<float> vt(size_t(hs) * T), datt(static_cast<size_t>(T)), dpre(static_cast<size_t>(T));
+      gather_head_transposed(vt.data(), qkv, b, h, 2, T, C, hs);
+      for (int t = 0; t < T; ++t) {
+        const float* a = att + ((int64_t(b) * NH + h) * T + t) * T;
+        const float* d = dout + (int64_t(b) * T + t) * C + h * hs;
+        const float* q = qkv + (int64_t(b) * T + t) * 3 * C + h * hs;
+        float* dq = dqkv + (int64_t(b) * T + t) * 3 * C + h * hs;
+        // out = sum_t2 a[t2] v[t2]: datt[t2] = d . v[t2] (over i in order), dv[t2] += a[t2] d.
+        for (int t2 = 0; t2 <= t; ++t2) datt[t2] = 0.f;
+        for (int i = 0; i < hs; ++i) {
+          const float di = d[i];
+          const float* v = vt.data() + int64_t(i) * T;
+          for (int t2 = 0; t2 <= t; ++t2) datt[t2] += di * v[t2];
+        }
+        float pd = 0.f;  // sum_t2 a[t2] * datt[t2]
+        for (int t2 = 0; t2 <= t; ++t2) {
+          float* dv = dqkv + (int64_t(b) * T + t2) * 3 * C + 2 * C + h * hs;
+          for (int i = 0; i < hs; ++i) dv[i] += a[t2] * d[i];
+          pd += a[t2] * datt[t2];
+        }
+        // softmax: dpre = a * (datt - sum a*datt); then the scaled dot product.
+        for (int t2 = 0; t2 <= t; ++t2) dpre[t2] = a[t2] * (datt[t2] - pd) * scale;
+        for (int t2 = 0; t2 <= t; ++t2) {
+          const float* k = qkv + (int64_t(b) * T + t2) * 3 * C + C + h * hs;
+          float* dk = dqkv + (int64_t(b) * T + t2) * 3 * C + C + h * hs;
+          for (int i = 0; i < hs; ++i) {
+            dq[i] += dpre[t2] * k[i];
+            dk[i] += dpre[t2] * q[i];
+          }
+        }
+      }
+    }
+}
+
+const float kGeluScale = std::sqrt(2.f / std::numbers::pi_v<float>);
+
+// GELU, tanh approximation: gelu(x) = 0.5 x (1 + tanh(s (x + 0.044715 x^3))).
+// tanh is the expensive part (a third of a tiny step when computed twice), so
+// the forward keeps it: `th` is an activation, and the backward and the
+// recomputation of gelu(x) (gelu_from_tanh) reuse it bit for bit.
+void gelu_forward(float* out, float* th, const float* inp, int64_t n) {
+#pragma omp parallel for schedule(static) if(n >= kParallelMinWork)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    th[i] = std::tanh(kGeluScale * (x + 0.044715f * x * x * x));
+    out[i] = 0.5f * x * (1.f + th[i]);
+  }
+}
+
+void gelu_from_tanh(float* out, const float* th, const float* inp, int64_t n) {
+#pragma omp parallel for schedule(static) if(n >= kParallelMinWork)
+  for (int64_t i = 0; i < n; ++i) out[i] = 0.5f * inp[i] * (1.f + th[i]);
+}
+
+// dinp is OVERWRITTEN with gelu'(inp) * dout.
+void gelu_backward(float* dinp, const float* inp, const float* th, const float* dout, int64_t n) {
+#pragma omp parallel for schedule(static) if(n >= kParallelMinWork)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    const float sech2 = 1.f - th[i] * th[i];
+    const float g = 0.5f * (1.f + th[i]) + 0.5f * x * sech2 * kGeluScale * (1.f + 3.f * 0.044715f * x * x);
+    dinp[i] = g * dout[i];
+  }
+}
+
+void residual_add(float* out, const float* a, const float* b, int64_t n) {
+#pragma omp parallel for schedule(static) if(n >= kParallelMinWork)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+}  // namespace cpu
+
+using namespace cpu;
+
+namespace {
+
+// ---------------------------------------------------------------- RNG
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Standard normal number j of stream `key`: Box-Muller on the pair j/2, whose
+// two uniforms come from splitmix64 of consecutive counters.
+float normal_at(uint64_t key, uint64_t j) {
+  const uint64_t c = key + 2 * (j / 2);
+  const double u1 = double((splitmix64(c) >> 11) + 1) * 0x1p-53;  // (0, 1]
+  const double u2 = double(splitmix64(c + 1) >> 11) * 0x1p-53;    // [0, 1)
+  const double r = std::sqrt(-2.0 * std::log(u1));
+  const double th = 2.0 * std::numbers::pi * u2;
+  return float(j % 2 ? r * std::sin(th) : r * std::cos(th));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- Gpt
+
+Gpt::Gpt(const GptConfig& cfg) : cfg_(cfg), specs_(gpt_param_specs(cfg)) {
+  offsets_.reserve(specs_.size());
+  for (const auto& p : specs_) {
+    offsets_.push_back(num_params_);
+    num_params_ += p.numel();
+  }
+  weights_.assign(size_t(num_params_), 0.f);
+  int i = 2;
+  for (int l = 0; l < cfg_.n_layer; ++l, i += 12)
+    blocks_.push_back({i, i + 1, i + 2, i + 3, i + 4, i + 5, i + 6, i + 7, i + 8, i + 9, i + 10, i + 11});
+  lnfw_ = i;
+  lnfb_ = i + 1;
+}
+
+void NullHooks::before_layer(int) {}
+float* NullHooks::grad(int param) { MXDP_FAIL("NullHooks has no gradient buffers (asked for param ", param, ")"); }
+void NullHooks::after_layer_backward(int) {}
+
+float* Gpt::weights(int param) {
+  MXDP_CHECK(param >= 0 && param < int(specs_.size()), "param index ", param, " out of range [0, ",
+             specs_.size(), ")");
+  return w(param);
+}
+
+void gpt_init_param(const GptConfig& cfg, const std::vector<ParamSpec>& specs, uint64_t seed, int p, float* x) {
+  MXDP_CHECK(p >= 0 && p < int(specs.size()), "param index ", p, " out of range");
+  const float resid_std = 0.02f / std::sqrt(2.f * cfg.n_layer);
+  const ParamSpec& s = specs[p];
+  const int64_t n = s.numel();
+  const std::string& nm = s.name;
+  auto ends_with = [&](const char* suf) {
+    const size_t k = std::strlen(suf);
+    return nm.size() >= k && nm.compare(nm.size() - k, k, suf) == 0;
+  };
+  if (s.shape.size() == 2) {
+    const float std = ends_with("proj.w") ? resid_std : 0.02f;
+    const uint64_t key = splitmix64(seed ^ splitmix64(uint64_t(p) + 1));
+    int64_t n_init = n;
+    if (nm == "wte") n_init = int64_t(cfg.vocab) * cfg.d_model;  // padding rows stay 0
+#pragma omp parallel for schedule(static) if(n >= kParallelMinWork)
+    for (int64_t j = 0; j < n; ++j) x[j] = j < n_init ? std * normal_at(key, uint64_t(j)) : 0.f;
+  } else {
+    const float v = ends_with("ln1.w") || ends_with("ln2.w") || nm == "lnf.w" ? 1.f : 0.f;
+    std::fill(x, x + n, v);
+  }
+}
+
+void Gpt::init_weights(uint64_t seed) {
+  for (size_t p = 0; p < specs_.size(); ++p) gpt_init_param(cfg_, specs_, seed, int(p), w(int(p)));
+}
+
+void Gpt::set_weights(int param, const float* host) {
+  const float* src = host;
+  std::copy(src, src + specs_.at(size_t(param)).numel(), weights(param));
+}
+
+void Gpt::ensure_activations(int B, int T) {
+  if (B == B_ && T == T_) return;
+  const int64_t BT = int64_t(B) * T, C = cfg_.d_model, L = cfg_.n_layer, NH = cfg_.n_head;
+  auto size = [](std::vector<float>& v, int64_t n) {
+    std::vector<float>().swap(v);  // release first: B, T may have shrunk
+    v.resize(size_t(n));
+  };
+  size(resid_, (L + 1) * BT * C);
+  size(resid_mid_, L * BT * C);
+  size(ln1_, L * BT * C);
+  size(ln1_mean_, L * BT);
+  size(ln1_rstd_, L * BT);
+  size(qkv_, L * BT * 3 * C);
+  size(atty_, L * BT * C);
+  size(att_, L * B * NH * T * T);
+  size(ln2_, L * BT * C);
+  size(ln2_mean_, L * BT);
+  size(ln2_rstd_, L * BT);
+  size(fch_, L * BT * 4 * C);
+  size(fch_tanh_, L * BT * 4 * C);
+  size(fch_gelu_, BT * 4 * C);
+  size(lnf_, BT * C);
+  size(lnf_mean_, BT);
+  size(lnf_rstd_, BT);
+  size(probs_, BT * cfg_.padded_vocab);
+  size(losses_, BT);
+  size(tmp_, BT * C);
+  for (auto* v : {&dresid_, &dln_, &dqkv_, &datty_, &dfch_, &dfchg_}) std::vector<float>().swap(*v);
+  tokens_.assign(size_t(BT), 0);
+  targets_.assign(size_t(BT), 0);
+  B_ = B;
+  T_ = T;
+}
+
+void Gpt::run_forward(const int32_t* tokens, int B, int T, ModelHooks& hooks) {
+  MXDP_CHECK(B >= 1, "batch size B must be >= 1, got ", B);
+  MXDP_CHECK(T >= 1 && T <= cfg_.max_seq, "sequence length T must be in [1, max_seq=", cfg_.max_seq,
+             "], got ", T);
+  MXDP_CHECK(tokens != nullptr, "null token pointer");
+  const int64_t BT = int64_t(B) * T;
+  for (int64_t i = 0; i < BT; ++i)
+    MXDP_CHECK(tokens[i] >= 0 && tokens[i] < cfg_.vocab, "token ", tokens[i], " at position ", i,
+               " outside [0, vocab=", cfg_.vocab, ")");
+  ensure_activations(B, T);
+  std::copy(tokens, tokens + BT, tokens_.begin());
+  const int C = cfg_.d_model, NH = cfg_.n_head, Vp = cfg_.padded_vocab;
+  const int M = int(BT);
+
+  // Layer 0: embeddings.
+  hooks.before_layer(0);
+  {
+    const float* wte = w(wte_);
+    const float* wpe = w(wpe_);
+    float* x = resid_.data();
+#pragma omp parallel for schedule(static) if(BT * C >= kParallelMinWork)
+    for (int64_t m = 0; m < BT; ++m) {
+      const float* te = wte + int64_t(tokens_[m]) * C;
+      const float* pe = wpe + (m % T) * C;
+      for (int i = 0; i < C; ++i) x[m * C + i] = te[i] + pe[i];
+    }
+  }
+
+  // Layers 1..n_layer: blocks.
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    hooks.before_layer(l + 1);
+    const BlockParams& p = blocks_[l];
+    const float* x = resid_.data() + l * BT * C;
+    float* ln1 = ln1_.data() + l * BT * C;
+    float* qkv = qkv_.data() + l * BT * 3 * C;
+    float* atty = atty_.data() + l * BT * C;
+    float* xm = resid_mid_.data() + l * BT * C;
+    float* ln2 = ln2_.data() + l * BT * C;
+    float* fch = fch_.data() + l * BT * 4 * C;
+    float* th = fch_tanh_.data() + l * BT * 4 * C;
+    float* y = resid_.data() + (l + 1) * BT * C;
+    layernorm_forward(ln1, ln1_mean_.data() + l * BT, ln1_rstd_.data() + l * BT, x, w(p.ln1w), w(p.ln1b),
+                      M, C);
+    matmul_forward(qkv, ln1, w(p.qkvw), w(p.qkvb), M, 3 * C, C, wt_);
+    attention_forward(atty, att_.data() + int64_t(l) * B * NH * T * T, qkv, B, T, C, NH);
+    matmul_forward(tmp_.data(), atty, w(p.projw), w(p.projb), M, C, C, wt_);
+    residual_add(xm, x, tmp_.data(), BT * C);
+    layernorm_forward(ln2, ln2_mean_.data() + l * BT, ln2_rstd_.data() + l * BT, xm, w(p.ln2w), w(p.ln2b),
+                      M, C);
+    matmul_forward(fch, ln2, w(p.fcw), w(p.fcb), M, 4 * C, C, wt_);
+    gelu_forward(fch_gelu_.data(), th, fch, BT * 4 * C);
+    matmul_forward(tmp_.data(), fch_gelu_.data(), w(p.mprojw), w(p.mprojb), M, C, 4 * C, wt_);
+    residual_add(y, xm, tmp_.data(), BT * C);
+  }
+
+  // Layer n_layer+1: final LayerNorm and the tied head.
+  hooks.before_layer(cfg_.n_layer + 1);
+  layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(),
+                    resid_.data() + cfg_.n_layer * BT * C, w(lnfw_), w(lnfb_), M, C);
+  matmul_forward(probs_.data(), lnf_.data(), w(wte_), nullptr, M, Vp, C, wt_);
+}
+
+void Gpt::forward_logits(const int32_t* tokens, int B, int T, ModelHooks& hooks) {
+  state_ = State::kNone;
+  run_forward(tokens, B, T, hooks);
+  state_ = State::kLogits;
+}
+
+float Gpt::forward(const Batch& batch, ModelHooks& hooks) {
+  state_ = State::kNone;
+  MXDP_CHECK(batch.targets != nullptr, "forward needs targets (use forward_logits for inference)");
+  const int64_t BT = int64_t(batch.B) * batch.T;
+  for (int64_t i = 0; i < BT; ++i)
+    MXDP_CHECK(batch.targets[i] >= 0 && batch.targets[i] < cfg_.vocab, "target ", batch.targets[i],
+               " at position ", i, " outside [0, vocab=", cfg_.vocab, ")");
+  run_forward(batch.inputs, batch.B, batch.T, hooks);
+  std::copy(batch.targets, batch.targets + BT, targets_.begin());
+
+  // Cross-entropy over the first `vocab` logits of each row: log-sum-exp
+  // minus the target's logit. The logits stay in probs_ (logits() reads them);
+  // backward turns them into probabilities and gradients.
+  const int V = cfg_.vocab, Vp = cfg_.padded_vocab;
+#pragma omp parallel for schedule(static) if(BT * Vp >= kParallelMinWork)
+  for (int64_t m = 0; m < BT; ++m) {
+    const float* z = probs_.data() + m * Vp;
+    float maxv = -INFINITY;
+    for (int v = 0; v < V; ++v) maxv = std::max(maxv, z[v]);
+    float sum = 0.f;
+    for (int v = 0; v < V; ++v) sum += std::exp(z[v] - maxv);
+    losses_[m] = std::log(sum) - (z[targets_[m]] - maxv);
+  }
+  double total = 0.0;  // in row order
+  for (int64_t m = 0; m < BT; ++m) total += losses_[m];
+  state_ = State::kLoss;
+  return float(total / double(BT));
+}
+
+const float* Gpt::logits(int b, int t) const {
+  MXDP_CHECK(state_ == State::kLogits || state_ == State::kLoss,
+             "logits() needs a forward since the last backward");
+  MXDP_CHECK(b >= 0 && b < B_ && t >= 0 && t < T_, "logits(", b, ", ", t, ") outside B=", B_, " T=", T_);
+  return probs_.data() + (int64_t(b) * T_ + t) * cfg_.padded_vocab;
+}
+
+std::vector<float> Gpt::logits_last(int b) const {
+  const float* z = logits(b, T_ - 1);
+  return std::vector<float>(z, z + cfg_.vocab);
+}
+
+void Gpt::backward(ModelHooks& hooks) {
+  MXDP_CHECK(state_ == State::kLoss, "backward needs a forward with targets since the last backward");
+  state_ = State::kBackwardDone;
+  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, V = cfg_.vocab, Vp = cfg_.padded_vocab;
+  const int64_t BT = int64_t(B) * T;
+  const int M = int(BT);
+  for (auto* v : {&dresid_, &dln_, &datty_}) v->resize(size_t(BT * C));
+  dqkv_.resize(size_t(BT * 3 * C));
+  dfch_.resize(size_t(BT * 4 * C));
+  dfchg_.resize(size_t(BT * 4 * C));
+
+  // Layer n_layer+1. dlogits = (softmax - onehot) / BT over the real vocab, 0 on padding.
+  {
+    const float inv_bt = 1.f / float(BT);
+#pragma omp parallel for schedule(static) if(BT * Vp >= kParallelMinWork)
+    for (int64_t m = 0; m < BT; ++m) {
+      float* z = probs_.data() + m * Vp;
+      float maxv = -INFINITY;
+      for (int v = 0; v < V; ++v) maxv = std::max(maxv, z[v]);
+      float sum = 0.f;
+      for (int v = 0; v < V; ++v) {
+        z[v] = std::exp(z[v] - maxv);
+        sum += z[v];
+      }
+      const float inv = 1.f / sum;
+      for (int v = 0; v < V; ++v) z[v] = (z[v] * inv - (v == targets_[m] ? 1.f : 0.f)) * inv_bt;
+      for (int v = V; v < Vp; ++v) z[v] = 0.f;
+    }
+    // Head (weight = wte, layer 0): dwte += dlogits^T @ lnf, dlnf = dlogits @ wte.
+    matmul_backward(dln_.data(), hooks.grad(wte_), nullptr, probs_.data(), lnf_.data(), w(wte_), M, Vp, C);
+    std::fill(dresid_.begin(), dresid_.end(), 0.f);
+    layernorm_backward(dresid_.data(), hooks.grad(lnfw_), hooks.grad(lnfb_), dln_.data(),
+                       resid_.data() + cfg_.n_layer * BT * C, w(lnfw_), lnf_mean_.data(), lnf_rstd_.data(),
+                       M, C);
+    hooks.after_layer_backward(cfg_.n_layer + 1);
+  }
+
+  // Blocks, last to first. dresid_ holds d(loss)/d(block output) and becomes
+  // d(loss)/d(block input).
+  for (int l = cfg_.n_layer - 1; l >= 0; --l) {
+    const BlockParams& p = blocks_[l];
+    const float* x = resid_.data() + l * BT * C;
+    const float* xm = resid_mid_.data() + l * BT * C;
+    const float* ln1 = ln1_.data() + l * BT * C;
+    const float* qkv = qkv_.data() + l * BT * 3 * C;
+    const float* atty = atty_.data() + l * BT * C;
+    const float* ln2 = ln2_.data() + l * BT * C;
+    const float* fch = fch_.data() + l * BT * 4 * C;
+    const float* th = fch_tanh_.data() + l * BT * 4 * C;
+    gelu_from_tanh(fch_gelu_.data(), th, fch, BT * 4 * C);  // the forward's values, bitwise
+    // MLP half: y = xm + mproj(gelu(fc(ln2(xm)))).
+    matmul_backward(dfchg_.data(), hooks.grad(p.mprojw), hooks.grad(p.mprojb), dresid_.data(), fch_gelu_.data(),
+                    w(p.mprojw), M, C, 4 * C);
+    gelu_backward(dfch_.data(), fch, th, dfchg_.data(), BT * 4 * C);
+    matmul_backward(dln_.data(), hooks.grad(p.fcw), hooks.grad(p.fcb), dfch_.data(), ln2, w(p.fcw), M,
+                    4 * C, C);
+    layernorm_backward(dresid_.data(), hooks.grad(p.ln2w), hooks.grad(p.ln2b), dln_.data(), xm, w(p.ln2w),
+                       ln2_mean_.data() + l * BT, ln2_rstd_.data() + l * BT, M, C);
+    // Attention half: xm = x + proj(attn(qkv(ln1(x)))).
+    matmul_backward(datty_.data(), hooks.grad(p.projw), hooks.grad(p.projb), dresid_.data(), atty,
+                    w(p.projw), M, C, C);
+    attention_backward(dqkv_.data(), datty_.data(), qkv, att_.data() + int64_t(l) * B * NH * T * T, B, T, C,
+                       NH);
+    matmul_backward(dln_.data(), hooks.grad(p.qkvw), hooks.grad(p.qkvb), dqkv_.data(), ln1, w(p.qkvw), M,
+                    3 * C, C);
+    layernorm_backward(dresid_.data(), hooks.grad(p.ln1w), hooks.grad(p.ln1b), dln_.data(), x, w(p.ln1w),
+                       ln1_mean_.data() + l * BT, ln1_rstd_.data() + l * BT, M, C);
+    hooks.after_layer_backward(l + 1);
+  }
+
+  // Layer 0: embeddings. The head's contribution to dwte is already in.
+  {
+    // dwpe[t] += sum_b dx[b, t], in order of b; one t per task.
+    float* dwpe = hooks.grad(wpe_);
+    const float* dx = dresid_.data();
+#pragma omp parallel for schedule(static) if(BT * C >= kParallelMinWork)
+    for (int t = 0; t < T; ++t) {
+      float* o = dwpe + int64_t(t) * C;
+      std::vector<float> acc(C, 0.f);
+      for (int b = 0; b < B; ++b)
+        for (int i = 0; i < C; ++i) acc[i] += dx[(int64_t(b) * T + t) * C + i];
+      for (int i = 0; i < C; ++i) o[i] += acc[i];
+    }
+    // dwte[token] += dx, in position order. Sequential: O(BT*C), and rows
+    // repeat, so splitting positions between threads would race.
+    float* dwte = hooks.grad(wte_);
+    for (int64_t m = 0; m < BT; ++m) {
+      float* o = dwte + int64_t(tokens_[m]) * C;
+      for (int i = 0; i < C; ++i) o[i] += dx[m * C + i];
+    }
+  }
+  hooks.after_layer_backward(0);
+}
+
+}  // namespace mxdp

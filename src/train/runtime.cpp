@@ -1,0 +1,75 @@
+#include "train/runtime.h"
+
+#include "util/check.h"
+
+#ifdef MXDP_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "engine/cuda/engine_ops_cuda.h"
+#include "models/gpt2/cuda/gpt_cuda.h"
+#include "models/cuda/stream_graphs.h"
+#endif
+
+namespace mxdp {
+
+const char* to_string(Device d) { return d == Device::Cpu ? "cpu" : "cuda"; }
+
+namespace {
+std::string cuda_missing_reason() {
+#if !defined(MXDP_HAVE_CUDA)
+  return "this mxdp was built without CUDA (no nvcc at configure time)";
+#elif !defined(MXDP_HAVE_NCCL) || !defined(MXDP_HAVE_CUDNN)
+  return "this mxdp was built without NCCL or cuDNN (see the cmake output)";
+#else
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) return std::string("no usable GPU: ") + cudaGetErrorString(e);
+  if (n == 0) return "no GPU is visible";
+  return "";
+#endif
+}
+}  // namespace
+
+bool cuda_available() { return cuda_missing_reason().empty(); }
+
+Device resolve_device(const std::string& name) {
+  if (name == "cpu") return Device::Cpu;
+  if (name == "auto") return cuda_available() ? Device::Cuda : Device::Cpu;
+  MXDP_CHECK(name == "cuda", "--device must be cpu, cuda or auto, got '", name, "'");
+  const std::string why = cuda_missing_reason();
+  MXDP_CHECK(why.empty(), "--device cuda: ", why);
+  return Device::Cuda;
+}
+
+std::unique_ptr<Communicator> make_job_communicator(Device d, Communicator::Options opts) {
+  if (d == Device::Cuda) {
+    MXDP_CHECK(opts.backend == Backend::Auto || opts.backend == Backend::Nccl, "--device cuda communicates over NCCL; --backend ",
+               backend_name(opts.backend), " works on host memory (use --device cpu for it)");
+    opts.backend = Backend::Nccl;
+  } else {
+    MXDP_CHECK(opts.backend != Backend::Nccl, "the NCCL backend needs --device cuda");
+  }
+  return make_communicator(opts);
+}
+
+std::unique_ptr<EngineOps> make_engine_ops(Device d) {
+#ifdef MXDP_HAVE_CUDA
+  if (d == Device::Cuda) return cuda::make_cuda_ops();
+#endif
+  MXDP_CHECK(d == Device::Cpu, "device ", to_string(d), " is not available in this build");
+  return make_cpu_ops();
+}
+
+std::unique_ptr<GptModel> make_gpt(Device d, const GptConfig& cfg, EngineOps& ops) {
+#if defined(MXDP_HAVE_CUDA) && defined(MXDP_HAVE_CUDNN)
+  if (d == Device::Cuda) {
+    MXDP_CHECK(ops.device_memory(), "the GPU GPT needs device-memory ops");
+    return cuda::make_gpt(cfg, static_cast<cudaStream_t>(ops.stream()), {.cuda_graphs = cuda::cuda_graphs_from_env()});
+  }
+#endif
+  MXDP_CHECK(d == Device::Cpu, "device ", to_string(d), " is not available in this build");
+  MXDP_CHECK(!ops.device_memory(), "the CPU GPT needs host-memory ops");
+  return std::make_unique<Gpt>(cfg);
+}
+
+}  // namespace mxdp

@@ -1,0 +1,40 @@
+// Runtime: the one place that decides where a job runs and builds what runs
+// there — the communicator, the engine's memory ops and the GPT — so that the
+// trainer, the sampler and the tools never branch on the device.
+//
+//   cpu : MPI (or self) communicator, host ops, the fp32 OpenMP GPT (gpt.h).
+//   cuda: NCCL communicator (one process per GPU, device = local rank), CUDA
+//         ops on one compute stream, the bf16 GPU GPT (cuda/gpt_cuda.h) on
+//         that same stream.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/comm.h"
+#include "engine/engine_ops.h"
+#include "models/gpt2/gpt.h"
+
+namespace mxdp {
+
+enum class Device : uint8_t { Cpu, Cuda };
+const char* to_string(Device d);
+
+// True when this binary was built with CUDA (and NCCL) and a GPU is visible.
+bool cuda_available();
+// "cpu", "cuda" or "auto" (cuda where available, else cpu). Throws mxdp::Error
+// for anything else, or for "cuda" where it is not available (saying why).
+Device resolve_device(const std::string& name);
+
+// The communicator of a job on `d`: opts.backend Auto/Self/Mpi on the CPU;
+// on cuda, NCCL (opts.backend must be Auto or Nccl). Sets the process's GPU.
+std::unique_ptr<Communicator> make_job_communicator(Device d, Communicator::Options opts);
+
+// The engine's ops for `d` (cuda: work ordered on a new compute stream of the
+// current GPU).
+std::unique_ptr<EngineOps> make_engine_ops(Device d);
+
+// The GPT of `cfg` on `d`, computing on ops' stream (memory in ops' space).
+std::unique_ptr<GptModel> make_gpt(Device d, const GptConfig& cfg, EngineOps& ops);
+
+}  // namespace mxdp

@@ -1,0 +1,83 @@
+#include "train/sample.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cmath>
+#include <numeric>
+
+#include "util/check.h"
+#include "data/data.h"
+#include "data/utf8.h"
+
+namespace mxdp {
+
+std::string generate(GptModel& model, const std::string& prompt, const SampleOptions& opt) {
+  return generate(model, *make_byte_tokenizer(), prompt, opt);
+}
+
+std::string generate(GptModel& model, const Tokenizer& tokenizer, const std::string& prompt,
+                     const SampleOptions& opt) {
+  MXDP_CHECK(opt.tokens >= 0, "sample: tokens must be >= 0, got ", opt.tokens);
+  MXDP_CHECK(opt.temperature >= 0 && std::isfinite(opt.temperature),
+             "sample: temperature must be >= 0, got ", opt.temperature);
+  MXDP_CHECK(opt.top_k >= 0, "sample: top_k must be >= 0, got ", opt.top_k);
+  const GptConfig& cfg = model.config();
+  const int vocab = std::min(tokenizer.vocab_size(), cfg.vocab);  // ids that can be drawn
+  std::vector<int32_t> toks = tokenizer.encode(prompt.empty() ? std::string("\n") : prompt);
+  MXDP_CHECK(!toks.empty(), "sample: the prompt encodes to no tokens");
+  for (int32_t t : toks)
+    MXDP_CHECK(t < cfg.vocab, "sample: prompt token ", t, " (", tokenizer.describe(),
+               ") is outside the model's vocabulary of ", cfg.vocab);
+  const size_t prompt_len = toks.size();
+  uint64_t state = opt.seed * 0x9e3779b97f4a7c15ull + 0x1234567ull;
+  auto uniform = [&] {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return double(z >> 11) * 0x1.0p-53;
+  };
+  NullHooks hooks;
+  std::vector<int> idx(vocab);
+  for (int n = 0; n < opt.tokens; ++n) {
+    const int T = int(std::min<size_t>(toks.size(), size_t(cfg.max_seq)));
+    model.forward_logits(toks.data() + toks.size() - T, 1, T, hooks);
+    std::vector<float> logits = model.logits_last(0);
+    logits.resize(vocab);
+    int next = 0;
+    if (opt.temperature == 0) {
+      next = int(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    } else {
+      std::iota(idx.begin(), idx.end(), 0);
+      int k = opt.top_k > 0 ? std::min(opt.top_k, vocab) : vocab;
+      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                        [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+      std::vector<double> p(k);
+      double mx = logits[idx[0]], z = 0;
+      for (int i = 0; i < k; ++i) z += (p[i] = std::exp((logits[idx[i]] - mx) / opt.temperature));
+      double u = uniform() * z, acc = 0;
+      next = idx[k - 1];
+      for (int i = 0; i < k; ++i)
+        if ((acc += p[i]) > u) {
+          next = idx[i];
+          break;
+        }
+    }
+    toks.push_back(next);
+  }
+  return tokenizer.decode(std::span<const int32_t>(toks.data() + prompt_len, toks.size() - prompt_len));
+}
+
+void print_run_sample(GptModel& model, const Tokenizer& tokenizer, uint32_t data_vocab, const std::string& prompt,
+                      const SampleOptions& so) {
+  if (uint32_t(tokenizer.vocab_size()) < data_vocab) {
+    std::printf("sample: skipped: the data's tokens (vocab %u) need their tokenizer; put its tokenizer.json next to "
+                "the data, or run `mxdp sample --tokenizer FILE`\n", data_vocab);
+    std::fflush(stdout);
+    return;
+  }
+  std::printf("sample (%d tokens, temperature %.1f, top-k %d):\n", so.tokens, so.temperature, so.top_k);
+  write_text(stdout, prompt + generate(model, tokenizer, prompt, so) + "\n", false);
+}
+
+}  // namespace mxdp

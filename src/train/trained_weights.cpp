@@ -1,0 +1,116 @@
+#include "train/trained_weights.h"
+
+#include <cstring>
+
+#include "util/check.h"
+#include "formats/codec.h"
+#include "formats/quant.h"
+#include "train/trainer.h"
+
+namespace mxdp {
+
+void trained_weights(const ParamSpec& spec, const float* master, WeightFormat format, ScaleRounding rounding,
+                     float* out) {
+  const int64_t n = spec.numel();
+  const WeightFormat f = spec.lowp_eligible() ? format : WeightFormat::Bf16;
+  if (f == WeightFormat::Bf16) {
+    for (int64_t i = 0; i < n; ++i) out[i] = codec::bf16_to_f32(codec::bf16_from_f32(master[i]));
+    return;
+  }
+  const int64_t rows = spec.shape[0], cols = spec.shape[1];
+  if (f == WeightFormat::Mxfp8) {
+    std::vector<uint8_t> codes(mxfp8_code_bytes(rows, cols)), scales(mxfp8_scale_bytes_rowwise(rows, cols));
+    mxfp8_quantize_rowwise(master, rows, cols, {Fp8Kind::E4M3, rounding}, codes.data(), scales.data());
+    mxfp8_dequantize_rowwise(codes.data(), scales.data(), rows, cols, Fp8Kind::E4M3, out);
+    return;
+  }
+  // NVFP4: one tensor scale from the amax of the whole param.
+  const float tensor_amax = amax(master, n);
+  std::vector<uint8_t> codes(nvfp4_code_bytes(rows, cols)), scales(nvfp4_scale_bytes(rows, cols));
+  nvfp4_quantize_rowwise(master, rows, cols, tensor_amax, codes.data(), scales.data());
+  nvfp4_dequantize_rowwise(codes.data(), scales.data(), nvfp4_tensor_scale(tensor_amax).s_dec, rows, cols, out);
+}
+
+WeightsMode parse_weights_mode(const std::string& s) {
+  if (s == "trained") return WeightsMode::Trained;
+  if (s == "master") return WeightsMode::Master;
+  MXDP_FAIL("--weights must be trained or master, got '", s, "'");
+}
+
+GptConfig checkpoint_model_config(const CheckpointData& c, const std::string& path) {
+  MXDP_CHECK(c.extra.contains("model") && c.extra["model"].is_object(), path,
+             ": the checkpoint records no model config (extra.model)");
+  const auto& m = c.extra["model"];
+  GptConfig cfg;
+  try {
+    cfg = GptConfig{m.at("vocab").get<int>(),   m.at("padded_vocab").get<int>(), m.at("max_seq").get<int>(),
+                    m.at("n_layer").get<int>(), m.at("n_head").get<int>(),       m.at("d_model").get<int>()};
+  } catch (const std::exception& e) {
+    MXDP_FAIL(path, ": the checkpoint's model config ", m.dump(), " is incomplete: ", e.what());
+  }
+  validate(cfg);
+  return cfg;
+}
+
+InferenceWeights load_inference_weights(const std::string& where, WeightsMode mode) {
+  InferenceWeights w;
+  w.path = resolve_checkpoint(where);
+  w.mode = mode;
+  const CheckpointData c = read_checkpoint(w.path, /*moments=*/false);
+  w.config = checkpoint_model_config(c, w.path);
+  w.specs = gpt_param_specs(w.config);
+  w.iteration = c.iteration;
+  w.data_vocab = w.config.vocab;
+  if (c.extra.contains("data_vocab")) {
+    MXDP_CHECK(c.extra["data_vocab"].is_number_integer() && c.extra["data_vocab"].get<int64_t>() >= 1 &&
+                   c.extra["data_vocab"].get<int64_t>() <= w.config.vocab,
+               w.path, ": the checkpoint's data_vocab ", c.extra["data_vocab"].dump(), " is not in [1, ", w.config.vocab, "]");
+    w.data_vocab = c.extra["data_vocab"].get<int64_t>();
+  }
+  MXDP_CHECK(c.params.size() == w.specs.size(), w.path, ": ", c.params.size(), " params in the checkpoint, its model (",
+             w.config.n_layer, " layers) has ", w.specs.size());
+  WeightFormat format = WeightFormat::Bf16;
+  ScaleRounding rounding = ScaleRounding::RCeil;
+  if (mode == WeightsMode::Trained) {
+    MXDP_CHECK(c.extra.contains("weight_format") && c.extra["weight_format"].is_string(), w.path,
+               ": the checkpoint does not record the gather format it was trained with (written by an older "
+               "mxdp); pass --weights master to use its fp32 masters");
+    format = parse_weight_format(c.extra["weight_format"].get<std::string>());
+    if (c.extra.contains("mxfp8_scale_rounding"))
+      rounding = parse_scale_rounding(c.extra["mxfp8_scale_rounding"].get<std::string>());
+    MXDP_CHECK(format != WeightFormat::Mxfp8 || c.extra.contains("mxfp8_scale_rounding"), w.path,
+               ": an mxfp8 checkpoint must record its mxfp8_scale_rounding");
+    w.describe = std::string("as trained: ") + to_string(format) +
+                 (format == WeightFormat::Mxfp8 ? std::string(" (") + to_string(rounding) + ")" : std::string()) +
+                 " for 2-D weights, bf16 for the rest";
+  } else {
+    w.describe = "fp32 masters";
+  }
+  w.weights.resize(w.specs.size());
+  for (size_t p = 0; p < w.specs.size(); ++p) {
+    const ParamState& ps = c.params[p];
+    MXDP_CHECK(ps.name == w.specs[p].name && ps.shape == w.specs[p].shape, w.path, ": param ", p, " is '", ps.name,
+               "' in the checkpoint but '", w.specs[p].name, "' in its model");
+    w.weights[p].resize(ps.master.size());
+    if (mode == WeightsMode::Master)
+      std::memcpy(w.weights[p].data(), ps.master.data(), ps.master.size() * sizeof(float));
+    else
+      trained_weights(w.specs[p], ps.master.data(), format, rounding, w.weights[p].data());
+  }
+  return w;
+}
+
+void set_model_weights(GptModel& model, const InferenceWeights& w) {
+  const auto& specs = model.params();
+  MXDP_CHECK(specs.size() == w.specs.size(), w.path, ": ", w.specs.size(), " params, the model has ", specs.size());
+  // Inference: no engine will take initial values from this model, so it
+  // keeps none (a GPU model would otherwise hold an fp32 copy of every weight).
+  model.release_initial_weights();
+  for (size_t p = 0; p < specs.size(); ++p) {
+    MXDP_CHECK(specs[p].shape == w.specs[p].shape, w.path, ": param '", w.specs[p].name,
+               "' has another shape than the model's");
+    model.set_weights(int(p), w.weights[p].data());
+  }
+}
+
+}  // namespace mxdp

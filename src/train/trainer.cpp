@@ -1,0 +1,644 @@
+// The training job: set-up (options, data, checkpoint to resume, schedule,
+// model and engine, header), then steps, evals and saves, then the final
+// sample. Runs the same code on every rank; rank 0 ("the lead") alone prints
+// and writes metrics and `latest`, and its errors reach every rank (on_rank0).
+#include "train/trainer.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fmt/format.h>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "util/check.h"
+#include "io/checkpoint.h"
+#include "data/data.h"
+#include "engine/engine.h"
+#include "io/fileio.h"
+#include "models/gpt2/hf_gpt2.h"
+#include "data/llmc_shards.h"
+#include "train/runtime.h"
+#include "train/sample.h"
+#include "data/tokenizer.h"
+
+namespace mxdp {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+GptConfig resolve_model(const TrainConfig& cfg) {
+  GptConfig m = gpt_config(cfg.model);
+  if (cfg.n_layer > 0) m.n_layer = cfg.n_layer;
+  if (cfg.n_head > 0) m.n_head = cfg.n_head;
+  if (cfg.d_model > 0) m.d_model = cfg.d_model;
+  if (cfg.max_seq > 0) m.max_seq = cfg.max_seq;
+  if (cfg.vocab > 0) m.vocab = cfg.vocab, m.padded_vocab = (cfg.vocab + 127) / 128 * 128;
+  validate(m);
+  return m;
+}
+
+GptConfig model_from_checkpoint(const json& extra, const std::string& what) {
+  MXDP_CHECK(extra.is_object() && extra.contains("model") && extra["model"].is_object(), what,
+             ": no model config in the checkpoint");
+  const json& m = extra["model"];
+  auto get = [&](const char* k) {
+    MXDP_CHECK(m.contains(k) && m[k].is_number_integer() && m[k].get<int64_t>() >= 1 &&
+                   m[k].get<int64_t>() <= (int64_t(1) << 24),
+               what, ": the checkpoint's model config needs an integer \"", k, "\" in [1, 2^24], got ",
+               m.contains(k) ? m[k].dump() : std::string("none"));
+    return int(m[k].get<int64_t>());
+  };
+  GptConfig c{get("vocab"), get("padded_vocab"), get("max_seq"), get("n_layer"), get("n_head"), get("d_model")};
+  validate(c);
+  return c;
+}
+
+std::string checkpoint_path(const std::string& dir, int64_t step) {
+  return (fs::path(dir) / checkpoint_name(step)).string();
+}
+
+std::string resolve_checkpoint(const std::string& p) {
+  std::error_code ec;
+  if (is_step_directory(p)) return p;
+  if (!fs::is_directory(p, ec)) return p;  // a single-file checkpoint (its reader says if it is none)
+  const fs::path latest = fs::path(p) / "latest";
+  MXDP_CHECK(fs::exists(latest, ec), "--load '", p, "' is a directory with neither a '", kManifestName,
+             "' (a checkpoint) nor a 'latest' file (a save directory)");
+  const std::vector<uint8_t> bytes = read_file(latest.string(), 4096);
+  std::string name(bytes.begin(), bytes.end());
+  while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' ')) name.pop_back();
+  // Trust no file: `latest` may only name an entry of its own directory.
+  const bool plain = !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+                     name.find('\0') == std::string::npos;
+  MXDP_CHECK(plain, "'", latest.string(), "' should hold the name of a checkpoint in its directory, not '", name, "'");
+  return (fs::path(p) / name).string();
+}
+
+namespace {
+
+json model_json(const GptConfig& m) {
+  return {{"vocab", m.vocab}, {"padded_vocab", m.padded_vocab}, {"max_seq", m.max_seq},
+          {"n_layer", m.n_layer}, {"n_head", m.n_head}, {"d_model", m.d_model}};
+}
+
+struct OwnedBatch {
+  std::vector<int32_t> in, tgt;
+  Batch batch;
+  void take(const Batch& b) {
+    in.assign(b.inputs, b.inputs + size_t(b.B) * b.T);
+    tgt.assign(b.targets, b.targets + size_t(b.B) * b.T);
+    batch = {in.data(), tgt.data(), b.B, b.T};
+  }
+};
+
+std::string human_time(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  int64_t t = int64_t(s + 0.5);
+  if (t >= 3600) return ::fmt::format("{}h{:02d}m", t / 3600, (t / 60) % 60);
+  if (t >= 60) return ::fmt::format("{}m{:02d}s", t / 60, t % 60);
+  return ::fmt::format("{}s", t);
+}
+
+std::string human_rate(double r) {
+  if (r >= 1e6) return ::fmt::format("{:.2f}M", r / 1e6);
+  if (r >= 1e3) return ::fmt::format("{:.1f}k", r / 1e3);
+  return ::fmt::format("{:.0f}", r);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The learning-rate schedule of a run, and where it came from.
+struct Schedule {
+  double lr = 0, min_lr = 0;
+  int64_t warmup_steps = 0, lr_decay_steps = 0;  // decay 0: constant after warmup
+  std::string source;                            // "command line", "checkpoint" or "override"
+
+  json to_json() const {
+    return {{"source", source}, {"lr", lr}, {"min_lr", min_lr}, {"warmup_steps", warmup_steps},
+            {"lr_decay_steps", lr_decay_steps}};
+  }
+  std::string describe(int64_t first, int64_t last) const {
+    std::string d = warmup_steps > 0 ? ::fmt::format("linear warmup over {} steps to lr {}", warmup_steps, lr)
+                                     : ::fmt::format("lr {}", lr);
+    d += lr_decay_steps > 0 ? ::fmt::format(", cosine to {} at step {}", min_lr, lr_decay_steps)
+                            : std::string(", constant after the warmup");
+    if (lr_decay_steps > 0 && last > lr_decay_steps && first <= last)
+      d += ::fmt::format(" (steps {}-{} are past its end and run at min_lr {})", std::max(first, lr_decay_steps + 1),
+                         last, min_lr);
+    return d;
+  }
+};
+
+// A schedule recorded in a checkpoint's extra, checked.
+Schedule schedule_from(const json& s, const std::string& what) {
+  auto num = [&](const char* k) {
+    MXDP_CHECK(s.is_object() && s.contains(k) && s[k].is_number(), what, ": the checkpoint's schedule has no number \"",
+               k, "\"");
+    return s[k].get<double>();
+  };
+  auto integer = [&](const char* k) {
+    MXDP_CHECK(s.is_object() && s.contains(k) && s[k].is_number_integer() && s[k].get<int64_t>() >= 0, what,
+               ": the checkpoint's schedule has no integer \"", k, "\" >= 0");
+    return s[k].get<int64_t>();
+  };
+  Schedule r;
+  r.lr = num("lr");
+  r.min_lr = num("min_lr");
+  r.warmup_steps = integer("warmup_steps");
+  r.lr_decay_steps = integer("lr_decay_steps");
+  r.source = "checkpoint";
+  return r;
+}
+
+class Trainer {
+ public:
+  Trainer(const TrainConfig& cfg, Communicator& comm)
+      : cfg_(cfg), comm_(comm), rank_(comm.rank()), dp_(comm.size()), is_lead_(rank_ == 0) {}
+  int run();
+
+ private:
+  // Set-up, in this order.
+  void check_options();
+  void set_threads();
+  void open_data();
+  void read_resume_point();
+  void resolve_schedule();
+  bool nothing_to_train();
+  void build_engine();
+  void resume();
+  void print_header();
+  void clean_save_dir();
+  void open_metrics();
+  // The run.
+  void run_eval(int64_t step);
+  void train_steps();
+  void submit_step();  // the micro-batches' forward and backward, then the step, launched
+  void report_step(int64_t step, int64_t first, const StepResult& r, double seconds);
+  void check_divergence(int64_t step, const StepResult& r);
+  void save(int64_t step);
+  void final_sample();
+  void finish();
+  // Rank 0's work, with its errors thrown on every rank.
+  void lead(const std::function<void()>& fn);
+  void emit(const json& j);
+  void println(const std::string& s);
+
+  TrainConfig cfg_;
+  Communicator& comm_;
+  const int rank_, dp_;
+  const bool is_lead_;
+  GptConfig mc_;
+  Device device_ = Device::Cpu;
+  std::unique_ptr<EngineOps> ops_;
+  std::string data_dir_;
+  std::string tokenizer_dir_;  // where the data's tokenizer.json would be
+  std::unique_ptr<TokenDataset> train_ds_, val_ds_;
+  std::unique_ptr<DataLoader> loader_;
+  std::unique_ptr<EvalLoader> eval_loader_;
+  std::unique_ptr<GptModel> model_;
+  std::unique_ptr<DataParallel> engine_;
+  // Resuming.
+  std::string load_path_;
+  int64_t start_step_ = 0;
+  json ckpt_extra_ = json::object();
+  Schedule schedule_;
+  // Output.
+  File metrics_;
+  bool tty_ = false, progress_open_ = false;
+  // Run state.
+  std::vector<OwnedBatch> eval_data_, micro_;
+  double last_eval_ = NAN, last_loss_ = NAN, ema_rate_ = 0;
+  int consecutive_skipped_ = 0;
+  int64_t skipped_total_ = 0;  // steps of this run skipped for non-finite gradients
+};
+
+int Trainer::run() {
+  check_options();
+  set_threads();
+  device_ = resolve_device(cfg_.device);
+  ops_ = make_engine_ops(device_);
+  open_data();
+  read_resume_point();
+  resolve_schedule();
+  const bool eval_only = nothing_to_train();
+  build_engine();
+  resume();
+  print_header();
+  clean_save_dir();
+  open_metrics();
+  if (eval_only) {
+    run_eval(start_step_);
+    println(::fmt::format("note: --steps {} is not beyond step {}: this run evaluates and trains nothing", cfg_.steps,
+                          start_step_));
+  } else {
+    if (cfg_.eval_first) run_eval(start_step_);
+    train_steps();
+  }
+  final_sample();
+  finish();
+  return 0;
+}
+
+// ---- set-up ----------------------------------------------------------------------
+
+void Trainer::check_options() {
+  MXDP_CHECK(cfg_.init_from.empty() || cfg_.load.empty(),
+             "--init-from starts a run from given weights, --load resumes one: pass one of them");
+  mc_ = resolve_model(cfg_);
+  MXDP_CHECK(cfg_.steps >= 0, "--steps must be >= 0, got ", cfg_.steps);
+  MXDP_CHECK(cfg_.batch_size >= 1, "--batch-size must be >= 1, got ", cfg_.batch_size);
+  MXDP_CHECK(cfg_.seq_len >= 1 && cfg_.seq_len <= mc_.max_seq, "--seq-len must be in [1, ", mc_.max_seq,
+             "] (the model's max_seq), got ", cfg_.seq_len);
+  MXDP_CHECK(cfg_.eval_every >= 0 && cfg_.eval_batches >= 1 && cfg_.eval_passes >= 1,
+             "--eval-every must be >= 0, --eval-batches and --eval-passes >= 1");
+  MXDP_CHECK(cfg_.save_every >= 0, "--save-every must be >= 0, got ", cfg_.save_every);
+  MXDP_CHECK(cfg_.save_every == 0 || !cfg_.save_dir.empty(), "--save-every needs --save-dir");
+  MXDP_CHECK(cfg_.keep_last >= 0, "--keep-last must be >= 0 (0 = keep every checkpoint), got ", cfg_.keep_last);
+  MXDP_CHECK(cfg_.keep_last == 0 || !cfg_.save_dir.empty(), "--keep-last needs --save-dir");
+  MXDP_CHECK(cfg_.max_skipped_steps >= 0, "--max-skipped-steps must be >= 0 (0 = never stop), got ",
+             cfg_.max_skipped_steps);
+  MXDP_CHECK(cfg_.progress == "auto" || cfg_.progress == "bar" || cfg_.progress == "lines",
+             "--progress must be auto, bar or lines, got '", cfg_.progress, "'");
+  MXDP_CHECK(cfg_.log_every >= 1, "--log-every must be >= 1, got ", cfg_.log_every);
+}
+
+void Trainer::set_threads() {
+  if (cfg_.threads <= 0) {
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const int per_node = local ? std::max(1, std::atoi(local)) : 1;
+    cfg_.threads = std::max(1, int(std::thread::hardware_concurrency()) / per_node);
+  }
+  omp_set_num_threads(cfg_.threads);
+}
+
+void Trainer::open_data() {
+  MXDP_CHECK(!cfg_.data.empty(), "no training data: pass --data DIR (made by `mxdp prepare`) or a text file");
+  std::error_code ec;
+  if (const std::optional<LlmcShardSet> llmc = find_llmc_shards(cfg_.data)) {  // llm.c shards, read as they are
+    data_dir_ = cfg_.data;
+    tokenizer_dir_ = fs::path(llmc->train[0]).parent_path().string();
+    train_ds_ = std::make_unique<TokenDataset>(llmc->train);
+    val_ds_ = std::make_unique<TokenDataset>(llmc->val);
+  } else if (fs::is_directory(cfg_.data, ec)) {
+    data_dir_ = cfg_.data;
+  } else {
+    MXDP_CHECK(fs::is_regular_file(cfg_.data, ec), "--data '", cfg_.data, "' is neither a directory nor a file");
+    // A text file is prepared beside it, once per content (data.h).
+    lead([&] { prepare_cached(cfg_.data, 0.1, stdout); });
+    data_dir_ = prepared_dir(cfg_.data);
+  }
+  if (!train_ds_) {
+    tokenizer_dir_ = data_dir_;
+    train_ds_ = std::make_unique<TokenDataset>((fs::path(data_dir_) / "train.bin").string());
+    val_ds_ = std::make_unique<TokenDataset>((fs::path(data_dir_) / "val.bin").string());
+  }
+  MXDP_CHECK(int(train_ds_->vocab_size()) <= mc_.vocab, "the data's vocab (", train_ds_->vocab_size(),
+             ") is larger than the model's (", mc_.vocab, "): pass --vocab ", train_ds_->vocab_size());
+  loader_ = std::make_unique<DataLoader>(*train_ds_, cfg_.batch_size, cfg_.seq_len, rank_, dp_, cfg_.seed);
+  const int max_eval = EvalLoader::max_batches(val_ds_->size(), cfg_.batch_size, cfg_.seq_len, dp_);
+  MXDP_CHECK(max_eval >= 1, "val.bin (", val_ds_->size(), " tokens) is too small for one eval batch of ", dp_, " x ",
+             cfg_.batch_size, " x ", cfg_.seq_len + 1, " tokens");
+  if (cfg_.eval_batches > max_eval) {
+    if (is_lead_)
+      std::printf("note: --eval-batches %d lowered to %d, all that val.bin holds\n", cfg_.eval_batches, max_eval);
+    cfg_.eval_batches = max_eval;
+  }
+  eval_loader_ = std::make_unique<EvalLoader>(*val_ds_, cfg_.batch_size, cfg_.seq_len, rank_, dp_, cfg_.eval_batches);
+}
+
+void Trainer::read_resume_point() {
+  if (cfg_.load.empty()) return;
+  // Rank 0 finds and reads the checkpoint's metadata; every rank gets it.
+  std::string text;
+  lead([&] {
+    load_path_ = resolve_checkpoint(cfg_.load);
+    const CheckpointInfo info = read_checkpoint_info(load_path_);
+    text = json{{"path", load_path_}, {"iteration", info.iteration}, {"extra", info.extra}}.dump();
+  });
+  std::vector<uint8_t> bytes(text.begin(), text.end());
+  uint64_t n = bytes.size();
+  broadcast_host_bytes(comm_, *ops_, &n, sizeof n, 0);
+  bytes.resize(size_t(n));
+  broadcast_host_bytes(comm_, *ops_, bytes.data(), bytes.size(), 0);
+  const json j = json::parse(bytes.begin(), bytes.end());
+  load_path_ = j["path"].get<std::string>();
+  start_step_ = j["iteration"].get<int64_t>();
+  ckpt_extra_ = j["extra"];
+  MXDP_CHECK(ckpt_extra_.contains("model") && ckpt_extra_["model"] == model_json(mc_), load_path_,
+             ": checkpoint was written for model ", ckpt_extra_.value("model", json()).dump(), " but this run builds ",
+             model_json(mc_).dump());
+  MXDP_CHECK(ckpt_extra_.contains("data"), load_path_, ": checkpoint has no data position");
+}
+
+void Trainer::resolve_schedule() {
+  DpOptions& o = cfg_.dp;
+  Schedule cli;
+  cli.lr = o.lr;
+  cli.min_lr = o.min_lr;
+  cli.warmup_steps = o.warmup_steps;
+  cli.lr_decay_steps = o.lr_decay_steps >= 0 ? o.lr_decay_steps : (cfg_.steps > o.warmup_steps ? cfg_.steps : 0);
+  cli.source = "command line";
+  if (load_path_.empty() || !ckpt_extra_.contains("schedule")) {
+    schedule_ = cli;
+  } else if (cfg_.override_schedule) {
+    schedule_ = cli;
+    schedule_.source = "override";
+  } else {
+    // Megatron's rule: a schedule option given on the command line must agree
+    // with the checkpoint's; what is not given continues the checkpoint's.
+    schedule_ = schedule_from(ckpt_extra_["schedule"], load_path_);
+    const TrainConfig::ScheduleGiven& g = cfg_.schedule_given;
+    std::string diff;
+    auto differs = [&](bool given, const char* name, double mine, double theirs) {
+      if (given && mine != theirs) diff += ::fmt::format("{}{} {} (the checkpoint's: {})", diff.empty() ? "" : ", ", name, mine, theirs);
+    };
+    differs(g.lr, "lr", cli.lr, schedule_.lr);
+    differs(g.min_lr, "min_lr", cli.min_lr, schedule_.min_lr);
+    differs(g.warmup_steps, "warmup_steps", double(cli.warmup_steps), double(schedule_.warmup_steps));
+    differs(g.lr_decay_steps, "lr_decay_steps", double(cli.lr_decay_steps), double(schedule_.lr_decay_steps));
+    MXDP_CHECK(diff.empty(), "--load '", load_path_, "': the command line sets ", diff,
+               ". A resumed run continues the checkpoint's schedule; pass --override-schedule to use the command "
+               "line's schedule from step ", start_step_ + 1, " on, or leave these options out");
+  }
+  o.lr = schedule_.lr;
+  o.min_lr = schedule_.min_lr;
+  o.warmup_steps = schedule_.warmup_steps;
+  o.lr_decay_steps = schedule_.lr_decay_steps;
+  o.validate(dp_);
+}
+
+bool Trainer::nothing_to_train() {
+  if (cfg_.steps > start_step_) return false;
+  if (!cfg_.eval_first) {
+    if (load_path_.empty())
+      MXDP_FAIL("--steps ", cfg_.steps, ": nothing to train (pass --steps N >= 1, or add --eval-first to only "
+                "evaluate the initial weights)");
+    MXDP_FAIL("--steps ", cfg_.steps, ": nothing to train: '", load_path_, "' is already at step ", start_step_,
+              " (pass --steps > ", start_step_, " to train on, or add --eval-first to only evaluate it)");
+  }
+  return true;
+}
+
+void Trainer::build_engine() {
+  model_ = make_gpt(device_, mc_, *ops_);
+  model_->init_weights(cfg_.seed);
+  if (!cfg_.init_from.empty()) init_from_hf_gpt2(*model_, cfg_.init_from);
+  engine_ = std::make_unique<DataParallel>(*model_, comm_, cfg_.dp, ops_.get());
+}
+
+void Trainer::resume() {
+  if (load_path_.empty()) return;
+  const json extra = engine_->load_checkpoint(load_path_);
+  MXDP_CHECK(engine_->iteration() == start_step_, load_path_, ": loaded step ", engine_->iteration(),
+             " but its metadata said ", start_step_, " (was it replaced meanwhile?)");
+  loader_->set_state(extra["data"].get<DataLoaderState>());
+  if (is_lead_) std::printf("loaded %s: step %lld\n", load_path_.c_str(), (long long)start_step_);
+}
+
+void Trainer::print_header() {
+  if (!is_lead_) return;
+  if (device_ == Device::Cuda)
+    std::printf("mxdp train: %d rank%s (%s), one GPU per rank\n", dp_, dp_ > 1 ? "s" : "", backend_name(comm_.backend()));
+  else
+    std::printf("mxdp train: %d rank%s (%s), %d thread%s per rank\n", dp_, dp_ > 1 ? "s" : "",
+                backend_name(comm_.backend()), cfg_.threads, cfg_.threads > 1 ? "s" : "");
+  std::printf("  %-22s = %s (n_layer %d, n_head %d, d_model %d, max_seq %d, vocab %d): %lld params\n", "model",
+              cfg_.model.c_str(), mc_.n_layer, mc_.n_head, mc_.d_model, mc_.max_seq, mc_.vocab,
+              (long long)gpt_num_parameters(mc_));
+  std::printf("  %-22s = %s (train %zu tokens, val %zu tokens)\n", "data", data_dir_.c_str(), train_ds_->size(),
+              val_ds_->size());
+  auto line = [](const char* k, const std::string& v) { std::printf("  %-22s = %s\n", k, v.c_str()); };
+  line("steps", std::to_string(cfg_.steps));
+  line("batch_size", ::fmt::format("{} per rank x {} ranks x {} micro-batches = {} sequences/step", cfg_.batch_size,
+                                   dp_, cfg_.dp.micro_batches, cfg_.batch_size * dp_ * cfg_.dp.micro_batches));
+  line("seq_len", std::to_string(cfg_.seq_len));
+  line("seed", std::to_string(cfg_.seed));
+  const std::string from = schedule_.source == "checkpoint" ? "from the checkpoint"
+                           : schedule_.source == "override"
+                               ? "from the command line (--override-schedule: the checkpoint's is replaced)"
+                               : "from the command line";
+  line("schedule", from + ": " + schedule_.describe(start_step_ + 1, cfg_.steps));
+  line("eval_every", ::fmt::format("{} ({} batches, {} pass{}{})", cfg_.eval_every, cfg_.eval_batches, cfg_.eval_passes,
+                                   cfg_.eval_passes > 1 ? "es" : "", cfg_.eval_first ? ", also before the first step" : ""));
+  line("save", cfg_.save_dir.empty()  ? "off"
+               : cfg_.save_every == 0 ? ::fmt::format("after the last step to {}", cfg_.save_dir)
+                                      : ::fmt::format("every {} steps and after the last to {}", cfg_.save_every,
+                                                      cfg_.save_dir));
+  line("keep_last", cfg_.keep_last == 0 ? "all checkpoints" : ::fmt::format("the newest {}", cfg_.keep_last));
+  line("max_skipped_steps", cfg_.max_skipped_steps == 0 ? "never stop"
+                                                        : ::fmt::format("stop after {} in a row", cfg_.max_skipped_steps));
+  line("load", load_path_.empty() ? "-" : load_path_);
+  line("init_from", cfg_.init_from.empty() ? "-" : cfg_.init_from);
+  line("metrics", cfg_.metrics.empty() ? "-" : cfg_.metrics);
+  for (auto& [k, v] : cfg_.dp.describe()) line(k.c_str(), v);
+  std::fflush(stdout);
+  tty_ = cfg_.progress == "bar" ||
+         (cfg_.progress == "auto" && ::isatty(STDOUT_FILENO) && !std::getenv("OMPI_COMM_WORLD_SIZE"));
+}
+
+void Trainer::clean_save_dir() {
+  if (cfg_.save_dir.empty()) return;
+  lead([&] {
+    for (const std::string& name : remove_stale_temporaries(cfg_.save_dir))
+      std::printf("removed %s: left by an interrupted save\n", (fs::path(cfg_.save_dir) / name).c_str());
+    std::fflush(stdout);
+  });
+}
+
+void Trainer::open_metrics() {
+  if (cfg_.metrics.empty()) return;
+  lead([&] { metrics_ = File::create(cfg_.metrics, /*append=*/!load_path_.empty()); });
+  // First line of a run (and of each resumed part): what produced the lines below.
+  json opts = json::object();
+  for (auto& [k, v] : cfg_.dp.describe()) opts[k] = v;
+  emit({{"kind", "config"}, {"step", start_step_}, {"ranks", dp_}, {"model", model_json(mc_)}, {"data", data_dir_},
+        {"batch_size", cfg_.batch_size}, {"seq_len", cfg_.seq_len}, {"seed", cfg_.seed}, {"steps", cfg_.steps},
+        {"schedule", schedule_.to_json()}, {"options", opts}});
+}
+
+// ---- the run -------------------------------------------------------------------------
+
+void Trainer::run_eval(int64_t step) {
+  eval_loader_->reset();
+  eval_data_.resize(size_t(cfg_.eval_batches));
+  std::vector<Batch> batches;
+  for (auto& ob : eval_data_) {
+    Batch b;
+    MXDP_CHECK(eval_loader_->next(b), "eval loader ran out of batches");
+    ob.take(b);
+    batches.push_back(ob.batch);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  double loss = 0;
+  for (int p = 0; p < cfg_.eval_passes; ++p) {
+    // Each pass is a full eval through the freshness chain, emitted on its own line.
+    const double l = engine_->eval(batches);
+    emit({{"kind", "eval"}, {"step", step}, {"loss", l}, {"pass", p + 1}});
+    if (p == 0) loss = l;
+    MXDP_CHECK(std::memcmp(&l, &loss, sizeof loss) == 0, "eval pass ", p + 1, " at step ", step, " gave loss ", l,
+               " but pass 1 gave ", loss, ": the weights changed between passes");
+  }
+  last_eval_ = loss;
+  println(::fmt::format("eval  step {:>6} | loss {:.4f} | {:.2f}s", step, loss, seconds_since(t0)));
+}
+
+void Trainer::submit_step() {
+  micro_.resize(size_t(cfg_.dp.micro_batches));
+  for (auto& ob : micro_) {
+    Batch b;
+    loader_->next(b);
+    ob.take(b);
+    engine_->forward_backward(ob.batch);
+  }
+  engine_->launch_step();
+}
+
+void Trainer::train_steps() {
+  const int64_t first = start_step_ + 1;
+  const auto start = std::chrono::steady_clock::now();
+  auto since = start;  // the last report (or eval, save): a step's time runs from there
+  int64_t reported = start_step_;
+  const auto report_results = [&](int keep) {
+    while (engine_->results_pending() > keep) {
+      const StepResult r = *engine_->take_result(true);
+      ++reported;
+      report_step(reported, first, r, seconds_since(since));
+      since = std::chrono::steady_clock::now();
+      check_divergence(reported, r);
+    }
+  };
+  for (int64_t step = first; step <= cfg_.steps; ++step) {
+    submit_step();
+    const bool last = step == cfg_.steps;
+    const bool eval_now = cfg_.eval_every > 0 && (step % cfg_.eval_every == 0 || last);
+    const bool save_now = !cfg_.save_dir.empty() && ((cfg_.save_every > 0 && step % cfg_.save_every == 0) || last);
+    // Each result is read one step late: the host prepares and submits step
+    // N+1 while the GPU still runs step N. Before an eval or a save, all of them.
+    report_results(eval_now || save_now || last ? 0 : 1);
+    if (eval_now) run_eval(step);
+    if (save_now) save(step);
+    if (eval_now || save_now) since = std::chrono::steady_clock::now();
+  }
+  report_results(0);
+  if (progress_open_) println("");
+  if (is_lead_)
+    std::printf("done: %lld steps in %s, final train loss %.4f%s\n", (long long)(cfg_.steps - first + 1),
+                human_time(seconds_since(start)).c_str(), last_loss_,
+                std::isnan(last_eval_) ? "" : ::fmt::format(", final eval loss {:.4f}", last_eval_).c_str());
+}
+
+void Trainer::report_step(int64_t step, int64_t first, const StepResult& r, double seconds) {
+  const double tokens_per_step = double(cfg_.batch_size) * cfg_.seq_len * dp_ * cfg_.dp.micro_batches;
+  const double rate = tokens_per_step / seconds;
+  ema_rate_ = step == first ? rate : 0.9 * ema_rate_ + 0.1 * rate;
+  last_loss_ = r.loss;
+  emit({{"kind", "train"}, {"step", step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
+        {"tokens_per_s", rate}, {"skipped", r.skipped}});
+  skipped_total_ += r.skipped ? 1 : 0;
+  if (r.skipped)
+    println(::fmt::format("step {}: non-finite gradients (norm {}), update skipped; {} skipped so far", step,
+                          r.grad_norm, skipped_total_));
+  const double eta = double(cfg_.steps - step) * tokens_per_step / std::max(ema_rate_, 1e-9);
+  const std::string prog = ::fmt::format("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {} tok/s | ETA {}",
+                                         step, cfg_.steps, r.loss, r.lr, r.grad_norm, human_rate(ema_rate_),
+                                         human_time(eta));
+  if (!is_lead_) return;
+  if (tty_) {
+    std::printf("\r\033[K%s", prog.c_str());
+    std::fflush(stdout);
+    progress_open_ = true;
+  } else if (step % cfg_.log_every == 0 || step == first || step == cfg_.steps) {
+    println(prog);
+  }
+}
+
+void Trainer::check_divergence(int64_t step, const StepResult& r) {
+  consecutive_skipped_ = r.skipped ? consecutive_skipped_ + 1 : 0;
+  const int n = consecutive_skipped_;
+  if (cfg_.max_skipped_steps == 0 || n < cfg_.max_skipped_steps) return;
+  // The same StepResult on every rank: every rank stops here.
+  MXDP_FAIL("the run diverged: ", n, " consecutive steps (", step - n + 1, " to ", step,
+            ") had non-finite gradients and were skipped (--max-skipped-steps ", cfg_.max_skipped_steps,
+            "); the weights are those of step ", step - n,
+            ". Resume from an earlier checkpoint with a lower --lr (and --override-schedule)");
+}
+
+void Trainer::save(int64_t step) {
+  const std::string path = checkpoint_path(cfg_.save_dir, step);
+  json sched = schedule_.to_json();
+  sched.erase("source");
+  sched["steps"] = cfg_.steps;
+  const json extra = {{"data", loader_->state()}, {"model", model_json(mc_)}, {"seed", cfg_.seed}, {"schedule", sched},
+                      // what sample/export rebuild the trained weights with
+                      {"weight_format", to_string(cfg_.dp.weight_format)},
+                      {"data_vocab", train_ds_->vocab_size()},  // <= 256: bytes (sample needs no tokenizer)
+                      {"mxfp8_scale_rounding", to_string(cfg_.dp.mxfp8_scale_rounding)}};
+  engine_->save_checkpoint(path, extra);  // refuses a non-finite state on every rank
+  std::vector<std::string> removed;
+  lead([&] {
+    write_file_atomic((fs::path(cfg_.save_dir) / "latest").string(), checkpoint_name(step) + "\n");
+    removed = remove_old_checkpoints(cfg_.save_dir, cfg_.keep_last, checkpoint_name(step));
+  });
+  println("saved " + path);
+  for (const std::string& name : removed)
+    println(::fmt::format("removed {} (--keep-last {})", (fs::path(cfg_.save_dir) / name).string(), cfg_.keep_last));
+}
+
+void Trainer::final_sample() {
+  if (cfg_.sample_tokens <= 0) return;
+  engine_->sync_weights();  // collective: the model now holds the latest weights
+  if (!is_lead_) return;
+  SampleOptions so;
+  so.tokens = cfg_.sample_tokens;
+  so.seed = cfg_.seed;
+  print_run_sample(*model_, *data_tokenizer(tokenizer_dir_), train_ds_->vocab_size(), cfg_.sample_prompt, so);
+  std::fflush(stdout);
+}
+
+void Trainer::finish() {
+  if (!cfg_.metrics.empty()) lead([&] { metrics_.close(); });
+  comm_.barrier();
+}
+
+// ---- rank 0 --------------------------------------------------------------------------
+
+void Trainer::lead(const std::function<void()>& fn) {
+  on_rank0(comm_, fn, [&](void* p, size_t n) { broadcast_host_bytes(comm_, *ops_, p, n, 0); });
+}
+
+void Trainer::emit(const json& j) {
+  if (cfg_.metrics.empty()) return;
+  // Every rank takes part, so that a failed write stops all of them together.
+  lead([&] {
+    const std::string line = j.dump() + "\n";
+    metrics_.write(line.data(), line.size());
+  });
+}
+
+void Trainer::println(const std::string& s) {
+  if (!is_lead_) return;
+  if (progress_open_) std::printf("\r\033[K");
+  progress_open_ = false;
+  std::printf("%s\n", s.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int train(const TrainConfig& cfg, Communicator& comm) {
+  Trainer t(cfg, comm);
+  return t.run();
+}
+
+}  // namespace mxdp

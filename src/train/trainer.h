@@ -1,0 +1,92 @@
+// Trainer: the training job behind `mxdp train` — GPT model, token shards,
+// the data-parallel engine, evals, checkpoints, progress and metrics.
+//
+// Every option lives in TrainConfig with its default; cli/cmd_train.cpp maps
+// flags onto it one to one, and the run header prints every effective value.
+//
+// What a job promises (issue 12): every file it writes is checked (a failed
+// write stops the run with the path and the reason, non-zero exit); a resumed
+// run continues the checkpoint's learning-rate schedule unless told otherwise;
+// a run with nothing to train says so; a diverged run stops with an error and
+// never replaces a good checkpoint; interrupted saves leave nothing behind
+// after the next run; --keep-last bounds the checkpoints kept.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+
+#include "comm/comm.h"
+#include "models/gpt2/gpt.h"
+#include "engine/options.h"
+
+namespace mxdp {
+
+struct TrainConfig {
+  // where: "cpu", "cuda" or "auto" (resolved by the caller, runtime.h)
+  std::string device = "cpu";
+  // model
+  std::string model = "tiny";  // named config; the four fields below override it when > 0
+  int n_layer = 0, n_head = 0, d_model = 0, max_seq = 0;
+  int vocab = 0;            // > 0: vocabulary size (wte padded to a multiple of 128 rows)
+  std::string init_from;    // Hugging Face GPT-2 (dir or .safetensors) to start from (hf_gpt2.h)
+  // data: a directory with train.bin/val.bin (mxdp prepare), or a text file,
+  // which rank 0 prepares into <file>.mxdp/ beside it (data.h, prepare_cached),
+  // or llm.c token shards (a glob or comma-separated list; llmc_shards.h).
+  std::string data;
+  // schedule
+  int64_t steps = 300;
+  int batch_size = 8;   // sequences per rank per micro-batch
+  int seq_len = 64;
+  uint64_t seed = 1337;
+  // Resuming: the learning-rate schedule (dp.lr, dp.min_lr, dp.warmup_steps,
+  // dp.lr_decay_steps) comes from the checkpoint. A schedule option the command
+  // line set (schedule_given) must then agree with the checkpoint's, unless
+  // override_schedule, which applies the command line's whole schedule instead
+  // (Megatron's --override-opt_param-scheduler).
+  struct ScheduleGiven {
+    bool lr = false, min_lr = false, warmup_steps = false, lr_decay_steps = false;
+  } schedule_given;
+  bool override_schedule = false;
+  // eval
+  int64_t eval_every = 50;  // 0 = never (a last eval runs at the end unless 0)
+  int eval_batches = 8;
+  bool eval_first = false;  // also evaluate before the first step
+  int eval_passes = 1;      // run each eval this many times; all passes must agree bitwise
+  // checkpoints
+  int64_t save_every = 0;   // 0 = only at the end (when save_dir is set)
+  std::string save_dir;
+  int keep_last = 0;        // keep only the newest N checkpoints in save_dir (0 = all)
+  std::string load;         // step directory, single-file checkpoint, or a save_dir holding `latest`
+  // divergence: stop with an error after this many consecutive steps skipped
+  // for non-finite gradients (0 = never stop)
+  int max_skipped_steps = 10;
+  // output
+  std::string metrics;      // JSON lines file (appended to when resuming)
+  int64_t log_every = 10;   // plain progress line every N steps (progress "lines")
+  std::string progress = "auto";  // bar (one updating line), lines, or auto: bar on a terminal
+                                  // unless under mpirun (which gives ranks a pty even when piped)
+  int sample_tokens = 200;  // generated at the end (0 = none)
+  std::string sample_prompt; // text the sample continues (empty: a new line)
+  int threads = 0;          // OpenMP threads per rank (0 = cores / local ranks)
+  double comm_timeout = 300;
+  // the data-parallel core
+  DpOptions dp;
+};
+
+// Runs the job on `comm`'s ranks, on cfg.device ("cpu" or "cuda"; comm must
+// be the communicator make_job_communicator() gives for it). Returns the exit
+// code; every failure is an mxdp::Error thrown on every rank.
+int train(const TrainConfig& cfg, Communicator& comm);
+
+// The model config a TrainConfig names (named config plus overrides), validated.
+GptConfig resolve_model(const TrainConfig& cfg);
+// The model config a checkpoint's extra records (mxdp train writes it), validated.
+GptConfig model_from_checkpoint(const nlohmann::json& extra, const std::string& what);
+// Path of the checkpoint of `step` in `dir` (dir/step_NNNNNN.ckpt).
+std::string checkpoint_path(const std::string& dir, int64_t step);
+// A step directory or single-file checkpoint as it is, or the one a save
+// directory's `latest` names.
+std::string resolve_checkpoint(const std::string& file_or_dir);
+
+}  // namespace mxdp
