@@ -14,6 +14,7 @@
 #include "util/check.h"
 #include "formats/cuda/fp8_encode.cuh"
 #include "util/cuda_check.h"
+#include "util/cuda_launch.h"
 #include "formats/codec.h"
 
 namespace mxdp::cuda {
@@ -35,7 +36,7 @@ constexpr int64_t kMaxGrid = 1 << 16;  // grid-stride kernels: enough CTAs to fi
 constexpr int kF4PerWarp = 128;        // vectorized kernels: 4 float4 per lane
 
 int64_t grid_stride_blocks(int64_t items) {
-  return std::max<int64_t>(1, std::min(cdiv(items, kThreads), kMaxGrid));
+  return std::max<int64_t>(1, grid_blocks(items, kThreads, kMaxGrid));
 }
 unsigned vec_blocks(int64_t n4) {
   const int64_t warps = cdiv(n4, kF4PerWarp);
@@ -116,6 +117,21 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The vectorized dequants' loads (MXFP8 and NVFP4): a lane's 4 code words
+// codes[base + 32 j] (0 past n4) and their block scales scales[i >> kScaleShift]
+// (a scale per 8 words for MXFP8, per 4 for NVFP4), all issued before any decode.
+template <int kScaleShift, class Code>
+__device__ __forceinline__ void load_codes_scales(const Code* __restrict__ codes,
+                                                  const uint8_t* __restrict__ scales, int64_t base,
+                                                  int64_t n4, uint32_t (&q)[4], uint8_t (&s)[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int64_t i = base + j * 32;
+    q[j] = i < n4 ? codes[i] : 0u;
+    s[j] = i < n4 ? scales[i >> kScaleShift] : uint8_t(0);
+  }
+}
+
 template <Fp8Kind K>
 __global__ void __launch_bounds__(kThreads)
     mxfp8_dequant_vec(const uint32_t* __restrict__ codes, const uint8_t* __restrict__ scales,
@@ -124,12 +140,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t base = ((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5) * kF4PerWarp + lane;
   uint32_t q[4];
   uint8_t s[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int64_t i = base + j * 32;
-    q[j] = i < n4 ? codes[i] : 0u;
-    s[j] = i < n4 ? scales[i >> 3] : uint8_t(0);
-  }
+  load_codes_scales<3>(codes, scales, base, n4, q, s);
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const int64_t i = base + j * 32;
@@ -255,12 +266,7 @@ __global__ void __launch_bounds__(kThreads)
   const float s_dec = d_sdec ? *d_sdec : h_sdec;
   uint32_t q[4];
   uint8_t s[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int64_t i = base + j * 32;
-    q[j] = i < n4 ? codes[i] : 0u;
-    s[j] = i < n4 ? scales[i >> 2] : uint8_t(0);
-  }
+  load_codes_scales<2>(codes, scales, base, n4, q, s);
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const int64_t i = base + j * 32;
