@@ -87,6 +87,21 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const float* __restrict_
   }
 }
 
+// ---- vectorized kernels' indexing and loads ------------------------------------
+// Lane l of warp w handles float4s (or code words) w*128 + j*32 + l, j = 0..3.
+__device__ __forceinline__ int64_t vec_base(int lane) {
+  return ((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5) * kF4PerWarp + lane;
+}
+// The quantizers' loads: a lane's 4 float4s x[base + 32 j] (zeros past n4).
+__device__ __forceinline__ void load_f4(const float4* __restrict__ x, int64_t base, int64_t n4,
+                                        float4 (&v)[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int64_t i = base + j * 32;
+    v[j] = i < n4 ? x[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
 // ---- MXFP8 row-wise -------------------------------------------------------------
 // Vectorized: n % 32 == 0, 16-byte aligned x. Lane l of warp w handles float4s
 // w*128 + j*32 + l (j = 0..3): every load is a coalesced 512-byte warp access;
@@ -96,13 +111,9 @@ __global__ void __launch_bounds__(kThreads)
     mxfp8_quant_vec(const float4* __restrict__ x, int64_t n4, uint32_t* __restrict__ codes,
                     uint8_t* __restrict__ scales) {
   const int lane = threadIdx.x & 31;
-  const int64_t base = ((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5) * kF4PerWarp + lane;
+  const int64_t base = vec_base(lane);
   float4 v[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int64_t i = base + j * 32;
-    v[j] = i < n4 ? x[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
+  load_f4(x, base, n4, v);
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const int64_t i = base + j * 32;
@@ -137,7 +148,7 @@ __global__ void __launch_bounds__(kThreads)
     mxfp8_dequant_vec(const uint32_t* __restrict__ codes, const uint8_t* __restrict__ scales,
                       int64_t n4, float4* __restrict__ y) {
   const int lane = threadIdx.x & 31;
-  const int64_t base = ((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5) * kF4PerWarp + lane;
+  const int64_t base = vec_base(lane);
   uint32_t q[4];
   uint8_t s[4];
   load_codes_scales<3>(codes, scales, base, n4, q, s);
@@ -232,14 +243,10 @@ __global__ void __launch_bounds__(kThreads)
     nvfp4_quant_vec(const float4* __restrict__ x, int64_t n4, const float* __restrict__ d_amax,
                     float h_amax, uint16_t* __restrict__ codes, uint8_t* __restrict__ scales) {
   const int lane = threadIdx.x & 31;
-  const int64_t base = ((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5) * kF4PerWarp + lane;
+  const int64_t base = vec_base(lane);
   const Nvfp4TensorScale ts = load_tensor_scale(d_amax, h_amax);
   float4 v[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int64_t i = base + j * 32;
-    v[j] = i < n4 ? x[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
+  load_f4(x, base, n4, v);
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const int64_t i = base + j * 32;
@@ -262,7 +269,7 @@ __global__ void __launch_bounds__(kThreads)
                       const float* __restrict__ d_sdec, float h_sdec, int64_t n4,
                       float4* __restrict__ y) {
   const int lane = threadIdx.x & 31;
-  const int64_t base = ((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5) * kF4PerWarp + lane;
+  const int64_t base = vec_base(lane);
   const float s_dec = d_sdec ? *d_sdec : h_sdec;
   uint32_t q[4];
   uint8_t s[4];
