@@ -1,7 +1,7 @@
 // Shared harness of the lifecycle tests: runs a sequence of train steps, evals,
 // syncs, checkpoint saves and loads on the ToyModel through DataParallel, and
 // records every loss and the final weights, so that a run can be compared
-// BITWISE with the same sequence in reference mode (DESIGN.md, "The parity
+// BITWISE with the same sequence in reference mode (docs/engine.md, "The parity
 // contract"). Every read of the weights is held to the oracle (oracle.h), which
 // also sees bugs both modes share. Failures are agreed across ranks after every
 // op, so every rank stops at the same op and reports the same thing.

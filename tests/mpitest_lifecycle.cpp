@@ -1,6 +1,6 @@
 // links: mxdp_core_testing (the fault switches of src/faults.h)
 //
-// The lifecycle tests of the data-parallel core (DESIGN.md, "The parity
+// The lifecycle tests of the data-parallel core (docs/engine.md, "The parity
 // contract" and "Tests"): for every weight_format x overlap_param_gather x
 // reuse_grad_buf and every dp size this file runs under (mpirun -np 1..4),
 // each sequence of train steps, evals, syncs, saves and loads gives train

@@ -1,5 +1,5 @@
-// The oracle of the lifecycle tests (DESIGN.md, "Tests: an oracle outside the
-// engine").
+// The oracle of the lifecycle tests (docs/engine.md, "Tests that hold it": an
+// oracle outside the engine).
 //
 // Parity with reference mode cannot see a bug in the chain both modes share
 // (stage, gather bookkeeping, unpack, load, sync). The oracle can: whenever a
@@ -7,7 +7,7 @@
 // quantize-then-dequantize of the full fp32 masters computed here by the
 // format reference (quant.h) — from DataParallel::full_master(), never through
 // the engine's staged payloads, gathers, versions or unpack. It shares no code
-// with the chain: which format a param travels in is the rule of DESIGN.md
+// with the chain: which format a param travels in is the rule of docs/engine.md
 // ("Buffers and layout") written out below, not asked of Layout; each param is
 // quantized as the whole row-major matrix it is (rowwise blocks, NVFP4 with the
 // amax of the whole tensor), not as the engine's shards and pieces.
@@ -73,7 +73,7 @@ inline std::string bit_mismatch(const std::vector<uint8_t>& got, const std::vect
 
 // ---- the oracle's values ---------------------------------------------------------
 
-// The gather format of a param (DESIGN.md, "Buffers and layout"): a 2-D weight
+// The gather format of a param (docs/engine.md, "Buffers and layout"): a 2-D weight
 // whose rows hold whole 32-element blocks travels in the chosen format,
 // everything else in BF16.
 inline WeightFormat oracle_format(const ParamSpec& s, WeightFormat chosen) {

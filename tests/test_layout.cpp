@@ -1,4 +1,4 @@
-// Layout invariants (DESIGN.md, "Buffers and layout") over many random model
+// Layout invariants (docs/engine.md, "Buffers and layout") over many random model
 // shapes, bucket sizes and dp from 1 to 8.
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // The lifecycle oracle (oracle.h) on its own: the values it expects are the
-// format reference's, written out here from DESIGN.md's definitions on inputs
+// format reference's, written out here from docs/formats.md's definitions on inputs
 // whose results are known by hand; its comparison is bitwise (sizes first, +0
 // and -0 apart, one ulp seen); it follows the compute dtype.
 #include <gtest/gtest.h>

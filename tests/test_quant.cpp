@@ -1,6 +1,6 @@
 // CPU block quantizers (quant.h) against a slow per-element reference written
-// here from DESIGN.md's formulas: amax and log2 in double, element rounding by
-// exact midpoint comparison in double, fp32 only where DESIGN.md defines an fp32
+// here from docs/formats.md's formulas: amax and log2 in double, element rounding by
+// exact midpoint comparison in double, fp32 only where docs/formats.md defines an fp32
 // operation (amax * fl(1/448), the NVFP4 scale chain). No code under test is
 // used to produce expected values.
 #include <gtest/gtest.h>
@@ -77,7 +77,7 @@ int ref_scale_byte(double amax, Fp8Kind k, ScaleRounding r) {
   if (std::isinf(amax)) return 0xFE;
   if (r == ScaleRounding::RCeil) {
     const float inv = k == Fp8Kind::E4M3 ? 1.0f / 448.0f : 1.0f / 57344.0f;
-    const float v = float(amax) * inv;  // the fp32 product DESIGN.md specifies
+    const float v = float(amax) * inv;  // the fp32 product docs/formats.md specifies
     if (v == 0) return 0;
     if (std::isinf(v)) return 0xFE;
     // log2 is exact at powers of two; an fp32 v above 2^k is at least
@@ -293,7 +293,7 @@ void check_nvfp4(const std::vector<float>& x, int64_t rows, int64_t cols, float 
     for (int64_t j = 0; j < nb; ++j) {
       const int64_t c0 = j * 16, n = std::min<int64_t>(16, cols - c0);
       const float bam = float(ref_amax(&x[r * cols + c0], n));
-      const float prod = bam * (ts.s_enc * (1.0f / 6.0f));  // fp32 chain of DESIGN.md
+      const float prod = bam * (ts.s_enc * (1.0f / 6.0f));  // fp32 chain of docs/formats.md
       const int sb = ref_encode(ref_e4m3(), double(prod));
       bad_s += scales[r * nb + j] != sb;
       const float d = float(ref_e4m3().values[sb]) * ts.s_dec;

@@ -1,5 +1,5 @@
 // End-to-end lifecycle tests of the `mxdp train` executable under mpirun
-// (DESIGN.md, "The parity contract"): the sequences of mpitest_lifecycle.cpp
+// (docs/engine.md, "The parity contract"): the sequences of mpitest_lifecycle.cpp
 // (train, eval, save, load, resume, micro-batches, tiny buckets), now driven
 // through the CLI on a tiny GPT and real token shards. Each run with the
 // sharded optimizer and a low-precision gather (MXFP8 with overlap + grad-buffer

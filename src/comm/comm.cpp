@@ -118,7 +118,7 @@ void divide_host(void* buf, size_t count, DType t, int n) {
     case DType::BF16: {
       auto* p = static_cast<uint16_t*>(buf);
       const float d = float(n);
-      for (size_t i = 0; i < count; ++i) p[i] = float_to_bf16(bf16_to_float(p[i]) / d);
+      for (size_t i = 0; i < count; ++i) p[i] = codec::bf16_from_f32(codec::bf16_to_f32(p[i]) / d);
       return;
     }
     case DType::U8: break;

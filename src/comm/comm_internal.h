@@ -12,6 +12,7 @@
 #include <string>
 
 #include "util/check.h"
+#include "formats/codec.h"  // codec::bf16_from_f32 / bf16_to_f32 (the one BF16 codec)
 #include "comm/comm.h"
 
 // Every MPI call is checked; the error carries file:line, the call and MPI's
@@ -34,6 +35,12 @@ void mpi_ensure_initialized();
 bool launched_by_mpirun();
 // Rank and size of this host's processes (MPI_Comm_split_type SHARED).
 void mpi_local_rank(MPI_Comm comm, int* local_rank, int* local_size);
+// The MPI bootstrap of a communicator backend (MPI and NCCL): MPI initialised
+// if needed, *comm = a duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN, and
+// this process's rank, size, local rank and local size in it.
+void mpi_bootstrap(MPI_Comm* comm, int* rank, int* size, int* local_rank, int* local_size);
+// Frees *comm from mpi_bootstrap unless MPI is already finalized (destructors).
+void mpi_release(MPI_Comm* comm);
 // Writes a last message to stderr and aborts the whole job.
 [[noreturn]] void abort_job(const std::string& message);
 
@@ -74,22 +81,6 @@ MPI_Datatype mpi_datatype(DType t);
 MPI_Op mpi_op(DType t, RedOp op);
 
 void check_reduction_type(DType t, RedOp op, const char* where);
-
-// BF16 <-> fp32 on the host: widening is exact; narrowing rounds to nearest
-// even (NaN stays NaN, quietened).
-inline float bf16_to_float(uint16_t h) {
-  uint32_t u = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-inline uint16_t float_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x0040u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
 
 // Avg's second half on the host: buf[i] = buf[i] / n in the element type.
 void divide_host(void* buf, size_t count, DType t, int n);

@@ -43,13 +43,13 @@ void finalize_at_exit() {
 void bf16_sum_fn(void* in, void* inout, int* len, MPI_Datatype*) {
   const auto* a = static_cast<const uint16_t*>(in);
   auto* b = static_cast<uint16_t*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
+  for (int i = 0; i < *len; ++i) b[i] = codec::bf16_from_f32(codec::bf16_to_f32(a[i]) + codec::bf16_to_f32(b[i]));
 }
 void bf16_max_fn(void* in, void* inout, int* len, MPI_Datatype*) {
   const auto* a = static_cast<const uint16_t*>(in);
   auto* b = static_cast<uint16_t*>(inout);
   for (int i = 0; i < *len; ++i) {
-    float x = bf16_to_float(a[i]), y = bf16_to_float(b[i]);
+    float x = codec::bf16_to_f32(a[i]), y = codec::bf16_to_f32(b[i]);
     if (std::isnan(x) || x > y) b[i] = a[i];
   }
 }
@@ -91,6 +91,21 @@ void mpi_local_rank(MPI_Comm comm, int* local_rank, int* local_size) {
   MXDP_MPI_CHECK(MPI_Comm_rank(node, local_rank));
   MXDP_MPI_CHECK(MPI_Comm_size(node, local_size));
   MXDP_MPI_CHECK(MPI_Comm_free(&node));
+}
+
+void mpi_bootstrap(MPI_Comm* comm, int* rank, int* size, int* local_rank, int* local_size) {
+  mpi_ensure_initialized();
+  MXDP_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, comm));
+  MXDP_MPI_CHECK(MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN));
+  MXDP_MPI_CHECK(MPI_Comm_rank(*comm, rank));
+  MXDP_MPI_CHECK(MPI_Comm_size(*comm, size));
+  mpi_local_rank(*comm, local_rank, local_size);
+}
+
+void mpi_release(MPI_Comm* comm) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Comm_free(comm);
 }
 
 void abort_job(const std::string& message) {
@@ -192,20 +207,13 @@ class MpiWork final : public Work {
 class MpiComm final : public Communicator {
  public:
   explicit MpiComm(const Options& o) : opts_(o) {
-    mpi_ensure_initialized();
-    MXDP_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
-    MXDP_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
-    MXDP_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
-    MXDP_MPI_CHECK(MPI_Comm_size(comm_, &size_));
-    mpi_local_rank(comm_, &local_rank_, &local_size_);
+    mpi_bootstrap(&comm_, &rank_, &size_, &local_rank_, &local_size_);
   }
   ~MpiComm() override {
     if (!pending_.empty())
       abort_job("MPI communicator destroyed while " + std::to_string(pending_.size()) +
                 " operation(s) are pending, first: " + pending_.front().str(rank_, size_));
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&comm_);
+    mpi_release(&comm_);
   }
 
   int rank() const override { return rank_; }

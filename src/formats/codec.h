@@ -1,6 +1,6 @@
 // Scalar number-format codecs, defined once for host and device code.
 //
-// Everything here is bit-exact per DESIGN.md, section Formats, and written with
+// Everything here is bit-exact per docs/formats.md ("Element and scale formats") and written with
 // integer bit manipulation plus IEEE fp32 multiplies/divides whose results are
 // correctly rounded on every target (no fast-math, no flush-to-zero: fp32
 // subnormals are values here, e.g. the E8M0 multiplier 2^-127 = 0x00400000).
@@ -56,7 +56,7 @@ MXDP_HD float f32_from_bits(uint32_t u) {
 MXDP_HD bool f32_isnan(float x) { return (f32_bits(x) & 0x7FFFFFFFu) > 0x7F800000u; }
 MXDP_HD bool f32_isinf(float x) { return (f32_bits(x) & 0x7FFFFFFFu) == 0x7F800000u; }
 MXDP_HD float f32_abs(float x) { return f32_from_bits(f32_bits(x) & 0x7FFFFFFFu); }
-// max(acc, |x|) with NaN ignored: the amax fold of DESIGN.md. Exact, order-free.
+// max(acc, |x|) with NaN ignored: the amax fold of docs/formats.md. Exact, order-free.
 MXDP_HD float amax_fold(float acc, float x) {
   const float a = f32_abs(x);
   return a > acc ? a : acc;  // a NaN compares false and is dropped

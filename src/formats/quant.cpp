@@ -1,4 +1,4 @@
-// CPU reference of the block formats (see quant.h for layouts, DESIGN.md for
+// CPU reference of the block formats (see quant.h for layouts, docs/formats.md for
 // the exact rules). Every output byte depends only on its own block, so the
 // OpenMP loops (static schedule) give the same bits for any thread count.
 #include "formats/quant.h"

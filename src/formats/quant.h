@@ -1,7 +1,7 @@
 // Block formats: MXFP8 (E4M3 or E5M2 elements, 32-element blocks, E8M0 scales)
 // and NVFP4 (E2M1 elements, 16-element blocks, E4M3 block scales, one fp32
 // tensor scale). These are the CPU reference implementations; the CUDA kernels
-// in cuda/quant_cuda.h compute the same bits. Exact semantics: DESIGN.md, Formats.
+// in cuda/quant_cuda.h compute the same bits. Exact semantics: docs/formats.md, "Element and scale formats".
 //
 // Layouts (also the layout of `mxdp quantize` output files):
 //   rowwise  : blocks of B consecutive elements along each row of a row-major
@@ -31,7 +31,7 @@ struct Mxfp8Config {
   ScaleRounding rounding = ScaleRounding::RCeil;
 };
 
-// Per-tensor NVFP4 scales derived from the tensor amax (see DESIGN.md).
+// Per-tensor NVFP4 scales derived from the tensor amax (docs/formats.md, NVFP4).
 struct Nvfp4TensorScale {
   float s_enc;  // encode scale: 2688 / amax, FLT_MAX on overflow, 1 for amax 0
   float s_dec;  // decode scale: 1 / s_enc

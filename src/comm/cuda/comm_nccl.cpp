@@ -87,12 +87,7 @@ class NcclWork final : public Work {
 class NcclComm final : public Communicator {
  public:
   explicit NcclComm(const Options& o) : opts_(o) {
-    mpi_ensure_initialized();
-    MXDP_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &mpi_));
-    MXDP_MPI_CHECK(MPI_Comm_set_errhandler(mpi_, MPI_ERRORS_RETURN));
-    MXDP_MPI_CHECK(MPI_Comm_rank(mpi_, &rank_));
-    MXDP_MPI_CHECK(MPI_Comm_size(mpi_, &size_));
-    mpi_local_rank(mpi_, &local_rank_, &local_size_);
+    mpi_bootstrap(&mpi_, &rank_, &size_, &local_rank_, &local_size_);
 
     int ndev = 0;
     MXDP_CUDA_CHECK(cudaGetDeviceCount(&ndev));
@@ -147,9 +142,7 @@ class NcclComm final : public Communicator {
       }
       if (ready_) cudaEventDestroy(ready_);
       if (stream_) cudaStreamDestroy(stream_);
-      int finalized = 0;
-      MPI_Finalized(&finalized);
-      if (!finalized) MPI_Comm_free(&mpi_);
+      mpi_release(&mpi_);
     } catch (...) {
     }
   }

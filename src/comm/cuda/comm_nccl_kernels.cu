@@ -3,6 +3,7 @@
 
 #include "comm/cuda/comm_nccl.h"
 #include "util/cuda_check.h"
+#include "util/cuda_launch.h"
 
 namespace mxdp::comm_detail {
 namespace {
@@ -23,7 +24,7 @@ __global__ void divide_bf16_kernel(__nv_bfloat16* buf, size_t count, float d) {
 void launch_divide(void* buf, size_t count, DType t, int n, cudaStream_t stream) {
   if (count == 0) return;
   const int threads = 256;
-  const int blocks = int(std::min<size_t>((count + threads - 1) / threads, 4096));
+  const int blocks = int(grid_blocks(int64_t(count), threads, 4096));
   switch (t) {
     case DType::F32: divide_kernel<<<blocks, threads, 0, stream>>>(static_cast<float*>(buf), count, float(n)); break;
     case DType::F64: divide_kernel<<<blocks, threads, 0, stream>>>(static_cast<double*>(buf), count, double(n)); break;

@@ -9,8 +9,10 @@
 
 #include "util/check.h"
 #include "formats/cuda/fp8_encode.cuh"
+#include "formats/cuda/bf16_cuda.h"
 #include "formats/cuda/quant_cuda.h"
 #include "util/cuda_check.h"
+#include "util/cuda_launch.h"
 #include "formats/codec.h"
 #include "engine/optimizer.h"
 
@@ -22,16 +24,9 @@ constexpr int kThreads = 256;
 // sum_squares: a fixed grid, so the reduction tree depends on n only.
 constexpr int kSumBlocks = 264;
 
-int blocks_for(int64_t n) { return int(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535 * 16)); }
+constexpr int64_t kMaxBlocks = 65535 * 16;
+int blocks_for(int64_t n) { return int(grid_blocks(n, kThreads, kMaxBlocks)); }
 
-__global__ void to_bf16_kernel(const float* x, uint16_t* y, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = codec::bf16_from_f32(x[i]);
-}
-__global__ void from_bf16_kernel(const uint16_t* x, float* y, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = codec::bf16_to_f32(x[i]);
-}
 __global__ void scale_kernel(float* x, int64_t n, float c) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     x[i] = x[i] * c;
@@ -428,12 +423,12 @@ class CudaOps final : public EngineOps {
   }
   void to_bf16(const float* x, uint16_t* y, int64_t n) override {
     if (n <= 0) return;
-    to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x, y, n);
+    f32_to_bf16(x, y, n, stream_, kMaxBlocks);
     MXDP_CUDA_CHECK_LAUNCH();
   }
   void from_bf16(const uint16_t* x, float* y, int64_t n) override {
     if (n <= 0) return;
-    from_bf16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x, y, n);
+    bf16_to_f32(x, y, n, stream_, kMaxBlocks);
     MXDP_CUDA_CHECK_LAUNCH();
   }
   void scale(float* x, int64_t n, float c) override {

@@ -14,6 +14,7 @@
 #include "util/check.h"
 #include "formats/cuda/fp8_encode.cuh"
 #include "util/cuda_check.h"
+#include "util/cuda_launch.h"
 #include "formats/codec.h"
 
 namespace mxdp::cuda {
@@ -35,7 +36,7 @@ constexpr int64_t kMaxGrid = 1 << 16;  // grid-stride kernels: enough CTAs to fi
 constexpr int kF4PerWarp = 128;        // vectorized kernels: 4 float4 per lane
 
 int64_t grid_stride_blocks(int64_t items) {
-  return std::max<int64_t>(1, std::min(cdiv(items, kThreads), kMaxGrid));
+  return std::max<int64_t>(1, grid_blocks(items, kThreads, kMaxGrid));
 }
 unsigned vec_blocks(int64_t n4) {
   const int64_t warps = cdiv(n4, kF4PerWarp);
@@ -86,6 +87,21 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const float* __restrict_
   }
 }
 
+// ---- vectorized kernels' indexing and loads ------------------------------------
+// Lane l of warp w handles float4s (or code words) w*128 + j*32 + l, j = 0..3.
+__device__ __forceinline__ int64_t vec_base(int lane) {
+  return ((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5) * kF4PerWarp + lane;
+}
+// The quantizers' loads: a lane's 4 float4s x[base + 32 j] (zeros past n4).
+__device__ __forceinline__ void load_f4(const float4* __restrict__ x, int64_t base, int64_t n4,
+                                        float4 (&v)[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int64_t i = base + j * 32;
+    v[j] = i < n4 ? x[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
 // ---- MXFP8 row-wise -------------------------------------------------------------
 // Vectorized: n % 32 == 0, 16-byte aligned x. Lane l of warp w handles float4s
 // w*128 + j*32 + l (j = 0..3): every load is a coalesced 512-byte warp access;
@@ -95,13 +111,9 @@ __global__ void __launch_bounds__(kThreads)
     mxfp8_quant_vec(const float4* __restrict__ x, int64_t n4, uint32_t* __restrict__ codes,
                     uint8_t* __restrict__ scales) {
   const int lane = threadIdx.x & 31;
-  const int64_t base = ((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5) * kF4PerWarp + lane;
+  const int64_t base = vec_base(lane);
   float4 v[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int64_t i = base + j * 32;
-    v[j] = i < n4 ? x[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
+  load_f4(x, base, n4, v);
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const int64_t i = base + j * 32;
@@ -116,20 +128,30 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The vectorized dequants' loads (MXFP8 and NVFP4): a lane's 4 code words
+// codes[base + 32 j] (0 past n4) and their block scales scales[i >> kScaleShift]
+// (a scale per 8 words for MXFP8, per 4 for NVFP4), all issued before any decode.
+template <int kScaleShift, class Code>
+__device__ __forceinline__ void load_codes_scales(const Code* __restrict__ codes,
+                                                  const uint8_t* __restrict__ scales, int64_t base,
+                                                  int64_t n4, uint32_t (&q)[4], uint8_t (&s)[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int64_t i = base + j * 32;
+    q[j] = i < n4 ? codes[i] : 0u;
+    s[j] = i < n4 ? scales[i >> kScaleShift] : uint8_t(0);
+  }
+}
+
 template <Fp8Kind K>
 __global__ void __launch_bounds__(kThreads)
     mxfp8_dequant_vec(const uint32_t* __restrict__ codes, const uint8_t* __restrict__ scales,
                       int64_t n4, float4* __restrict__ y) {
   const int lane = threadIdx.x & 31;
-  const int64_t base = ((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5) * kF4PerWarp + lane;
+  const int64_t base = vec_base(lane);
   uint32_t q[4];
   uint8_t s[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int64_t i = base + j * 32;
-    q[j] = i < n4 ? codes[i] : 0u;
-    s[j] = i < n4 ? scales[i >> 3] : uint8_t(0);
-  }
+  load_codes_scales<3>(codes, scales, base, n4, q, s);
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const int64_t i = base + j * 32;
@@ -221,14 +243,10 @@ __global__ void __launch_bounds__(kThreads)
     nvfp4_quant_vec(const float4* __restrict__ x, int64_t n4, const float* __restrict__ d_amax,
                     float h_amax, uint16_t* __restrict__ codes, uint8_t* __restrict__ scales) {
   const int lane = threadIdx.x & 31;
-  const int64_t base = ((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5) * kF4PerWarp + lane;
+  const int64_t base = vec_base(lane);
   const Nvfp4TensorScale ts = load_tensor_scale(d_amax, h_amax);
   float4 v[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int64_t i = base + j * 32;
-    v[j] = i < n4 ? x[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
+  load_f4(x, base, n4, v);
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const int64_t i = base + j * 32;
@@ -251,16 +269,11 @@ __global__ void __launch_bounds__(kThreads)
                       const float* __restrict__ d_sdec, float h_sdec, int64_t n4,
                       float4* __restrict__ y) {
   const int lane = threadIdx.x & 31;
-  const int64_t base = ((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5) * kF4PerWarp + lane;
+  const int64_t base = vec_base(lane);
   const float s_dec = d_sdec ? *d_sdec : h_sdec;
   uint32_t q[4];
   uint8_t s[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int64_t i = base + j * 32;
-    q[j] = i < n4 ? codes[i] : 0u;
-    s[j] = i < n4 ? scales[i >> 2] : uint8_t(0);
-  }
+  load_codes_scales<2>(codes, scales, base, n4, q, s);
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const int64_t i = base + j * 32;

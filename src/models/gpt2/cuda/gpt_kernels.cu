@@ -3,6 +3,7 @@
 
 #include "util/check.h"
 #include "util/cuda_check.h"
+#include "util/cuda_launch.h"
 #include "formats/codec.h"
 
 #include <initializer_list>
@@ -23,7 +24,7 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-int grid_for(int64_t n, int threads) { return int(std::min<int64_t>((n + threads - 1) / threads, 1 << 20)); }
+int grid_for(int64_t n, int threads) { return int(grid_blocks(n, threads, 1 << 20)); }
 
 // ---------------------------------------------------------------- encoder
 
@@ -437,14 +438,6 @@ __global__ void residual_add_kernel(uint16_t* y, const uint16_t* a, const uint16
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     y[i] = bf(ld(a, i) + ld(b, i));
 }
-__global__ void f32_to_bf16_kernel(const float* x, uint16_t* y, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = bf(x[i]);
-}
-__global__ void bf16_to_f32_kernel(const uint16_t* x, float* y, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = ld(x, i);
-}
 
 // gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), 8 at a time.
 __global__ void gelu_forward_kernel(uint16_t* y, const uint16_t* x, int64_t n8) {
@@ -534,18 +527,6 @@ void classifier(uint16_t* logits, float* losses, const int32_t* targets, int M, 
 
 void mean_loss(const float* x, int n, float* out, cudaStream_t s) {
   mean_loss_kernel<<<1, 1024, 0, s>>>(x, n, out);
-  MXDP_CUDA_CHECK_LAUNCH();
-}
-
-void f32_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t s) {
-  if (n <= 0) return;
-  f32_to_bf16_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, y, n);
-  MXDP_CUDA_CHECK_LAUNCH();
-}
-
-void bf16_to_f32(const uint16_t* x, float* y, int64_t n, cudaStream_t s) {
-  if (n <= 0) return;
-  bf16_to_f32_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, y, n);
   MXDP_CUDA_CHECK_LAUNCH();
 }
 

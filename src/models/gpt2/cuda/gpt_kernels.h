@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "formats/cuda/bf16_cuda.h"
+
 namespace mxdp::cuda {
 
 // Rows per chunk of the column sums (bias and LayerNorm gradients).
@@ -69,9 +71,6 @@ void classifier(uint16_t* logits, float* losses, const int32_t* targets, int M, 
 // block), divided in double and rounded once (the CPU model's mean loss).
 void mean_loss(const float* x, int n, float* out, cudaStream_t s);
 
-// y = bf16(x) (round to nearest even), n elements.
-void f32_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t s);
-// y = float(x), n elements.
-void bf16_to_f32(const uint16_t* x, float* y, int64_t n, cudaStream_t s);
+// f32_to_bf16 / bf16_to_f32 (n elements): formats/cuda/bf16_cuda.h.
 
 }  // namespace mxdp::cuda
