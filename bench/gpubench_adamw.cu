@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
           ms = time_ms(st, iters, [&] {
             ops->zero(amax.data(), sizeof(float));
             cuda::detail::adamw_amax(p.data(), m.data(), v.data(), g.data(), n, clip, sc, amax.data(), st, u);
-            ops->quantize_nvfp4(p.data(), n, amax.data(), codes, scales);
+            ops->quantize(fm.f, ScaleRounding::RCeil, p.data(), n, amax.data(), codes, scales);
           });
         } else {
           ms = time_ms(st, iters, [&] {
@@ -165,9 +165,9 @@ int main(int argc, char** argv) {
         if (fm.f == WeightFormat::Nvfp4) {
           ops->zero(amax.data(), sizeof(float));
           ops->amax_into(p.data(), n, amax.data());
-          ops->quantize_nvfp4(p.data(), n, amax.data(), codes, scales);
+          ops->quantize(fm.f, ScaleRounding::RCeil, p.data(), n, amax.data(), codes, scales);
         } else {
-          ops->quantize(fm.f, ScaleRounding::RCeil, p.data(), n, 0.0f, codes, scales);
+          ops->quantize(fm.f, ScaleRounding::RCeil, p.data(), n, nullptr, codes, scales);
         }
       });
       const double sep_bytes = 28.0 + 4.0 + (fm.f == WeightFormat::Nvfp4 ? 4.0 + 0.5 + 1.0 / 16 : fm.payload_bytes);
@@ -184,7 +184,8 @@ int main(int argc, char** argv) {
           const int64_t len = std::min<int64_t>(specs[i].numel(), n - at);
           cuda::detail::adamw_amax(p.data() + at, m.data() + at, v.data() + at, g.data() + at, len, clip, sc,
                                    amax.data() + i, st);
-          ops->quantize_nvfp4(p.data() + at, len, amax.data() + i, pay.data() + at / 2, pay.data() + n / 2 + at / 16);
+          ops->quantize(WeightFormat::Nvfp4, ScaleRounding::RCeil, p.data() + at, len, amax.data() + i, pay.data() + at / 2,
+                        pay.data() + n / 2 + at / 16);
           at += len;
         }
       });

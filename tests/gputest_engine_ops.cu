@@ -125,15 +125,16 @@ TEST(GpuEngineOps, QuantizeDequantizeBitwiseEqualToCpu) {
       const PayloadShape ps = payload_shape(f, n);
       const float tensor_amax = 2.0f * cpu->amax(x.data(), n);  // as if sharded: larger than this range's
       std::vector<uint8_t> cpay(ps.shard_bytes, 0);
-      cpu->quantize(f, r, x.data(), n, tensor_amax, cpay.data(), cpay.data() + ps.code_bytes);
+      cpu->quantize(f, r, x.data(), n, &tensor_amax, cpay.data(), cpay.data() + ps.code_bytes);
       Dev<float> dx(*gpu, x);
+      Dev<float> dam(*gpu, std::vector<float>{tensor_amax});
       Dev<uint8_t> dpay(*gpu, std::vector<uint8_t>(ps.shard_bytes, 0));
-      gpu->quantize(f, r, dx.a.data(), n, tensor_amax, dpay.a.data(), dpay.a.data() + ps.code_bytes);
+      gpu->quantize(f, r, dx.a.data(), n, dam.a.data(), dpay.a.data(), dpay.a.data() + ps.code_bytes);
       EXPECT_EQ(mismatches(dpay.get(), cpay), 0u) << to_string(f) << " " << to_string(r) << " payload";
       std::vector<float> cy(n);
-      cpu->dequantize(f, cpay.data(), cpay.data() + ps.code_bytes, n, tensor_amax, cy.data(), ComputeDType::F32);
+      cpu->dequantize(f, cpay.data(), cpay.data() + ps.code_bytes, n, &tensor_amax, cy.data(), ComputeDType::F32);
       Dev<float> dy(*gpu, std::vector<float>(n));
-      gpu->dequantize(f, dpay.a.data(), dpay.a.data() + ps.code_bytes, n, tensor_amax, dy.a.data(), ComputeDType::F32);
+      gpu->dequantize(f, dpay.a.data(), dpay.a.data() + ps.code_bytes, n, dam.a.data(), dy.a.data(), ComputeDType::F32);
       EXPECT_EQ(mismatches(dy.get(), cy), 0u) << to_string(f) << " " << to_string(r) << " dequantized";
     }
 }
@@ -162,7 +163,7 @@ TEST(GpuEngineOps, SumSquaresCloseToCpuAndRepeatable) {
 // float4s, pointers that are not 16-byte aligned (the general kernel) and that
 // are (the vectorized one, with the tail in the general kernel), with and
 // without a clip coefficient. Each format: bf16, mxfp8 (rceil, floor), and
-// nvfp4 (adamw_amax folding into an amax in device memory, then quantize_nvfp4
+// nvfp4 (adamw_amax folding into an amax in device memory, then quantize
 // reading it there). None of them waits on the host.
 TEST(GpuEngineOps, FusedAdamWStageBitwiseEqualToCpuAdamWThenQuantize) {
   REQUIRE_GPU();
@@ -211,15 +212,15 @@ TEST(GpuEngineOps, FusedAdamWStageBitwiseEqualToCpuAdamWThenQuantize) {
             const float* gG = dg.a.data() + shift;
             const int64_t w0 = gpu->host_waits();
             if (f != WeightFormat::Nvfp4) {
-              cpu->quantize(f, r, P, n, 0.0f, codes, codes + ps.code_bytes);
+              cpu->quantize(f, r, P, n, nullptr, codes, codes + ps.code_bytes);
               gpu->adamw_quantize(f, r, gP, gM, gV, gG, n, dc.a.data(), ch, dcodes, dcodes + ps.code_bytes);
               waits += gpu->host_waits() - w0;
             } else {
               const float tensor_amax = cpu->amax(P, n);
-              cpu->quantize(f, r, P, n, tensor_amax, codes, codes + ps.code_bytes);
+              cpu->quantize(f, r, P, n, &tensor_amax, codes, codes + ps.code_bytes);
               gpu->zero(damax.a.data(), sizeof(float));
               gpu->adamw_amax(gP, gM, gV, gG, n, dc.a.data(), ch, damax.a.data());
-              gpu->quantize_nvfp4(gP, n, damax.a.data(), dcodes, dcodes + ps.code_bytes);
+              gpu->quantize(f, r, gP, n, damax.a.data(), dcodes, dcodes + ps.code_bytes);
               waits += gpu->host_waits() - w0;
               EXPECT_EQ(damax.get()[0], tensor_amax) << what << " step " << t << ": amax";
             }
@@ -251,7 +252,7 @@ TEST(GpuEngineOps, DeviceAmaxOpsBitwiseEqualToCpu) {
     gpu->amax_into(dx.a.data(), n, dam.a.data() + 2);   // a larger value stays
     const FlatShape ps = flat_shape(WeightFormat::Nvfp4, n);
     std::vector<uint8_t> cpay(ps.shard_bytes, 0);
-    cpu->quantize(WeightFormat::Nvfp4, ScaleRounding::RCeil, x.data(), n, tensor_amax, cpay.data(),
+    cpu->quantize(WeightFormat::Nvfp4, ScaleRounding::RCeil, x.data(), n, &tensor_amax, cpay.data(),
                   cpay.data() + ps.code_bytes);
     Dev<uint8_t> dpay(*gpu, std::vector<uint8_t>(ps.shard_bytes, 0));
     Dev<float> dy(*gpu, std::vector<float>(n));
@@ -269,16 +270,18 @@ TEST(GpuEngineOps, DeviceAmaxOpsBitwiseEqualToCpu) {
     DeviceArray<double> d(*gpu, 1);
     waits = gpu->host_waits() - waits;  // the uploads above wait; the ops below must not
     const int64_t w0 = gpu->host_waits();
-    gpu->quantize_nvfp4(dx.a.data(), n, dam.a.data(), dpay.a.data(), dpay.a.data() + ps.code_bytes);
+    gpu->quantize(WeightFormat::Nvfp4, ScaleRounding::RCeil, dx.a.data(), n, dam.a.data(), dpay.a.data(),
+                  dpay.a.data() + ps.code_bytes);
     std::vector<float> cy(n);
-    cpu->dequantize(WeightFormat::Nvfp4, cpay.data(), cpay.data() + ps.code_bytes, n, tensor_amax, cy.data(),
+    cpu->dequantize(WeightFormat::Nvfp4, cpay.data(), cpay.data() + ps.code_bytes, n, &tensor_amax, cy.data(),
                     ComputeDType::F32);
     std::vector<uint16_t> cy16(n);
-    cpu->dequantize(WeightFormat::Nvfp4, cpay.data(), cpay.data() + ps.code_bytes, n, tensor_amax, cy16.data(),
+    cpu->dequantize(WeightFormat::Nvfp4, cpay.data(), cpay.data() + ps.code_bytes, n, &tensor_amax, cy16.data(),
                     ComputeDType::BF16);
-    gpu->dequantize_nvfp4(dpay.a.data(), dpay.a.data() + ps.code_bytes, n, dam.a.data(), dy.a.data(), ComputeDType::F32);
-    gpu->dequantize_nvfp4(dpay.a.data(), dpay.a.data() + ps.code_bytes, n, dam.a.data(), dy16.a.data(),
-                          ComputeDType::BF16);
+    gpu->dequantize(WeightFormat::Nvfp4, dpay.a.data(), dpay.a.data() + ps.code_bytes, n, dam.a.data(), dy.a.data(),
+                    ComputeDType::F32);
+    gpu->dequantize(WeightFormat::Nvfp4, dpay.a.data(), dpay.a.data() + ps.code_bytes, n, dam.a.data(), dy16.a.data(),
+                    ComputeDType::BF16);
     gpu->sum_into(dl.a.data(), int64_t(losses.size()), d.data());
     gpu->step_control(dpart.a.data(), 3, 5, 4, 0.5, dctl.a.data());
     gpu->step_control(dpart.a.data(), 3, 5, 4, 0.0, dctl.a.data() + 1);
@@ -332,9 +335,9 @@ TEST(GpuEngineOps, DequantizePiecesBitwiseEqualToCpuDequantizeEach) {
         pay.emplace_back(size_t(ps.shard_bytes), 0);
         const float am = 1.25f * cpu->amax(x.data(), n);
         amaxes.push_back(am);
-        cpu->quantize(f, ScaleRounding::RCeil, x.data(), n, am, pay.back().data(), pay.back().data() + ps.code_bytes);
+        cpu->quantize(f, ScaleRounding::RCeil, x.data(), n, &am, pay.back().data(), pay.back().data() + ps.code_bytes);
         want.emplace_back(size_t(n) * es);
-        cpu->dequantize(f, pay.back().data(), pay.back().data() + ps.code_bytes, n, am, want.back().data(), dt);
+        cpu->dequantize(f, pay.back().data(), pay.back().data() + ps.code_bytes, n, &am, want.back().data(), dt);
       }
       Dev<float> dam(*gpu, amaxes);
       std::vector<Dev<uint8_t>> dpay;

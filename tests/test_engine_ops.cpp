@@ -65,7 +65,7 @@ TEST(CpuEngineOps, FusedAdamWQuantizeIsAdamWThenQuantize) {
             std::vector<float> gb = g;
             if (gs != 1.0f) ops->scale(gb.data(), n, gs);
             ops->adamw(b.p.data(), b.m.data(), b.v.data(), gb.data(), n, ap);
-            ops->quantize(f, r, b.p.data(), n, 0.0f, pb.data(), pb.data() + ps.code_bytes);
+            ops->quantize(f, r, b.p.data(), n, nullptr, pb.data(), pb.data() + ps.code_bytes);
           }
           EXPECT_TRUE(same_bits(a.p, b.p)) << what << ": masters";
           EXPECT_TRUE(same_bits(a.m, b.m)) << what << ": first moments";
@@ -101,19 +101,25 @@ TEST(CpuEngineOps, AdamWAmaxThenDeviceAmaxNvfp4IsAdamWThenQuantize) {
       float again = 0.0f;
       ops->amax_into(a.p.data(), n, &again);
       EXPECT_EQ(again, ops->amax(a.p.data(), n)) << what;
-      // Quantize and dequantize with the amax in ops memory = with the host value.
+      // Quantize and dequantize with the amax in ops memory = the codec given the host value.
       const float tensor_amax = 2.0f * am;  // as if the tensor were sharded
       const FlatShape ps = flat_shape(WeightFormat::Nvfp4, n);
       std::vector<uint8_t> qa(ps.shard_bytes + 16, 0), qb = qa;
-      ops->quantize_nvfp4(a.p.data(), n, &tensor_amax, qa.data(), qa.data() + ps.code_bytes);
-      ops->quantize(WeightFormat::Nvfp4, ScaleRounding::RCeil, a.p.data(), n, tensor_amax, qb.data(),
-                    qb.data() + ps.code_bytes);
+      ops->quantize(WeightFormat::Nvfp4, ScaleRounding::RCeil, a.p.data(), n, &tensor_amax, qa.data(),
+                    qa.data() + ps.code_bytes);
+      nvfp4_quantize_rowwise(a.p.data(), 1, n, tensor_amax, qb.data(), qb.data() + ps.code_bytes);
       EXPECT_TRUE(same_bits(qa, qb)) << what;
       for (ComputeDType dt : {ComputeDType::F32, ComputeDType::BF16}) {
         const size_t es = dt == ComputeDType::F32 ? 4 : 2;
         std::vector<uint8_t> ya(n * es), yb(n * es);
-        ops->dequantize_nvfp4(qa.data(), qa.data() + ps.code_bytes, n, &tensor_amax, ya.data(), dt);
-        ops->dequantize(WeightFormat::Nvfp4, qb.data(), qb.data() + ps.code_bytes, n, tensor_amax, yb.data(), dt);
+        ops->dequantize(WeightFormat::Nvfp4, qa.data(), qa.data() + ps.code_bytes, n, &tensor_amax, ya.data(), dt);
+        std::vector<float> y32(n);
+        nvfp4_dequantize_rowwise(qb.data(), qb.data() + ps.code_bytes, nvfp4_tensor_scale(tensor_amax).s_dec, 1, n,
+                                 y32.data());
+        if (dt == ComputeDType::F32)
+          std::memcpy(yb.data(), y32.data(), yb.size());
+        else
+          ops->to_bf16(y32.data(), reinterpret_cast<uint16_t*>(yb.data()), n);
         EXPECT_TRUE(same_bits(ya, yb)) << what;
       }
     }
@@ -216,10 +222,10 @@ TEST(CpuEngineOps, DequantizePiecesIsDequantizeOfEach) {
       const FlatShape ps = flat_shape(f, lens[i]);
       am.push_back(amax(x.data(), lens[i]));
       pay.emplace_back(size_t(ps.shard_bytes));
-      ops->quantize(f, ScaleRounding::RCeil, x.data(), lens[i], am.back(), pay.back().data(),
+      ops->quantize(f, ScaleRounding::RCeil, x.data(), lens[i], &am.back(), pay.back().data(),
                     pay.back().data() + ps.code_bytes);
       want.emplace_back(size_t(lens[i]));
-      ops->dequantize(f, pay.back().data(), pay.back().data() + ps.code_bytes, lens[i], am.back(), want.back().data(),
+      ops->dequantize(f, pay.back().data(), pay.back().data() + ps.code_bytes, lens[i], &am.back(), want.back().data(),
                       ComputeDType::F32);
       got.emplace_back(size_t(lens[i]), -1.0f);
     }

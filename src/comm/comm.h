@@ -117,9 +117,20 @@ class Communicator {
   virtual void barrier() = 0;
   // Host memory from root to every rank, on any backend (NCCL: over its MPI
   // bootstrap communicator). Blocking; for small control data (errors, flags).
+  // One rank: nothing moves.
   virtual void host_broadcast(void* buf, size_t bytes, int root) {
     MXDP_CHECK(!device_memory(), "host_broadcast: a device-memory communicator must provide its own");
+    if (size() == 1) return;
     broadcast(buf, bytes, root);
+  }
+  // Host memory, in place: rank r's bytes_per_rank bytes at
+  // buf + r * bytes_per_rank reach every rank's buf. Blocking, on any backend
+  // (NCCL: over its MPI bootstrap communicator); for small values (flags, sums).
+  virtual void host_all_gather(void* buf, size_t bytes_per_rank) {
+    MXDP_CHECK(!device_memory(), "host_all_gather: a device-memory communicator must provide its own");
+    if (size() == 1) return;
+    uint8_t* h = static_cast<uint8_t*>(buf);
+    all_gather(h + size_t(rank()) * bytes_per_rank, h, bytes_per_rank);
   }
 
   // Blocking conveniences.

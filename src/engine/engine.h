@@ -1,5 +1,5 @@
-// DataParallel: the data-parallel core of mxdp (DESIGN.md, "The life of one
-// step" and "Freshness").
+// DataParallel: the data-parallel core of mxdp (docs/engine.md, "State per
+// bucket" and "The chain").
 //
 // Each rank owns shard r of every bucket: fp32 master weights, AdamW moments and
 // the reduced gradients of that shard. After an optimizer step the shard is
@@ -23,19 +23,21 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
-#include <deque>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "comm/comm.h"
+#include "engine/buffers.h"
 #include "engine/engine_ops.h"
 #include "engine/layout.h"
-#include "models/model.h"
 #include "engine/options.h"
+#include "engine/sharded_optimizer.h"
+#include "models/model.h"
 
 namespace mxdp {
 
@@ -43,46 +45,8 @@ struct CheckpointManifest;
 struct CheckpointParam;
 struct RankFileInfo;
 
-struct StepResult {
-  double loss = 0;        // mean train loss over micro-batches and ranks
-  double grad_norm = 0;   // global grad norm before clipping
-  double lr = 0;          // learning rate used
-  bool skipped = false;   // non-finite gradients: no update was applied
-  int64_t version = 0;    // optimizer updates applied after this step
-  int64_t iteration = 0;  // 1-based: the step's place in the run (applied and skipped steps)
-  std::vector<double> micro_losses;  // this rank's loss of each micro-batch, in order
-};
-
-// What the engine allocates on one rank, and what it moves per optimizer step.
-// plan_memory() predicts it from the layout alone (for `mxdp plan`, before any
-// memory exists); DataParallel::allocated() measures the real buffers, and the
-// tests hold the two equal.
-struct MemoryPlan {
-  int64_t params = 0;           // real parameter elements
-  int64_t laid_out = 0;         // elements in the buffers, padding included
-  int64_t master_bytes = 0;     // fp32 master weights held by this rank
-  int64_t adam_bytes = 0;       // AdamW m and v held by this rank
-  int64_t main_grad_bytes = 0;  // reduced fp32 gradients of what this rank updates (0 where they
-                                // are the grad buffer itself: dp 1, payload not in the grad buffer)
-  int64_t grad_bytes = 0;       // grad buffer (fp32, where backward accumulates)
-  int64_t grad_reduce_bytes = 0;  // bf16 reduce-scatter staging (grad_reduce_dtype bf16)
-  int64_t payload_bytes = 0;    // gathered parameter payloads outside the grad buffer
-  // Traffic of one optimizer step (allocated(): measured over the last step, from
-  // the end of the previous optimizer step to the end of this one).
-  int64_t gather_bytes = 0;     // all-gathered payload (every rank's slices; reference: fp32 grads)
-  int64_t reduce_bytes = 0;     // reduce-scatter input of this rank (none where main grads alias
-                                // the fp32 grad buffer: a one-rank reduce-scatter is a copy)
-  int64_t total_bytes() const {
-    return master_bytes + adam_bytes + main_grad_bytes + grad_bytes + grad_reduce_bytes + payload_bytes;
-  }
-  bool operator==(const MemoryPlan&) const = default;
-};
-MemoryPlan plan_memory(const std::vector<ParamSpec>& params, const Layout& layout, const DpOptions& opt);
-
-// Collective: `bytes` of host memory from rank `root` to every rank, staged
-// through `ops`' memory when the communicator works on device memory.
-void broadcast_host_bytes(Communicator& comm, EngineOps& ops, void* host, size_t bytes, int root);
-
+// The declaration reads as the life of a step; each part is defined in its own
+// file: buffers.cpp, bucket_sync.cpp, sharded_optimizer.cpp, sharded_checkpoint.cpp.
 class DataParallel final : private ModelHooks {
  public:
   // The model's weights must already be initialised (identically on every rank):
@@ -154,46 +118,20 @@ class DataParallel final : private ModelHooks {
   Communicator& comm() { return comm_; }
 
  private:
-  enum class Region : uint8_t { Idle, Grads, Payload };
-  struct BucketState {
-    int64_t staged_v = -1, gathered_v = -1, weights_v = -1;
-    std::unique_ptr<Work> gather;   // dispatched all-gather, carries gather_v
-    int64_t gather_v = -1;
-    bool gather_done = false;       // waited for, record kept (only under a test fault, faults.h)
-    std::unique_ptr<Work> reduce;   // reduce-scatter in flight (none when it is a no-op: aliased)
-    bool reducing = false;          // start_reduce ran, finish_reduce not yet
-    Region region = Region::Idle;   // what the bucket's grad region holds (reuse)
-    int grads_pending = 0;          // params whose grads are not yet complete
-  };
-  struct UnpackTable {
-    std::vector<UnpackPiece> host;  // what dev holds
-    DeviceArray<UnpackPiece> dev;
-    int64_t max_len = 0;
-  };
-  struct BufferState {  // arrays live in ops_'s memory space
-    DeviceArray<float> grad;           // numel: where backward accumulates
-    DeviceArray<uint16_t> grad_bf16;   // numel, only with grad_reduce_dtype bf16
-    DeviceArray<uint16_t> shard_bf16;  // all shards, bf16 reduce output
-    DeviceArray<uint8_t> payload;      // gathered payloads (unless reuse)
-    std::vector<int64_t> payload_off;  // per bucket: byte offset in payload
-    std::vector<int64_t> local_off;    // per bucket: offset of its owned range in master/m/v/main_grad
-    std::vector<int64_t> shard_off;    // per bucket: offset of its shard in shard_bf16
-    DeviceArray<float> master, m, v;
-    DeviceArray<float> main_grad_own;  // reduced grads, unless they alias the grad buffer
-    float* main_grad = nullptr;        // master.size() elements: main_grad_own, or grad itself
-    bool aliased = false;              // main_grad == grad (dp 1, payload not in the grad buffer)
-    DeviceArray<float> amax;           // NVFP4: per bucket, one tensor amax per param of the bucket
-    std::vector<int64_t> amax_off;     // per bucket: its first slot in amax
-    std::vector<BucketState> st;
-    std::vector<UnpackTable> unpack;   // per bucket: its unpack's pieces (filled at the first unpack)
-  };
+  // ---- buffers.cpp: where a bucket's pieces live
+  uint8_t* payload_ptr(int f, int b);  // start of the bucket's gathered payload
+  int64_t shard_local_off(int f, int b, int s) const;
+  bool owns(int s) const { return !opt_.distributed_optimizer || s == rank_; }
+  bool reused(int f) const;  // buffer f's payload lives in its grad buffer
+  // fn(buffer, piece, offset of the piece in master/m/v/main_grad) for every
+  // param piece of every shard this rank owns.
+  using PieceFn = std::function<void(int, const Piece&, int64_t)>;
+  void for_each_owned_piece(const PieceFn& fn);
 
-  // ModelHooks
-  void before_layer(int layer) override;
+  // ---- bucket_sync.cpp: forward (the freshness chain), backward (the reduces)
+  void before_layer(int layer) override;  // ModelHooks
   float* grad(int param) override;
   void after_layer_backward(int layer) override;
-
-  // The freshness chain.
   void weights_for_forward(int f, int b);
   void start_gather(int f, int b);
   void finish_gather(int f, int b);
@@ -206,40 +144,36 @@ class DataParallel final : private ModelHooks {
   void stage(int f, int b, const Update* u = nullptr);  // u: AdamW first, fused
   void unpack(int f, int b);
   void check_fresh(int param) const;
-
-  // Gradients.
+  const float* param_amax(int p) const;  // tensor amax of param p (last stage), ops memory
   void begin_backward();
   void start_reduce(int f, int b);
   void finish_reduce(int f, int b);
-
-  uint8_t* payload_ptr(int f, int b);  // start of the bucket's gathered payload
-  int64_t shard_local_off(int f, int b, int s) const;
-  bool owns(int s) const { return !opt_.distributed_optimizer || s == rank_; }
-  bool reused(int f) const;  // buffer f's payload lives in its grad buffer
-  // fn(buffer, piece, offset of the piece in master/m/v/main_grad) for every
-  // param piece of every shard this rank owns.
-  template <class Fn>
-  void for_each_owned_piece(Fn&& fn);
-  std::vector<float> full_bucket(const DeviceArray<float>& local, int f, int b);  // collective, to host
   void drop_inflight();
-  // Collectives on small host values, staged through ops_ memory when the
-  // communicator works on device memory.
-  void host_all_gather(void* host, size_t bytes_per_rank);
-  void host_broadcast(void* host, size_t bytes, int root);
 
-  // Checkpoints.
+  // ---- sharded_optimizer.cpp: the step, its results read late
+  int norm_row() const;  // partial sums per rank: one per bucket, then the loss sum
+  void decide_step();    // reduce, norm partials, step_control: the step's scalars on the device
+  void apply_step(const Update& u);  // AdamW + stage of every bucket, then the gathers
+  void send_results(Launched& l);    // the read-back into l's host slot, and its mark
+  void resolve(Launched& l);
+  void resolve_all();
+  int unresolved() const;
+  void close_traffic_window();
+  void set_loaded_counts(int64_t updates, int64_t iteration);
+
+  // ---- sharded_checkpoint.cpp
+  std::vector<float> full_bucket(const DeviceArray<float>& local, int f, int b);  // collective, to host
   void on_every_rank(const std::function<void()>& fn);  // an error on any rank, thrown on all
   std::vector<uint8_t> broadcast_bytes(std::vector<uint8_t> bytes);  // rank 0's bytes to every rank
-  template <class Fn>
-  void for_each_written_piece(Fn&& fn);  // the pieces this rank's file holds: shard rank_
+  void for_each_written_piece(const PieceFn& fn);  // the pieces this rank's file holds: shard rank_
   void check_state_finite(const std::string& path);
   RankFileInfo write_rank_file(const std::string& dir);
   void check_params_match(const std::string& path, const std::vector<CheckpointParam>& ps) const;
   void reset_state_for_load();
-  void set_loaded_counts(int64_t updates, int64_t iteration);
   nlohmann::json load_step_directory(const std::string& path, CheckpointManifest m);
   nlohmann::json load_single_file(const std::string& path, const std::vector<uint8_t>& bytes);
 
+  // ---- state
   Model& model_;
   Communicator& comm_;
   std::unique_ptr<EngineOps> own_ops_;
@@ -251,31 +185,14 @@ class DataParallel final : private ModelHooks {
   std::vector<BufferState> buf_;
   std::vector<std::pair<int, int>> fwd_order_;  // buckets in forward order
   std::vector<std::vector<int>> layer_params_;  // params whose first layer is L
-  std::vector<int> amax_slot_;                  // per param: its slot in its bucket's NVFP4 amaxes
-  const float* param_amax(int p) const;         // NVFP4 tensor amax of param p (last stage), ops memory
+  std::vector<int> amax_slot_;                  // per param: its slot in its bucket's tensor amaxes
   DeviceArray<double> norm_partials_;           // [shard][bucket] sums of squares of one step
   DeviceArray<float> micro_losses_;             // this step's micro-batch losses (model writes)
   DeviceArray<StepControl> ctl_;                // the step's scalars, decided on the device
-
-  // Steps launched, results not yet taken (oldest first). A step is "resolved"
-  // once its read-back (partials, control, losses in host_slots_[slot]) landed.
-  struct Launched {
-    int64_t mark = 0;
-    int slot = 0;
-    bool resolved = false;
-    StepResult r;
-  };
-  std::deque<Launched> launched_;
+  DeviceArray<float> zero_amax_;                // 0: the tensor amax a payload's padding is quantized with
+  std::deque<Launched> launched_;               // launched steps, results not yet taken (oldest first)
   HostArray<uint8_t> host_slots_[kMaxStepsInFlight];
   int next_slot_ = 0;
-  int norm_row() const;  // partial sums per rank: one per bucket, then the loss sum
-  void decide_step();    // reduce, norm partials, step_control: the step's scalars on the device
-  void apply_step(const Update& u);  // AdamW + stage of every bucket, then the gathers
-  void send_results(Launched& l);  // the read-back into l's host slot, and its mark
-  void resolve(Launched& l);
-  void resolve_all();
-  int unresolved() const;
-
   // version_ is the freshness label: one more per launched step, applied or
   // skipped (a skipped step restages the same masters: the same bits under a
   // new label). updates_ counts applied updates as far as read back (the AdamW
@@ -283,9 +200,8 @@ class DataParallel final : private ModelHooks {
   int64_t version_ = 0, updates_ = 0, iteration_ = 0, skipped_steps_ = 0;
   int64_t gather_bytes_ = 0, reduce_bytes_ = 0;  // since the last optimizer step
   int64_t last_step_gather_bytes_ = 0, last_step_reduce_bytes_ = 0;
-  void close_traffic_window();
-  int micro_ = 0;               // micro-batches accumulated in this step
-  size_t cursor_ = 0;           // next bucket (forward order) the running forward will need
+  int micro_ = 0;          // micro-batches accumulated in this step
+  size_t cursor_ = 0;      // next bucket (forward order) the running forward will need
   bool in_eval_ = false;
   bool in_backward_ = false;
 };

@@ -58,13 +58,13 @@ inline void step_control_of(const double* partials, int rows, int stride, int co
   c.updates += c.skip ? 0 : 1;
 }
 
-// One piece of an unpack: len elements of a gathered payload (codes, and the
-// scales of MXFP8 / NVFP4; NVFP4's tensor amax) into a model's compute weights.
-// Every pointer in the ops' memory space.
+// One piece of an unpack: len elements of a gathered payload (codes, the
+// scales of a format that has them, the tensor amax of one that needs it:
+// format.h) into a model's compute weights. Every pointer in the ops' memory space.
 struct UnpackPiece {
   const uint8_t* codes = nullptr;
   const uint8_t* scales = nullptr;
-  const float* amax = nullptr;  // NVFP4 only
+  const float* amax = nullptr;  // formats with tensor_amax only
   void* dst = nullptr;
   int64_t len = 0;
 };
@@ -85,17 +85,20 @@ class EngineOps {
   // max |x|, NaN ignored (quant.h's amax).
   virtual float amax(const float* x, int64_t n) = 0;
   // A flat range of n elements, n a multiple of the format's block, into codes
-  // and scales laid out as in a gather payload (bf16: codes only, 2 bytes each).
-  // tensor_amax is used by NVFP4 only.
-  virtual void quantize(WeightFormat f, ScaleRounding r, const float* x, int64_t n, float tensor_amax,
+  // and scales laid out as in a gather payload (format.h: codes, then scales;
+  // none for bf16). tensor_amax: for a format whose traits have tensor_amax,
+  // the whole param's amax, in ops memory (read on the stream, no host wait);
+  // nullptr for every other format.
+  virtual void quantize(WeightFormat f, ScaleRounding r, const float* x, int64_t n, const float* tensor_amax,
                         uint8_t* codes, uint8_t* scales) = 0;
   // Into y in dtype `out`: fp32, or bf16 (round to nearest even of the fp32
   // dequantized value, so a bf16 model reads exactly bf16(dequantize(x))).
+  // tensor_amax as for quantize.
   virtual void dequantize(WeightFormat f, const uint8_t* codes, const uint8_t* scales, int64_t n,
-                          float tensor_amax, void* y, ComputeDType out) = 0;
-  // dequantize (NVFP4: dequantize_nvfp4) of every piece of `pieces` (count of
-  // them, in ops memory; max_len the longest), in one launch on a GPU: the
-  // same bits as the calls one by one.
+                          const float* tensor_amax, void* y, ComputeDType out) = 0;
+  // dequantize of every piece of `pieces` (count of them, in ops memory;
+  // max_len the longest), in one launch on a GPU: the same bits as the calls
+  // one by one.
   virtual void dequantize_pieces(WeightFormat f, const UnpackPiece* pieces, int count, int64_t max_len,
                                  ComputeDType out) = 0;
   virtual void to_bf16(const float* x, uint16_t* y, int64_t n) = 0;
@@ -116,24 +119,18 @@ class EngineOps {
   // AdamW on n elements with the gradient g[i] * ctl->grad_scale and the scalars
   // adamw_pick(a, ctl->updates), writing m, v, p; then p quantized into
   // codes/scales. Bitwise exactly adamw(p, m, v, g * grad_scale, n, params of
-  // that t) followed by quantize(f, r, p, n, ...); skipped, only the quantize.
-  // f: BF16 or MXFP8 (NVFP4 needs the tensor amax first: adamw_amax, then
-  // quantize_nvfp4).
+  // that t) followed by quantize(f, r, p, n, nullptr, ...); skipped, only the
+  // quantize. f: a format without tensor_amax (one with it needs the whole
+  // param's amax first: adamw_amax, the all-reduce, then quantize).
   virtual void adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m, float* v, const float* g,
                               int64_t n, const StepControl* ctl, const AdamWChoice& a, uint8_t* codes,
                               uint8_t* scales) = 0;
   // The same AdamW, then *amax = max(*amax, amax(p)) in ops memory: the first
-  // pass of an NVFP4 stage.
+  // pass of the stage of a format with tensor_amax.
   virtual void adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
                           const AdamWChoice& a, float* amax) = 0;
   // *out = max(*out, amax(x)), *out in ops memory (no host round trip).
   virtual void amax_into(const float* x, int64_t n, float* out) = 0;
-  // NVFP4 quantize / dequantize with the tensor amax read from ops memory:
-  // the same bits as quantize/dequantize given *tensor_amax as a host value.
-  virtual void quantize_nvfp4(const float* x, int64_t n, const float* tensor_amax, uint8_t* codes,
-                              uint8_t* scales) = 0;
-  virtual void dequantize_nvfp4(const uint8_t* codes, const uint8_t* scales, int64_t n, const float* tensor_amax,
-                                void* y, ComputeDType out) = 0;
   // *out = x[0] + x[1] + ... + x[n-1], in double, in that order (ops memory).
   virtual void sum_into(const float* x, int64_t n, double* out) = 0;
 

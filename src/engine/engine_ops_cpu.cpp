@@ -34,16 +34,18 @@ class CpuOps final : public EngineOps {
   void copy_from_host(void* dst, const void* host, size_t bytes) override { copy(dst, host, bytes); }
   float amax(const float* x, int64_t n) override { return mxdp::amax(x, n); }
 
-  void quantize(WeightFormat f, ScaleRounding r, const float* x, int64_t n, float tensor_amax,
+  void quantize(WeightFormat f, ScaleRounding r, const float* x, int64_t n, const float* tensor_amax,
                 uint8_t* codes, uint8_t* scales) override {
+    check_amax(f, tensor_amax, "quantize");
     switch (f) {
       case WeightFormat::Bf16: to_bf16(x, reinterpret_cast<uint16_t*>(codes), n); break;
       case WeightFormat::Mxfp8: mxfp8_quantize_rowwise(x, 1, n, {Fp8Kind::E4M3, r}, codes, scales); break;
-      case WeightFormat::Nvfp4: nvfp4_quantize_rowwise(x, 1, n, tensor_amax, codes, scales); break;
+      case WeightFormat::Nvfp4: nvfp4_quantize_rowwise(x, 1, n, *tensor_amax, codes, scales); break;
     }
   }
-  void dequantize(WeightFormat f, const uint8_t* codes, const uint8_t* scales, int64_t n, float tensor_amax,
+  void dequantize(WeightFormat f, const uint8_t* codes, const uint8_t* scales, int64_t n, const float* tensor_amax,
                   void* out, ComputeDType dt) override {
+    check_amax(f, tensor_amax, "dequantize");
     if (dt == ComputeDType::BF16) {
       std::vector<float> tmp(size_t(std::max<int64_t>(n, 0)));
       dequantize(f, codes, scales, n, tensor_amax, tmp.data(), ComputeDType::F32);
@@ -55,17 +57,14 @@ class CpuOps final : public EngineOps {
       case WeightFormat::Bf16: from_bf16(reinterpret_cast<const uint16_t*>(codes), y, n); break;
       case WeightFormat::Mxfp8: mxfp8_dequantize_rowwise(codes, scales, 1, n, Fp8Kind::E4M3, y); break;
       case WeightFormat::Nvfp4:
-        nvfp4_dequantize_rowwise(codes, scales, nvfp4_tensor_scale(tensor_amax).s_dec, 1, n, y);
+        nvfp4_dequantize_rowwise(codes, scales, nvfp4_tensor_scale(*tensor_amax).s_dec, 1, n, y);
         break;
     }
   }
   void dequantize_pieces(WeightFormat f, const UnpackPiece* pieces, int count, int64_t, ComputeDType out) override {
     for (int i = 0; i < count; ++i) {
       const UnpackPiece& pc = pieces[i];
-      if (f == WeightFormat::Nvfp4)
-        dequantize_nvfp4(pc.codes, pc.scales, pc.len, pc.amax, pc.dst, out);
-      else
-        dequantize(f, pc.codes, pc.scales, pc.len, 0.0f, pc.dst, out);
+      dequantize(f, pc.codes, pc.scales, pc.len, pc.amax, pc.dst, out);
     }
   }
   void to_bf16(const float* x, uint16_t* y, int64_t n) override {
@@ -101,9 +100,10 @@ class CpuOps final : public EngineOps {
   }
   void adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m, float* v, const float* g, int64_t n,
                       const StepControl* ctl, const AdamWChoice& a, uint8_t* codes, uint8_t* scales) override {
-    MXDP_CHECK(f != WeightFormat::Nvfp4, "adamw_quantize: NVFP4 needs the tensor amax first (adamw_amax, then quantize_nvfp4)");
+    MXDP_CHECK(!format_traits(f).tensor_amax, "adamw_quantize: ", to_string(f),
+               " needs the tensor amax first (adamw_amax, then quantize)");
     adamw_scaled(p, m, v, g, n, ctl, a);
-    quantize(f, r, p, n, 0.0f, codes, scales);
+    quantize(f, r, p, n, nullptr, codes, scales);
   }
   void adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
                   const AdamWChoice& a, float* am) override {
@@ -111,13 +111,6 @@ class CpuOps final : public EngineOps {
     amax_into(p, n, am);
   }
   void amax_into(const float* x, int64_t n, float* out) override { *out = std::max(*out, amax(x, n)); }
-  void quantize_nvfp4(const float* x, int64_t n, const float* tensor_amax, uint8_t* codes, uint8_t* scales) override {
-    quantize(WeightFormat::Nvfp4, ScaleRounding::RCeil, x, n, *tensor_amax, codes, scales);
-  }
-  void dequantize_nvfp4(const uint8_t* codes, const uint8_t* scales, int64_t n, const float* tensor_amax, void* y,
-                        ComputeDType out) override {
-    dequantize(WeightFormat::Nvfp4, codes, scales, n, *tensor_amax, y, out);
-  }
   void sum_into(const float* x, int64_t n, double* out) override {
     double s = 0;
     for (int64_t i = 0; i < n; ++i) s += double(x[i]);
@@ -126,6 +119,11 @@ class CpuOps final : public EngineOps {
   void* alloc_host(size_t bytes) override { return alloc(bytes); }
   void release_host(void* p) override { release(p); }
   void copy_to_host_async(void* host, const void* src, size_t bytes) override { copy_to_host(host, src, bytes); }
+
+ private:
+  static void check_amax(WeightFormat f, const float* tensor_amax, const char* op) {
+    MXDP_CHECK(!format_traits(f).tensor_amax || tensor_amax, op, ": ", to_string(f), " needs the tensor amax");
+  }
 };
 
 }  // namespace

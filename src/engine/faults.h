@@ -1,11 +1,12 @@
-// Test-only fault switches of the data-parallel engine (DESIGN.md, "Tests").
+// Test-only fault switches of the data-parallel engine (docs/engine.md, "Tests that hold
+// it").
 //
 // Each switch re-creates a stale-weight bug that real systems have shipped, so
 // that the lifecycle tests can prove they would notice it. They exist only in
-// the test library `mxdp_core_testing` (engine.cpp compiled with MXDP_FAULTS);
+// the test library `mxdp_core_testing` (bucket_sync.cpp compiled with MXDP_FAULTS);
 // the product library `mxdp_core`, which the `mxdp` binary links, is compiled
 // without MXDP_FAULTS and contains no fault code: there every MXDP_FAULT(...)
-// in engine.cpp is the constant false.
+// in bucket_sync.cpp is the constant false.
 //
 // The switches are process-wide (one test process runs one engine at a time):
 // set them with ScopedFaults around the run that should misbehave.

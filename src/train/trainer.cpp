@@ -328,9 +328,9 @@ void Trainer::read_resume_point() {
   });
   std::vector<uint8_t> bytes(text.begin(), text.end());
   uint64_t n = bytes.size();
-  broadcast_host_bytes(comm_, *ops_, &n, sizeof n, 0);
+  comm_.host_broadcast(&n, sizeof n, 0);
   bytes.resize(size_t(n));
-  broadcast_host_bytes(comm_, *ops_, bytes.data(), bytes.size(), 0);
+  comm_.host_broadcast(bytes.data(), bytes.size(), 0);
   const json j = json::parse(bytes.begin(), bytes.end());
   load_path_ = j["path"].get<std::string>();
   start_step_ = j["iteration"].get<int64_t>();
@@ -614,7 +614,7 @@ void Trainer::finish() {
 // ---- rank 0 --------------------------------------------------------------------------
 
 void Trainer::lead(const std::function<void()>& fn) {
-  on_rank0(comm_, fn, [&](void* p, size_t n) { broadcast_host_bytes(comm_, *ops_, p, n, 0); });
+  on_rank0(comm_, fn, [&](void* p, size_t n) { comm_.host_broadcast(p, n, 0); });
 }
 
 void Trainer::emit(const json& j) {

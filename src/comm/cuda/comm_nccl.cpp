@@ -216,6 +216,7 @@ class NcclComm final : public Communicator {
   // bootstrapped with (no device memory needed, same deadline as barrier).
   void host_broadcast(void* buf, size_t bytes, int root) override {
     throw_if_failed();
+    if (size_ == 1) return;
     OpDesc d{OpKind::Barrier};
     d.seq = seq_++;
     d.posted = clock::now();
@@ -227,6 +228,23 @@ class NcclComm final : public Communicator {
       MXDP_MPI_CHECK(MPI_Ibcast(static_cast<char*>(buf) + off, n, MPI_BYTE, root, mpi_, &req));
       mpi_wait_deadline(&req, opts_.timeout_s, opts_.abort_on_timeout, [&] { return d.str(rank_, size_); });
     }
+  }
+
+  // Host bytes of every rank to every rank, in place, over the same MPI
+  // communicator (small values: one MPI_Iallgather).
+  void host_all_gather(void* buf, size_t bytes_per_rank) override {
+    throw_if_failed();
+    if (size_ == 1) return;
+    MXDP_CHECK(bytes_per_rank * size_t(size_) < (size_t(1) << 31), "host_all_gather: ", bytes_per_rank,
+               " bytes per rank is too large for host values");
+    OpDesc d{OpKind::AllGather};
+    d.count = bytes_per_rank;
+    d.seq = seq_++;
+    d.posted = clock::now();
+    if (opts_.check_sizes) mpi_check_consistent(mpi_, d, rank_, size_, opts_.timeout_s, opts_.abort_on_timeout);
+    MPI_Request req;
+    MXDP_MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_BYTE, buf, int(bytes_per_rank), MPI_BYTE, mpi_, &req));
+    mpi_wait_deadline(&req, opts_.timeout_s, opts_.abort_on_timeout, [&] { return d.str(rank_, size_); });
   }
 
   void throw_if_failed() {

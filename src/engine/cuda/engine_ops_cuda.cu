@@ -369,18 +369,22 @@ class CudaOps final : public EngineOps {
     copy_to_host(&h, d, sizeof h);
     return h;
   }
-  void quantize(WeightFormat f, ScaleRounding r, const float* x, int64_t n, float tensor_amax, uint8_t* codes,
+  void quantize(WeightFormat f, ScaleRounding r, const float* x, int64_t n, const float* tensor_amax, uint8_t* codes,
                 uint8_t* scales) override {
+    check_amax(f, tensor_amax, "quantize");
     switch (f) {
       case WeightFormat::Bf16: to_bf16(x, reinterpret_cast<uint16_t*>(codes), n); break;
       case WeightFormat::Mxfp8:
         cuda::mxfp8_quantize_rowwise(x, 1, n, {Fp8Kind::E4M3, r}, codes, scales, stream_);
         break;
-      case WeightFormat::Nvfp4: cuda::nvfp4_quantize_rowwise(x, 1, n, tensor_amax, codes, scales, stream_); break;
+      case WeightFormat::Nvfp4:
+        cuda::nvfp4_quantize_rowwise_device_amax(x, 1, n, tensor_amax, codes, scales, stream_);
+        break;
     }
   }
-  void dequantize(WeightFormat f, const uint8_t* codes, const uint8_t* scales, int64_t n, float tensor_amax,
+  void dequantize(WeightFormat f, const uint8_t* codes, const uint8_t* scales, int64_t n, const float* tensor_amax,
                   void* out, ComputeDType dt) override {
+    check_amax(f, tensor_amax, "dequantize");
     if (n <= 0) return;
     if (dt == ComputeDType::BF16) {
       uint16_t* y = static_cast<uint16_t*>(out);
@@ -388,8 +392,7 @@ class CudaOps final : public EngineOps {
         case WeightFormat::Bf16: copy(y, codes, size_t(n) * 2); break;
         case WeightFormat::Mxfp8: launch_dequant_bf16<WeightFormat::Mxfp8>(codes, scales, n, 0.f, y, stream_); break;
         case WeightFormat::Nvfp4:
-          launch_dequant_bf16<WeightFormat::Nvfp4>(codes, scales, n, mxdp::nvfp4_tensor_scale(tensor_amax).s_dec, y,
-                                                   stream_);
+          launch_dequant_bf16<WeightFormat::Nvfp4>(codes, scales, n, 0.f, y, stream_, tensor_amax);
           break;
       }
       return;
@@ -398,9 +401,12 @@ class CudaOps final : public EngineOps {
     switch (f) {
       case WeightFormat::Bf16: from_bf16(reinterpret_cast<const uint16_t*>(codes), y, n); break;
       case WeightFormat::Mxfp8: cuda::mxfp8_dequantize_rowwise(codes, scales, 1, n, Fp8Kind::E4M3, y, stream_); break;
-      case WeightFormat::Nvfp4:
-        cuda::nvfp4_dequantize_rowwise(codes, scales, mxdp::nvfp4_tensor_scale(tensor_amax).s_dec, 1, n, y, stream_);
+      case WeightFormat::Nvfp4: {
+        Nvfp4TensorScale* ts = scale_scratch();  // stream order protects it
+        cuda::nvfp4_tensor_scale(tensor_amax, ts, stream_);
+        cuda::nvfp4_dequantize_rowwise_device_sdec(codes, scales, &ts->s_dec, 1, n, y, stream_);
         break;
+      }
     }
   }
   void dequantize_pieces(WeightFormat f, const UnpackPiece* pieces, int count, int64_t max_len,
@@ -475,20 +481,6 @@ class CudaOps final : public EngineOps {
   void amax_into(const float* x, int64_t n, float* out) override {
     if (n > 0) cuda::amax_fold_into(x, n, out, stream_);
   }
-  void quantize_nvfp4(const float* x, int64_t n, const float* tensor_amax, uint8_t* codes, uint8_t* scales) override {
-    cuda::nvfp4_quantize_rowwise_device_amax(x, 1, n, tensor_amax, codes, scales, stream_);
-  }
-  void dequantize_nvfp4(const uint8_t* codes, const uint8_t* scales, int64_t n, const float* tensor_amax, void* out,
-                        ComputeDType dt) override {
-    if (n <= 0) return;
-    if (dt == ComputeDType::BF16) {
-      launch_dequant_bf16<WeightFormat::Nvfp4>(codes, scales, n, 0.f, static_cast<uint16_t*>(out), stream_, tensor_amax);
-      return;
-    }
-    Nvfp4TensorScale* ts = scale_scratch();  // stream order protects it
-    cuda::nvfp4_tensor_scale(tensor_amax, ts, stream_);
-    cuda::nvfp4_dequantize_rowwise_device_sdec(codes, scales, &ts->s_dec, 1, n, static_cast<float*>(out), stream_);
-  }
   void sum_into(const float* x, int64_t n, double* out) override {
     sum_into_kernel<<<1, 1, 0, stream_>>>(x, n, out);
     MXDP_CUDA_CHECK_LAUNCH();
@@ -535,6 +527,9 @@ class CudaOps final : public EngineOps {
     ++waits_;
     MXDP_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
+  static void check_amax(WeightFormat f, const float* tensor_amax, const char* op) {
+    MXDP_CHECK(!format_traits(f).tensor_amax || tensor_amax, op, ": ", to_string(f), " needs the tensor amax");
+  }
   Nvfp4TensorScale* scale_scratch() { return reinterpret_cast<Nvfp4TensorScale*>(reinterpret_cast<float*>(scratch_ + kSumBlocks + 1) + 2); }
 };
 
@@ -560,7 +555,7 @@ void detail::adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m,
                                                              unroll, st);
       break;
     case WeightFormat::Nvfp4:
-      MXDP_FAIL("adamw_quantize: NVFP4 needs the tensor amax first (adamw_amax, then quantize_nvfp4)");
+      MXDP_FAIL("adamw_quantize: ", to_string(f), " needs the tensor amax first (adamw_amax, then quantize)");
   }
 }
 

@@ -1,0 +1,366 @@
+// The parameter and gradient syncs of DataParallel, bucket by bucket: the
+// freshness chain (stage, start/finish gather, unpack, weights_for_forward,
+// check_fresh; engine.h tells the chain) and the gradient reduce-scatters.
+#include <algorithm>
+#include <cstring>
+
+#include "engine/engine.h"
+#include "formats/format.h"
+#include "util/check.h"
+
+// Fault switches exist only in the test library (faults.h); in the product
+// build every MXDP_FAULT(...) is the constant false and no fault code remains.
+#ifdef MXDP_FAULTS
+#include "engine/faults.h"
+#define MXDP_FAULT(name) (::mxdp::faults::active().name)
+#define MXDP_FAULT_FIRED() (void)(++::mxdp::faults::fired())
+#else
+#define MXDP_FAULT(name) false
+#define MXDP_FAULT_FIRED() (void)0
+#endif
+
+namespace mxdp {
+
+// ---------------------------------------------------------------- the chain
+
+const float* DataParallel::param_amax(int p) const {
+  const ParamPlace& pl = layout_.place[p];
+  return buf_[pl.buffer].amax.data() + buf_[pl.buffer].amax_off[pl.bucket] + amax_slot_[p];
+}
+
+// Quantizes the shards this rank owns into the bucket's payload. With `u` (the
+// optimizer step) AdamW runs first, in the same pass over memory: the fused ops
+// read g, m, v and the master once and write m, v, the master and the payload.
+// Every element gets exactly the bits of adamw() then quantize() (engine_ops.h).
+void DataParallel::stage(int f, int b, const Update* u) {
+  const GatherBuffer& gb = layout_.buffers[f];
+  const Bucket& bk = gb.buckets[b];
+  BufferState& bs = buf_[f];
+  BucketState& st = bs.st[b];
+  if (reused(f))
+    MXDP_CHECK(st.region != Region::Grads, "staging bucket ", b, " of the ", to_string(gb.format),
+               " buffer into its grad region, which still holds live gradients");
+  const PayloadShape ps = payload_shape(gb.format, bk.shard_numel);
+  const FormatTraits& ft = format_traits(gb.format);
+  uint8_t* base = payload_ptr(f, b);
+  // Where element `at` of a shard's payload has its code and its block's scale.
+  const auto codes_at = [&](uint8_t* slot, int64_t at) { return slot + ft.code_bytes(at); };
+  const auto scales_at = [&](uint8_t* slot, int64_t at) { return slot + ps.code_bytes + ft.scales_bytes(at); };
+  const auto adamw_params = [&](int param) {
+    return adamw_choice(AdamWParams{u->lr, float(opt_.adam_beta1), float(opt_.adam_beta2), float(opt_.adam_eps),
+                                    params_[param].decay ? float(opt_.weight_decay) : 0.0f, u->first_t});
+  };
+
+  if (ft.tensor_amax) {
+    // One tensor scale per param: the max over every shard's amax of the
+    // (updated) master, so each rank quantizes its piece exactly as a rank holding
+    // the whole tensor would. Pass 1 (fused with AdamW) folds each piece's amax
+    // into its param's slot in device memory, the slots are all-reduced on the
+    // device, and pass 2 quantizes reading them there: no host round trip.
+    float* am = bs.amax.data() + bs.amax_off[b];
+    ops_->zero(am, bk.params.size() * sizeof(float));
+    const auto pass1 = [&](const Piece& pc, int64_t off) {
+      const int64_t at = off + pc.shard_pos;
+      float* slot = am + amax_slot_[pc.param];
+      if (u)
+        ops_->adamw_amax(bs.master.data() + at, bs.m.data() + at, bs.v.data() + at, bs.main_grad + at, pc.len,
+                         ctl_.data(), adamw_params(pc.param), slot);
+      else
+        ops_->amax_into(bs.master.data() + at, pc.len, slot);
+    };
+    // dp 1: each param of the bucket is one piece of its one shard, so its amax
+    // is complete after its own pass 1, and pass 2 follows right away (reading
+    // masters just written, from L2 when the param fits there).
+    const bool per_piece = dp_ == 1;
+    if (!per_piece) {
+      for (int s = 0; s < dp_; ++s) {
+        if (!owns(s)) continue;
+        for (const Piece& pc : bk.shards[s])
+          if (pc.len > 0) pass1(pc, shard_local_off(f, b, s));
+      }
+      if (opt_.distributed_optimizer && dp_ > 1)
+        comm_.all_reduce(am, am, bk.params.size(), DType::F32, RedOp::Max, ops_->stream());
+    }
+    for (int s = 0; s < dp_; ++s) {
+      if (!owns(s)) continue;
+      const int64_t off = shard_local_off(f, b, s);
+      const float* x = bs.master.data() + off;
+      uint8_t* slot = base + s * ps.shard_bytes;
+      // Segments of the shard, each piece with its param's tensor amax, the
+      // padding between them as zeros (amax 0).
+      auto pad = [&](int64_t at, int64_t len) {
+        if (len > 0)
+          ops_->quantize(gb.format, opt_.mxfp8_scale_rounding, x + at, len, zero_amax_.data(), codes_at(slot, at),
+                         scales_at(slot, at));
+      };
+      int64_t pos = 0;
+      for (const Piece& pc : bk.shards[s]) {
+        pad(pos, pc.shard_pos - pos);
+        if (pc.len > 0) {
+          if (per_piece) pass1(pc, off);
+          ops_->quantize(gb.format, opt_.mxfp8_scale_rounding, x + pc.shard_pos, pc.len, am + amax_slot_[pc.param],
+                         codes_at(slot, pc.shard_pos), scales_at(slot, pc.shard_pos));
+        }
+        pos = pc.shard_pos + pc.len;
+      }
+      pad(pos, bk.shard_numel - pos);
+    }
+  } else {
+    for (int s = 0; s < dp_; ++s) {
+      if (!owns(s)) continue;
+      const int64_t off = shard_local_off(f, b, s);
+      uint8_t* slot = base + s * ps.shard_bytes;
+      if (!u) {
+        ops_->quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + off, bk.shard_numel, nullptr, slot,
+                       slot + ps.code_bytes);
+        continue;
+      }
+      // The whole shard in as few passes as its params' weight decay allows:
+      // consecutive pieces with the same decay are one range, the padding
+      // around them included (its grads, moments and masters are zero and stay
+      // zero under AdamW with any decay). Ranges start at piece starts, which
+      // are whole blocks of the format, so the blocks are those of the whole shard.
+      const auto fused = [&](int64_t at, int64_t len, int param) {
+        if (len <= 0) return;
+        const int64_t e = off + at;
+        ops_->adamw_quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + e, bs.m.data() + e,
+                             bs.v.data() + e, bs.main_grad + e, len, ctl_.data(), adamw_params(param),
+                             codes_at(slot, at), scales_at(slot, at));
+      };
+      const std::vector<Piece>& pcs = bk.shards[s];
+      int64_t begin = 0;
+      int run_param = pcs.empty() ? bk.params.front() : pcs.front().param;
+      for (const Piece& pc : pcs) {
+        if (params_[pc.param].decay == params_[run_param].decay) continue;
+        MXDP_CHECK(pc.shard_pos % ft.block == 0, "internal: piece of '", params_[pc.param].name,
+                   "' starts inside a ", ft.name, " block (", pc.shard_pos, ")");
+        fused(begin, pc.shard_pos - begin, run_param);
+        begin = pc.shard_pos;
+        run_param = pc.param;
+      }
+      fused(begin, bk.shard_numel - begin, run_param);
+    }
+  }
+  st.staged_v = version_;
+  if (reused(f)) st.region = Region::Payload;
+  // Reference mode: every rank staged every shard; there is nothing to gather.
+  if (!opt_.distributed_optimizer) st.gathered_v = st.staged_v;
+}
+
+void DataParallel::start_gather(int f, int b) {
+  BucketState& st = buf_[f].st[b];
+  if (st.weights_v >= version_ || st.gathered_v >= version_) return;  // nothing newer to move
+  if (st.gather) {
+    // One gather per bucket in flight. A record that was waited for but kept
+    // (only under the deferred-reset fault) wrongly stops a new dispatch here.
+    if (st.gather_done) MXDP_FAULT_FIRED();
+    return;
+  }
+  if (st.staged_v < version_) {
+    if (MXDP_FAULT(skip_stage_before_forced_gather)) {
+      MXDP_FAULT_FIRED();
+      st.staged_v = version_;
+    } else {
+      stage(f, b);
+    }
+  }
+  if (!opt_.distributed_optimizer) return;
+  const PayloadShape ps = payload_shape(layout_.buffers[f].format, layout_.buffers[f].buckets[b].shard_numel);
+  uint8_t* base = payload_ptr(f, b);
+  st.gather = comm_.all_gather_async(base + rank_ * ps.shard_bytes, base, ps.shard_bytes, ops_->stream());
+  gather_bytes_ += dp_ * ps.shard_bytes;
+  st.gather_v = st.staged_v;
+  st.gather_done = false;
+}
+
+void DataParallel::finish_gather(int f, int b) {
+  BucketState& st = buf_[f].st[b];
+  if (!st.gather) return;
+  if (!st.gather_done) st.gather->wait();
+  st.gathered_v = st.gather_v;  // a record kept by the fault carries its old version
+  if (in_eval_ && MXDP_FAULT(skip_deferred_reset_after_eval))
+    st.gather_done = true;  // the bug: the consumed gather stays recorded as pending
+  else
+    st.gather.reset();
+}
+
+void DataParallel::unpack(int f, int b) {
+  const GatherBuffer& gb = layout_.buffers[f];
+  const Bucket& bk = gb.buckets[b];
+  if (reused(f))
+    MXDP_CHECK(buf_[f].st[b].region == Region::Payload, "unpacking bucket ", b,
+               " from its grad region, which does not hold a gathered payload");
+  // Every piece of every shard in one dequantize_pieces launch. The table of
+  // pointers stays in ops memory and is uploaded again only if it changed
+  // (compute weights are fixed for a model's life, so: once per bucket).
+  const PayloadShape ps = payload_shape(gb.format, bk.shard_numel);
+  const FormatTraits& ft = format_traits(gb.format);
+  const uint8_t* base = payload_ptr(f, b);
+  const ComputeDType dt = model_.compute_dtype();
+  const int64_t esize = dt == ComputeDType::F32 ? 4 : 2;
+  std::vector<UnpackPiece> t;
+  int64_t max_len = 0;
+  for (int s = 0; s < dp_; ++s) {
+    const uint8_t* slot = base + s * ps.shard_bytes;
+    for (const Piece& pc : bk.shards[s]) {
+      if (pc.len <= 0) continue;
+      UnpackPiece u;
+      u.dst = static_cast<uint8_t*>(model_.compute_weights(pc.param)) + pc.param_begin * esize;
+      u.len = pc.len;
+      const int64_t at = pc.shard_pos;
+      u.codes = slot + ft.code_bytes(at);
+      if (ft.scale_bytes > 0) u.scales = slot + ps.code_bytes + ft.scales_bytes(at);
+      if (ft.tensor_amax) u.amax = param_amax(pc.param);
+      max_len = std::max(max_len, pc.len);
+      t.push_back(u);
+    }
+  }
+  UnpackTable& ut = buf_[f].unpack[b];
+  if (t.size() != ut.host.size() || std::memcmp(t.data(), ut.host.data(), t.size() * sizeof(UnpackPiece)) != 0) {
+    ut.dev = DeviceArray<UnpackPiece>(*ops_, t.size());
+    ops_->copy_from_host(ut.dev.data(), t.data(), t.size() * sizeof(UnpackPiece));
+    ut.host = std::move(t);
+    ut.max_len = max_len;
+  }
+  ops_->dequantize_pieces(gb.format, ut.dev.data(), int(ut.host.size()), ut.max_len, dt);
+}
+
+void DataParallel::weights_for_forward(int f, int b) {
+  BucketState& st = buf_[f].st[b];
+  if (st.weights_v == version_) return;
+  if (st.gathered_v < version_) {
+    start_gather(f, b);
+    finish_gather(f, b);
+  }
+  if (st.weights_v < st.gathered_v) {
+    if (MXDP_FAULT(skip_unpack))
+      MXDP_FAULT_FIRED();
+    else
+      unpack(f, b);
+    st.weights_v = st.gathered_v;
+  }
+  MXDP_CHECK(st.weights_v == version_, "stale weights: bucket ", b, " of the ",
+             to_string(layout_.buffers[f].format), " buffer holds version ", st.weights_v,
+             " but the latest optimizer step made version ", version_);
+}
+
+void DataParallel::check_fresh(int p) const {
+  const ParamPlace& pl = layout_.place[p];
+  const BucketState& st = buf_[pl.buffer].st[pl.bucket];
+  MXDP_CHECK(st.weights_v == version_, "stale weights: layer ", params_[p].layer, " is about to read '",
+             params_[p].name, "' at version ", st.weights_v, ", but the latest optimizer step made version ",
+             version_);
+}
+
+void DataParallel::before_layer(int layer) {
+  MXDP_CHECK(layer >= 0 && layer < int(layer_params_.size()), "before_layer(", layer,
+             "): the model has ", layer_params_.size(), " layers");
+  while (cursor_ < fwd_order_.size()) {
+    auto [f, b] = fwd_order_[cursor_];
+    if (layout_.buffers[f].buckets[b].first_layer > layer) break;
+    ++cursor_;
+    weights_for_forward(f, b);
+    if (opt_.overlap_param_gather && cursor_ < fwd_order_.size())
+      start_gather(fwd_order_[cursor_].first, fwd_order_[cursor_].second);  // prefetch the next
+  }
+  for (int p : layer_params_[layer]) check_fresh(p);
+}
+
+// ---------------------------------------------------------------- gradients
+
+float* DataParallel::grad(int p) {
+  MXDP_CHECK(in_backward_, "grad(", p, ") asked outside backward");
+  MXDP_CHECK(p >= 0 && p < int(params_.size()), "grad(", p, "): no such param");
+  const ParamPlace& pl = layout_.place[p];
+  return buf_[pl.buffer].grad.data() + pl.offset;
+}
+
+void DataParallel::begin_backward() {
+  for (size_t f = 0; f < buf_.size(); ++f)
+    for (size_t b = 0; b < buf_[f].st.size(); ++b) {
+      BucketState& st = buf_[f].st[b];
+      // Grad-buffer reuse: the region may hold the gathered payload; only once
+      // the weights are unpacked from it may backward overwrite it.
+      MXDP_CHECK(st.weights_v == version_, "backward would overwrite bucket ", b,
+                 " whose weights (version ", st.weights_v, ") were never unpacked for version ", version_);
+      MXDP_CHECK(!st.reducing, "bucket ", b, " still has a reduce-scatter in flight");
+      const Bucket& bk = layout_.buffers[f].buckets[b];
+      ops_->zero(buf_[f].grad.data() + bk.offset, bk.numel * sizeof(float));
+      if (reused(int(f))) {
+        st.region = Region::Grads;
+        st.staged_v = -1;  // rank r's staged slice is gone with the zeroing
+        st.gathered_v = -1;
+      }
+    }
+}
+
+void DataParallel::after_layer_backward(int layer) {
+  MXDP_CHECK(in_backward_, "after_layer_backward(", layer, ") outside backward");
+  const bool last = micro_ == opt_.micro_batches - 1;
+  for (int p : layer_params_[layer]) {
+    const ParamPlace& pl = layout_.place[p];
+    BucketState& st = buf_[pl.buffer].st[pl.bucket];
+    MXDP_CHECK(st.grads_pending > 0, "gradient of '", params_[p].name, "' completed twice");
+    if (--st.grads_pending == 0 && last && opt_.overlap_grad_reduce) start_reduce(pl.buffer, pl.bucket);
+  }
+  // MPI makes progress on outstanding collectives only inside MPI calls.
+  for (auto& bs : buf_)
+    for (auto& st : bs.st)
+      if (st.reduce) st.reduce->test();
+}
+
+void DataParallel::start_reduce(int f, int b) {
+  const Bucket& bk = layout_.buffers[f].buckets[b];
+  BufferState& bs = buf_[f];
+  BucketState& st = bs.st[b];
+  MXDP_CHECK(!st.reducing, "bucket ", b, " reduce-scatter started twice");
+  st.reducing = true;
+  float* g = bs.grad.data() + bk.offset;
+  float* out = bs.main_grad + shard_local_off(f, b, rank_);
+  // One rank, fp32, main grads aliasing the grad buffer: the reduce-scatter
+  // would copy the bucket onto itself. Nothing to do.
+  if (bs.aliased && opt_.grad_reduce_dtype == GradReduceDType::Fp32) return;
+  reduce_bytes_ += bk.numel * (opt_.grad_reduce_dtype == GradReduceDType::Fp32 ? 4 : 2);
+  if (opt_.grad_reduce_dtype == GradReduceDType::Fp32) {
+    st.reduce = comm_.reduce_scatter_async(g, out, bk.shard_numel, DType::F32, RedOp::Avg, ops_->stream());
+  } else {
+    uint16_t* g16 = bs.grad_bf16.data() + bk.offset;
+    ops_->to_bf16(g, g16, bk.numel);
+    st.reduce = comm_.reduce_scatter_async(g16, bs.shard_bf16.data() + bs.shard_off[b], bk.shard_numel,
+                                           DType::BF16, RedOp::Avg, ops_->stream());
+  }
+}
+
+void DataParallel::finish_reduce(int f, int b) {
+  const Bucket& bk = layout_.buffers[f].buckets[b];
+  BufferState& bs = buf_[f];
+  BucketState& st = bs.st[b];
+  MXDP_CHECK(st.reducing, "bucket ", b, " has no reduce-scatter to finish");
+  st.reducing = false;
+  if (st.reduce) st.reduce->wait();
+  st.reduce.reset();
+  float* out = bs.main_grad + shard_local_off(f, b, rank_);
+  if (opt_.grad_reduce_dtype == GradReduceDType::Bf16) {
+    // (aliased: the grad buffer, whose grads the bf16 copy already took)
+    ops_->from_bf16(bs.shard_bf16.data() + bs.shard_off[b], out, bk.shard_numel);
+  }
+  // Reference mode: every rank needs the whole reduced gradient.
+  if (!opt_.distributed_optimizer && dp_ > 1) {
+    comm_.all_gather(out, bs.main_grad + bs.local_off[b], bk.shard_numel * sizeof(float), ops_->stream());
+    gather_bytes_ += bk.numel * int64_t(sizeof(float));
+  }
+  if (reused(f)) st.region = Region::Idle;  // grads consumed: the region may take a payload
+}
+
+void DataParallel::drop_inflight() {
+  for (auto& bs : buf_)
+    for (auto& st : bs.st) {
+      if (st.gather && !st.gather_done) st.gather->wait();
+      st.gather.reset();
+      if (st.reduce) st.reduce->wait();
+      st.reduce.reset();
+      st.reducing = false;
+    }
+}
+
+}  // namespace mxdp
