@@ -29,6 +29,7 @@
 
 #include "models/cuda/gemm.h"
 #include "models/gpt2/cuda/gpt_cuda.h"
+#include "models/gpt2/spec.h"
 #include "util/cuda_check.h"
 #include "engine/engine.h"
 #include "train/runtime.h"
@@ -86,7 +87,7 @@ Result run(Communicator& comm, const GptConfig& mc, WeightFormat f, int B, int T
            bool profile = false) {
   const size_t before = used_bytes();
   auto ops = make_engine_ops(Device::Cuda);
-  auto model = make_gpt(Device::Cuda, mc, *ops);
+  auto model = make_model(Device::Cuda, gpt2_model_config(mc), *ops);
   model->init_weights(1337);
   DpOptions o;
   o.weight_format = f;
@@ -147,7 +148,7 @@ Result run(Communicator& comm, const GptConfig& mc, WeightFormat f, int B, int T
     const double window = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     MXDP_CUDA_CHECK(cudaDeviceSynchronize());
     peak = std::max(peak, used_bytes());
-    r.graphs = cuda::graph_stats(*model);
+    r.graphs = cuda::graph_stats(dynamic_cast<const GptModel&>(*model));
     std::sort(times.begin(), times.end());
     if (!times.empty()) {
       r.ms_synced = times[times.size() / 2] * 1e3;

@@ -15,6 +15,7 @@
 #include "util/check.h"
 #include "util/cuda_check.h"
 #include "engine/engine.h"
+#include "models/gpt2/spec.h"
 #include "train/runtime.h"
 
 using namespace mxdp;
@@ -30,7 +31,7 @@ int main(int argc, char** argv) {
     MXDP_CHECK(text.size() > size_t(steps) * B * (T + 1), "corpus too small");
     auto comm = make_job_communicator(Device::Cuda, {});
     auto ops = make_engine_ops(Device::Cuda);
-    auto model = make_gpt(Device::Cuda, mc, *ops);
+    auto model = make_model(Device::Cuda, gpt2_model_config(mc), *ops);
     model->init_weights(1337);
     auto write = [&](const std::string& name, const void* p, size_t bytes) {
       std::FILE* f = std::fopen((out + "/" + name).c_str(), "wb");

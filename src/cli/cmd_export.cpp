@@ -1,10 +1,11 @@
 // mxdp export --load CKPT --output DIR [--weights trained|master] [--dtype fp32|bf16]
-// Writes a checkpoint as a Hugging Face GPT-2 (src/hf_gpt2.h).
+// Writes a checkpoint as a Hugging Face model, through its architecture's
+// adapter (ModelSpec::hf_export; GPT-2: models/gpt2/hf_gpt2.h).
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
-#include "models/gpt2/hf_gpt2.h"
+#include "models/registry.h"
 #include "train/trained_weights.h"
 
 namespace mxdp::cli {
@@ -27,7 +28,7 @@ void add_export_command(CLI::App& app, Runner& run) {
   cmd->callback([o, &run] {
     run = [o] {
       const InferenceWeights w = load_inference_weights(o->load, parse_weights_mode(o->weights));
-      export_hf_gpt2(w, o->output, o->dtype == "bf16");
+      w.config.spec().hf_export(w, o->output, o->dtype == "bf16", stdout);
       return 0;
     };
   });

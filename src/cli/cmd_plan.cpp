@@ -4,9 +4,12 @@
 
 #include <cstdio>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "engine/engine.h"
+#include "formats/format.h"
 #include "train/trainer.h"
 
 namespace mxdp::cli {
@@ -39,21 +42,23 @@ void add_plan_command(CLI::App& app, Runner& run) {
   cmd->add_option("--grad-reduce-dtype", o->grad_dtype, "Reduce-scatter dtype")->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->callback([o, &run] {
     run = [o] {
-      const GptConfig mc = resolve_model(o->c);
-      const auto params = gpt_param_specs(mc);
+      const ModelConfig mc = resolve_model(o->c);
+      const auto params = mc.spec().param_specs(mc);
       struct Mode {
-        const char* name;
+        std::string name;
         bool dist;
         WeightFormat f;
         bool reuse;
       };
-      const Mode modes[] = {{"reference: replicated (gathers grads)", false, WeightFormat::Bf16, false},
-                            {"distributed, bf16 gather", true, WeightFormat::Bf16, false},
-                            {"distributed, mxfp8 gather", true, WeightFormat::Mxfp8, false},
-                            {"distributed, mxfp8 + grad-buf reuse", true, WeightFormat::Mxfp8, true},
-                            {"distributed, nvfp4 gather", true, WeightFormat::Nvfp4, false}};
+      // The reference mode, then each format's distributed gather (and, for a
+      // format whose payload fits the idle grad buffer, the same with it there).
+      std::vector<Mode> modes = {{"reference: replicated (gathers grads)", false, WeightFormat::Bf16, false}};
+      for (const FormatTraits& t : all_formats()) {
+        modes.push_back({::fmt::format("distributed, {} gather", t.name), true, t.id, false});
+        if (t.fits_grad_buffer) modes.push_back({::fmt::format("distributed, {} + grad-buf reuse", t.name), true, t.id, true});
+      }
       std::printf("mxdp plan: %s, %lld params, dp %d, buckets of %lld elements, %s reduce-scatter\n",
-                  o->c.model.c_str(), (long long)gpt_num_parameters(mc), o->dp, (long long)o->bucket,
+                  o->c.model.c_str(), (long long)mc.spec().num_parameters(mc), o->dp, (long long)o->bucket,
                   o->grad_dtype.c_str());
       std::printf("%-38s %11s %11s %11s %11s %11s | %12s %8s %14s\n", "mode (per rank)", "masters", "adam m+v",
                   "grads", "payload", "total", "gather/step", "vs bf16", "reduce/step");
@@ -68,10 +73,10 @@ void add_plan_command(CLI::App& app, Runner& run) {
         d.grad_reduce_dtype = parse_grad_reduce_dtype(o->grad_dtype);
         d.validate(o->dp);
         const MemoryPlan p = plan_memory(params, Layout::build(params, m.f, o->bucket, o->dp), d);
-        if (m.dist && m.f == WeightFormat::Bf16) bf16 = p;
+        if (m.dist && !format_traits(m.f).low_precision()) bf16 = p;
         const std::string ratio =
             m.dist && bf16.gather_bytes ? ::fmt::format("{:.3f}x", double(p.gather_bytes) / bf16.gather_bytes) : "-";
-        std::printf("%-38s %11s %11s %11s %11s %11s | %12s %8s %14s\n", m.name, bytes(p.master_bytes).c_str(),
+        std::printf("%-38s %11s %11s %11s %11s %11s | %12s %8s %14s\n", m.name.c_str(), bytes(p.master_bytes).c_str(),
                     bytes(p.adam_bytes).c_str(), bytes(p.main_grad_bytes + p.grad_bytes + p.grad_reduce_bytes).c_str(),
                     bytes(p.payload_bytes).c_str(), bytes(p.total_bytes()).c_str(),
                     bytes(p.gather_bytes).c_str(), ratio.c_str(), bytes(p.reduce_bytes).c_str());

@@ -1,5 +1,5 @@
 // mxdp sample: generate text from a checkpoint, with the weights as trained
-// (through the gather format the checkpoint records; src/trained_weights.h)
+// (through the gather format the checkpoint records; train/trained_weights.h)
 // or its fp32 masters.
 #include <omp.h>
 
@@ -52,7 +52,7 @@ void add_sample_command(CLI::App& app, Runner& run) {
       if (o->threads > 0) omp_set_num_threads(o->threads);
       const Device device = resolve_device(o->device);
       auto ops = make_engine_ops(device);
-      auto model = make_gpt(device, w.config, *ops);
+      auto model = make_model(device, w.config, *ops);
       set_model_weights(*model, w);
       write_text(stdout, o->prompt + generate(*model, *tok, o->prompt, o->s) + "\n", o->raw);
       return 0;

@@ -1,4 +1,4 @@
-// mxdp train: the training job (src/trainer.h). Every option of the
+// mxdp train: the training job (train/trainer.h). Every option of the
 // data-parallel core, plus model, data, schedule, eval and checkpoint options.
 #include <cstdlib>
 #include <map>
@@ -7,6 +7,8 @@
 #include "util/check.h"
 #include "cli/commands.h"
 #include "comm/comm.h"
+#include "formats/format.h"
+#include "models/registry.h"
 #include "train/runtime.h"
 #include "train/trainer.h"
 
@@ -22,6 +24,14 @@ int launcher_world_size() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
     if (const char* s = std::getenv(v)) return std::atoi(s);
   return 0;
+}
+
+// "tiny, gpt2-124m, ...": the presets of every registered model.
+std::string model_preset_names() {
+  std::string s;
+  for (const ModelSpec* m : all_models())
+    for (const std::string& p : m->presets()) s += (s.empty() ? "" : ", ") + p;
+  return s;
 }
 
 // on|off switches, kept as text until the run so that CLI11 prints them as such.
@@ -67,7 +77,7 @@ void add_train_command(CLI::App& app, Runner& run) {
   auto model = "Model";
   cmd->add_option("--device", c.device, "Where to train: cuda (one GPU per rank), cpu, or auto (cuda where a GPU is present)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->group(model);
-  cmd->add_option("--model", c.model, "Named config: tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m")->group(model);
+  cmd->add_option("--model", c.model, "Named config: " + model_preset_names())->group(model);
   cmd->add_option("--n-layer", c.n_layer, "Override the config's number of blocks (0 = keep)")->group(model);
   cmd->add_option("--n-head", c.n_head, "Override the number of attention heads (0 = keep)")->group(model);
   cmd->add_option("--d-model", c.d_model, "Override the width, a multiple of 32 (0 = keep)")->group(model);
@@ -148,7 +158,8 @@ void add_train_command(CLI::App& app, Runner& run) {
       cfg.dp.distributed_optimizer = dist;
       cfg.dp.overlap_param_gather = o->sw.get("--overlap-param-gather", dist);
       cfg.dp.overlap_grad_reduce = o->sw.get("--overlap-grad-reduce");
-      cfg.dp.reuse_grad_buf = o->sw.get("--reuse-grad-buf", dist && cfg.dp.weight_format == WeightFormat::Mxfp8);
+      cfg.dp.reuse_grad_buf =
+          o->sw.get("--reuse-grad-buf", dist && format_traits(cfg.dp.weight_format).fits_grad_buffer);
       cfg.dp.mxfp8_scale_rounding = parse_scale_rounding(o->rounding);
       cfg.dp.grad_reduce_dtype = parse_grad_reduce_dtype(o->grad_dtype);
       Communicator::Options co;

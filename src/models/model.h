@@ -100,4 +100,32 @@ class Model {
   virtual void backward(ModelHooks& hooks) = 0;
 };
 
+// A language model on any device: what inference (sample, init-from, the
+// weights of a checkpoint) needs beyond Model. The model registry
+// (models/registry.h) builds them.
+class LanguageModel : public Model {
+ public:
+  // Tokens and logits are over [0, vocab()); sequences are at most max_seq() long.
+  virtual int vocab() const = 0;
+  virtual int max_seq() const = 0;
+  // Inference: forward without targets; fills the logits of every position.
+  virtual void forward_logits(const int32_t* tokens, int B, int T, ModelHooks& hooks) = 0;
+  // The vocab() real logits of position T-1 of sequence b of the last forward
+  // (a host copy, fp32).
+  virtual std::vector<float> logits_last(int b = 0) const = 0;
+  // Sets param i's compute weights from fp32 host values (e.g. a checkpoint's
+  // masters), converted to the compute dtype (bf16: round to nearest even).
+  virtual void set_weights(int param, const float* host) = 0;
+};
+
+// Hooks for inference on weights that are already in place (e.g. a sampler
+// that loaded a checkpoint into weights()): no freshness step, no gradients
+// (grad() throws; defined in models/registry.cpp).
+class NullHooks : public ModelHooks {
+ public:
+  void before_layer(int layer) override;
+  float* grad(int param) override;
+  void after_layer_backward(int layer) override;
+};
+
 }  // namespace mxdp

@@ -6,8 +6,6 @@
 #include <cuda_runtime_api.h>
 
 #include "engine/cuda/engine_ops_cuda.h"
-#include "models/gpt2/cuda/gpt_cuda.h"
-#include "models/cuda/stream_graphs.h"
 #endif
 
 namespace mxdp {
@@ -60,16 +58,18 @@ std::unique_ptr<EngineOps> make_engine_ops(Device d) {
   return make_cpu_ops();
 }
 
-std::unique_ptr<GptModel> make_gpt(Device d, const GptConfig& cfg, EngineOps& ops) {
+std::unique_ptr<LanguageModel> make_model(Device d, const ModelConfig& cfg, EngineOps& ops) {
+  const ModelSpec& spec = cfg.spec();
 #if defined(MXDP_HAVE_CUDA) && defined(MXDP_HAVE_CUDNN)
   if (d == Device::Cuda) {
-    MXDP_CHECK(ops.device_memory(), "the GPU GPT needs device-memory ops");
-    return cuda::make_gpt(cfg, static_cast<cudaStream_t>(ops.stream()), {.cuda_graphs = cuda::cuda_graphs_from_env()});
+    MXDP_CHECK(ops.device_memory(), "the GPU ", spec.name, " model needs device-memory ops");
+    MXDP_CHECK(spec.build_cuda, "model ", spec.name, " has no GPU implementation in this build");
+    return spec.build_cuda(cfg, ops.stream());
   }
 #endif
   MXDP_CHECK(d == Device::Cpu, "device ", to_string(d), " is not available in this build");
-  MXDP_CHECK(!ops.device_memory(), "the CPU GPT needs host-memory ops");
-  return std::make_unique<Gpt>(cfg);
+  MXDP_CHECK(!ops.device_memory(), "the CPU ", spec.name, " model needs host-memory ops");
+  return spec.build_cpu(cfg);
 }
 
 }  // namespace mxdp

@@ -1,10 +1,12 @@
 // Runtime: the one place that decides where a job runs and builds what runs
-// there — the communicator, the engine's memory ops and the GPT — so that the
+// there — the communicator, the engine's memory ops and the model — so that the
 // trainer, the sampler and the tools never branch on the device.
 //
-//   cpu : MPI (or self) communicator, host ops, the fp32 OpenMP GPT (gpt.h).
+//   cpu : MPI (or self) communicator, host ops, the architecture's CPU model
+//         (ModelSpec::build_cpu; GPT-2: the fp32 OpenMP GPT, gpt.h).
 //   cuda: NCCL communicator (one process per GPU, device = local rank), CUDA
-//         ops on one compute stream, the bf16 GPU GPT (cuda/gpt_cuda.h) on
+//         ops on one compute stream, the architecture's GPU model
+//         (ModelSpec::build_cuda; GPT-2: the bf16 GPT, cuda/gpt_cuda.h) on
 //         that same stream.
 #pragma once
 
@@ -13,7 +15,7 @@
 
 #include "comm/comm.h"
 #include "engine/engine_ops.h"
-#include "models/gpt2/gpt.h"
+#include "models/registry.h"
 
 namespace mxdp {
 
@@ -34,7 +36,8 @@ std::unique_ptr<Communicator> make_job_communicator(Device d, Communicator::Opti
 // current GPU).
 std::unique_ptr<EngineOps> make_engine_ops(Device d);
 
-// The GPT of `cfg` on `d`, computing on ops' stream (memory in ops' space).
-std::unique_ptr<GptModel> make_gpt(Device d, const GptConfig& cfg, EngineOps& ops);
+// The model of `cfg` (any registered architecture) on `d`, computing on ops'
+// stream (memory in ops' space).
+std::unique_ptr<LanguageModel> make_model(Device d, const ModelConfig& cfg, EngineOps& ops);
 
 }  // namespace mxdp

@@ -11,23 +11,23 @@
 
 namespace mxdp {
 
-std::string generate(GptModel& model, const std::string& prompt, const SampleOptions& opt) {
+std::string generate(LanguageModel& model, const std::string& prompt, const SampleOptions& opt) {
   return generate(model, *make_byte_tokenizer(), prompt, opt);
 }
 
-std::string generate(GptModel& model, const Tokenizer& tokenizer, const std::string& prompt,
+std::string generate(LanguageModel& model, const Tokenizer& tokenizer, const std::string& prompt,
                      const SampleOptions& opt) {
   MXDP_CHECK(opt.tokens >= 0, "sample: tokens must be >= 0, got ", opt.tokens);
   MXDP_CHECK(opt.temperature >= 0 && std::isfinite(opt.temperature),
              "sample: temperature must be >= 0, got ", opt.temperature);
   MXDP_CHECK(opt.top_k >= 0, "sample: top_k must be >= 0, got ", opt.top_k);
-  const GptConfig& cfg = model.config();
-  const int vocab = std::min(tokenizer.vocab_size(), cfg.vocab);  // ids that can be drawn
+  const int model_vocab = model.vocab(), max_seq = model.max_seq();
+  const int vocab = std::min(tokenizer.vocab_size(), model_vocab);  // ids that can be drawn
   std::vector<int32_t> toks = tokenizer.encode(prompt.empty() ? std::string("\n") : prompt);
   MXDP_CHECK(!toks.empty(), "sample: the prompt encodes to no tokens");
   for (int32_t t : toks)
-    MXDP_CHECK(t < cfg.vocab, "sample: prompt token ", t, " (", tokenizer.describe(),
-               ") is outside the model's vocabulary of ", cfg.vocab);
+    MXDP_CHECK(t < model_vocab, "sample: prompt token ", t, " (", tokenizer.describe(),
+               ") is outside the model's vocabulary of ", model_vocab);
   const size_t prompt_len = toks.size();
   uint64_t state = opt.seed * 0x9e3779b97f4a7c15ull + 0x1234567ull;
   auto uniform = [&] {
@@ -40,7 +40,7 @@ std::string generate(GptModel& model, const Tokenizer& tokenizer, const std::str
   NullHooks hooks;
   std::vector<int> idx(vocab);
   for (int n = 0; n < opt.tokens; ++n) {
-    const int T = int(std::min<size_t>(toks.size(), size_t(cfg.max_seq)));
+    const int T = int(std::min<size_t>(toks.size(), size_t(max_seq)));
     model.forward_logits(toks.data() + toks.size() - T, 1, T, hooks);
     std::vector<float> logits = model.logits_last(0);
     logits.resize(vocab);
@@ -68,7 +68,7 @@ std::string generate(GptModel& model, const Tokenizer& tokenizer, const std::str
   return tokenizer.decode(std::span<const int32_t>(toks.data() + prompt_len, toks.size() - prompt_len));
 }
 
-void print_run_sample(GptModel& model, const Tokenizer& tokenizer, uint32_t data_vocab, const std::string& prompt,
+void print_run_sample(LanguageModel& model, const Tokenizer& tokenizer, uint32_t data_vocab, const std::string& prompt,
                       const SampleOptions& so) {
   if (uint32_t(tokenizer.vocab_size()) < data_vocab) {
     std::printf("sample: skipped: the data's tokens (vocab %u) need their tokenizer; put its tokenizer.json next to "

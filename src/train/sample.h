@@ -1,10 +1,11 @@
-// Text generation from a GPT: temperature and top-k sampling.
+// Text generation from a language model (models/registry.h): temperature and
+// top-k sampling.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "models/gpt2/gpt.h"
+#include "models/registry.h"
 #include "data/tokenizer.h"
 
 namespace mxdp {
@@ -18,20 +19,20 @@ struct SampleOptions {
 
 // Continues `prompt` (an empty prompt starts from a newline) and returns only
 // the generated text, as bytes (tokenizer.decode). Uses the model's current
-// compute weights; the context is cropped to the model's max_seq.
+// compute weights; the context is cropped to the model's max_seq().
 // Deterministic for a given seed. Only ids both the model and the tokenizer
 // know are drawn (a model whose vocabulary is larger than the tokenizer's
 // never emits the rest); a prompt token outside the model's vocabulary is an error.
-std::string generate(GptModel& model, const Tokenizer& tokenizer, const std::string& prompt,
+std::string generate(LanguageModel& model, const Tokenizer& tokenizer, const std::string& prompt,
                      const SampleOptions& opt);
 // The same with the byte tokenizer.
-std::string generate(GptModel& model, const std::string& prompt, const SampleOptions& opt);
+std::string generate(LanguageModel& model, const std::string& prompt, const SampleOptions& opt);
 
 // The end-of-run sample of `mxdp train` on stdout: a "sample (...):" line, then
 // prompt + generated text (invalid UTF-8 replaced, utf8.h). Skipped with a note
 // when the data's tokens (`data_vocab` ids) need a tokenizer the data does not
 // come with (llm.c shards without a tokenizer.json beside them).
-void print_run_sample(GptModel& model, const Tokenizer& tokenizer, uint32_t data_vocab, const std::string& prompt,
+void print_run_sample(LanguageModel& model, const Tokenizer& tokenizer, uint32_t data_vocab, const std::string& prompt,
                       const SampleOptions& opt);
 
 }  // namespace mxdp

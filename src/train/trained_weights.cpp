@@ -4,31 +4,39 @@
 
 #include "util/check.h"
 #include "formats/codec.h"
+#include "formats/format.h"
 #include "formats/quant.h"
-#include "train/trainer.h"
+#include "train/checkpoints.h"
 
 namespace mxdp {
 
 void trained_weights(const ParamSpec& spec, const float* master, WeightFormat format, ScaleRounding rounding,
                      float* out) {
   const int64_t n = spec.numel();
-  const WeightFormat f = spec.lowp_eligible() ? format : WeightFormat::Bf16;
-  if (f == WeightFormat::Bf16) {
+  const FormatTraits& t = format_traits(spec.lowp_eligible() ? format : WeightFormat::Bf16);
+  if (!t.low_precision()) {
     for (int64_t i = 0; i < n; ++i) out[i] = codec::bf16_to_f32(codec::bf16_from_f32(master[i]));
     return;
   }
+  // A 2-D param whose rows hold whole blocks: its codes and scales, row-wise,
+  // sized by the table, and its tensor amax where the format has one.
   const int64_t rows = spec.shape[0], cols = spec.shape[1];
-  if (f == WeightFormat::Mxfp8) {
-    std::vector<uint8_t> codes(mxfp8_code_bytes(rows, cols)), scales(mxfp8_scale_bytes_rowwise(rows, cols));
-    mxfp8_quantize_rowwise(master, rows, cols, {Fp8Kind::E4M3, rounding}, codes.data(), scales.data());
-    mxfp8_dequantize_rowwise(codes.data(), scales.data(), rows, cols, Fp8Kind::E4M3, out);
-    return;
+  std::vector<uint8_t> codes(size_t(t.code_bytes(n))), scales(size_t(t.scales_bytes(n)));
+  const float tensor_amax = t.tensor_amax ? amax(master, n) : 0.0f;
+  // The codec itself: quant.h has one per format (the table holds no codec).
+  switch (t.id) {
+    case WeightFormat::Mxfp8:
+      mxfp8_quantize_rowwise(master, rows, cols, {Fp8Kind::E4M3, rounding}, codes.data(), scales.data());
+      mxfp8_dequantize_rowwise(codes.data(), scales.data(), rows, cols, Fp8Kind::E4M3, out);
+      return;
+    case WeightFormat::Nvfp4:
+      nvfp4_quantize_rowwise(master, rows, cols, tensor_amax, codes.data(), scales.data());
+      nvfp4_dequantize_rowwise(codes.data(), scales.data(), nvfp4_tensor_scale(tensor_amax).s_dec, rows, cols, out);
+      return;
+    case WeightFormat::Bf16:
+      break;
   }
-  // NVFP4: one tensor scale from the amax of the whole param.
-  const float tensor_amax = amax(master, n);
-  std::vector<uint8_t> codes(nvfp4_code_bytes(rows, cols)), scales(nvfp4_scale_bytes(rows, cols));
-  nvfp4_quantize_rowwise(master, rows, cols, tensor_amax, codes.data(), scales.data());
-  nvfp4_dequantize_rowwise(codes.data(), scales.data(), nvfp4_tensor_scale(tensor_amax).s_dec, rows, cols, out);
+  MXDP_FAIL("trained_weights: no codec for ", t.name);
 }
 
 WeightsMode parse_weights_mode(const std::string& s) {
@@ -37,38 +45,25 @@ WeightsMode parse_weights_mode(const std::string& s) {
   MXDP_FAIL("--weights must be trained or master, got '", s, "'");
 }
 
-GptConfig checkpoint_model_config(const CheckpointData& c, const std::string& path) {
-  MXDP_CHECK(c.extra.contains("model") && c.extra["model"].is_object(), path,
-             ": the checkpoint records no model config (extra.model)");
-  const auto& m = c.extra["model"];
-  GptConfig cfg;
-  try {
-    cfg = GptConfig{m.at("vocab").get<int>(),   m.at("padded_vocab").get<int>(), m.at("max_seq").get<int>(),
-                    m.at("n_layer").get<int>(), m.at("n_head").get<int>(),       m.at("d_model").get<int>()};
-  } catch (const std::exception& e) {
-    MXDP_FAIL(path, ": the checkpoint's model config ", m.dump(), " is incomplete: ", e.what());
-  }
-  validate(cfg);
-  return cfg;
-}
-
 InferenceWeights load_inference_weights(const std::string& where, WeightsMode mode) {
   InferenceWeights w;
   w.path = resolve_checkpoint(where);
   w.mode = mode;
   const CheckpointData c = read_checkpoint(w.path, /*moments=*/false);
-  w.config = checkpoint_model_config(c, w.path);
-  w.specs = gpt_param_specs(w.config);
+  w.config = checkpoint_model_config(c.extra, w.path);
+  const ModelSpec& spec = w.config.spec();
+  const int vocab = spec.vocab(w.config);
+  w.specs = spec.param_specs(w.config);
   w.iteration = c.iteration;
-  w.data_vocab = w.config.vocab;
+  w.data_vocab = vocab;
   if (c.extra.contains("data_vocab")) {
     MXDP_CHECK(c.extra["data_vocab"].is_number_integer() && c.extra["data_vocab"].get<int64_t>() >= 1 &&
-                   c.extra["data_vocab"].get<int64_t>() <= w.config.vocab,
-               w.path, ": the checkpoint's data_vocab ", c.extra["data_vocab"].dump(), " is not in [1, ", w.config.vocab, "]");
+                   c.extra["data_vocab"].get<int64_t>() <= vocab,
+               w.path, ": the checkpoint's data_vocab ", c.extra["data_vocab"].dump(), " is not in [1, ", vocab, "]");
     w.data_vocab = c.extra["data_vocab"].get<int64_t>();
   }
   MXDP_CHECK(c.params.size() == w.specs.size(), w.path, ": ", c.params.size(), " params in the checkpoint, its model (",
-             w.config.n_layer, " layers) has ", w.specs.size());
+             spec.n_layer(w.config), " layers) has ", w.specs.size());
   WeightFormat format = WeightFormat::Bf16;
   ScaleRounding rounding = ScaleRounding::RCeil;
   if (mode == WeightsMode::Trained) {
@@ -78,10 +73,11 @@ InferenceWeights load_inference_weights(const std::string& where, WeightsMode mo
     format = parse_weight_format(c.extra["weight_format"].get<std::string>());
     if (c.extra.contains("mxfp8_scale_rounding"))
       rounding = parse_scale_rounding(c.extra["mxfp8_scale_rounding"].get<std::string>());
-    MXDP_CHECK(format != WeightFormat::Mxfp8 || c.extra.contains("mxfp8_scale_rounding"), w.path,
-               ": an mxfp8 checkpoint must record its mxfp8_scale_rounding");
-    w.describe = std::string("as trained: ") + to_string(format) +
-                 (format == WeightFormat::Mxfp8 ? std::string(" (") + to_string(rounding) + ")" : std::string()) +
+    const FormatTraits& t = format_traits(format);
+    MXDP_CHECK(!t.rounding_applies || c.extra.contains("mxfp8_scale_rounding"), w.path, ": an ", t.name,
+               " checkpoint must record its mxfp8_scale_rounding");
+    w.describe = std::string("as trained: ") + t.name +
+                 (t.rounding_applies ? std::string(" (") + to_string(rounding) + ")" : std::string()) +
                  " for 2-D weights, bf16 for the rest";
   } else {
     w.describe = "fp32 masters";
@@ -100,7 +96,7 @@ InferenceWeights load_inference_weights(const std::string& where, WeightsMode mo
   return w;
 }
 
-void set_model_weights(GptModel& model, const InferenceWeights& w) {
+void set_model_weights(LanguageModel& model, const InferenceWeights& w) {
   const auto& specs = model.params();
   MXDP_CHECK(specs.size() == w.specs.size(), w.path, ": ", w.specs.size(), " params, the model has ", specs.size());
   // Inference: no engine will take initial values from this model, so it

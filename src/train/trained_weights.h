@@ -2,7 +2,8 @@
 //
 // Training never computes with the fp32 masters: every forward (train, eval,
 // the end-of-run sample) reads the weights as gathered, i.e. each param
-// quantized to its gather format and dequantized again (DESIGN.md, Formats):
+// quantized to its gather format and dequantized again (docs/interop.md, "The
+// weights as trained"; the formats themselves: docs/formats.md):
 //   - 2-D params whose rows hold whole 32-element blocks (ParamSpec::lowp_eligible)
 //     travel in the run's weight format (bf16, mxfp8 or nvfp4);
 //   - every other param (norms, biases) travels in BF16.
@@ -23,7 +24,7 @@
 #include <vector>
 
 #include "io/checkpoint.h"
-#include "models/gpt2/gpt.h"
+#include "models/registry.h"
 #include "engine/options.h"
 
 namespace mxdp {
@@ -42,7 +43,7 @@ WeightsMode parse_weights_mode(const std::string& s);  // "trained" or "master"
 // every param's fp32 compute weights.
 struct InferenceWeights {
   std::string path;
-  GptConfig config;
+  ModelConfig config;  // any registered architecture (models/registry.h)
   std::vector<ParamSpec> specs;
   std::vector<std::vector<float>> weights;  // per param, numel floats
   int64_t iteration = 0;
@@ -58,10 +59,7 @@ struct InferenceWeights {
 // WeightsMode::Trained needs the checkpoint to record its gather format.
 InferenceWeights load_inference_weights(const std::string& path, WeightsMode mode);
 
-// The model config a checkpoint's extra["model"] records (validated).
-GptConfig checkpoint_model_config(const CheckpointData& c, const std::string& path);
-
 // Puts every param's weights into `model` (set_weights), shapes checked.
-void set_model_weights(GptModel& model, const InferenceWeights& w);
+void set_model_weights(LanguageModel& model, const InferenceWeights& w);
 
 }  // namespace mxdp

@@ -24,7 +24,6 @@
 #include "data/data.h"
 #include "engine/engine.h"
 #include "io/fileio.h"
-#include "models/gpt2/hf_gpt2.h"
 #include "data/llmc_shards.h"
 #include "train/runtime.h"
 #include "train/sample.h"
@@ -35,60 +34,12 @@ namespace mxdp {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-GptConfig resolve_model(const TrainConfig& cfg) {
-  GptConfig m = gpt_config(cfg.model);
-  if (cfg.n_layer > 0) m.n_layer = cfg.n_layer;
-  if (cfg.n_head > 0) m.n_head = cfg.n_head;
-  if (cfg.d_model > 0) m.d_model = cfg.d_model;
-  if (cfg.max_seq > 0) m.max_seq = cfg.max_seq;
-  if (cfg.vocab > 0) m.vocab = cfg.vocab, m.padded_vocab = (cfg.vocab + 127) / 128 * 128;
-  validate(m);
-  return m;
-}
-
-GptConfig model_from_checkpoint(const json& extra, const std::string& what) {
-  MXDP_CHECK(extra.is_object() && extra.contains("model") && extra["model"].is_object(), what,
-             ": no model config in the checkpoint");
-  const json& m = extra["model"];
-  auto get = [&](const char* k) {
-    MXDP_CHECK(m.contains(k) && m[k].is_number_integer() && m[k].get<int64_t>() >= 1 &&
-                   m[k].get<int64_t>() <= (int64_t(1) << 24),
-               what, ": the checkpoint's model config needs an integer \"", k, "\" in [1, 2^24], got ",
-               m.contains(k) ? m[k].dump() : std::string("none"));
-    return int(m[k].get<int64_t>());
-  };
-  GptConfig c{get("vocab"), get("padded_vocab"), get("max_seq"), get("n_layer"), get("n_head"), get("d_model")};
-  validate(c);
-  return c;
-}
-
-std::string checkpoint_path(const std::string& dir, int64_t step) {
-  return (fs::path(dir) / checkpoint_name(step)).string();
-}
-
-std::string resolve_checkpoint(const std::string& p) {
-  std::error_code ec;
-  if (is_step_directory(p)) return p;
-  if (!fs::is_directory(p, ec)) return p;  // a single-file checkpoint (its reader says if it is none)
-  const fs::path latest = fs::path(p) / "latest";
-  MXDP_CHECK(fs::exists(latest, ec), "--load '", p, "' is a directory with neither a '", kManifestName,
-             "' (a checkpoint) nor a 'latest' file (a save directory)");
-  const std::vector<uint8_t> bytes = read_file(latest.string(), 4096);
-  std::string name(bytes.begin(), bytes.end());
-  while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' ')) name.pop_back();
-  // Trust no file: `latest` may only name an entry of its own directory.
-  const bool plain = !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
-                     name.find('\0') == std::string::npos;
-  MXDP_CHECK(plain, "'", latest.string(), "' should hold the name of a checkpoint in its directory, not '", name, "'");
-  return (fs::path(p) / name).string();
+ModelConfig resolve_model(const TrainConfig& cfg) {
+  return model_config(cfg.model, {.n_layer = cfg.n_layer, .n_head = cfg.n_head, .d_model = cfg.d_model,
+                                  .max_seq = cfg.max_seq, .vocab = cfg.vocab});
 }
 
 namespace {
-
-json model_json(const GptConfig& m) {
-  return {{"vocab", m.vocab}, {"padded_vocab", m.padded_vocab}, {"max_seq", m.max_seq},
-          {"n_layer", m.n_layer}, {"n_head", m.n_head}, {"d_model", m.d_model}};
-}
 
 struct OwnedBatch {
   std::vector<int32_t> in, tgt;
@@ -198,7 +149,7 @@ class Trainer {
   Communicator& comm_;
   const int rank_, dp_;
   const bool is_lead_;
-  GptConfig mc_;
+  ModelConfig mc_;
   Device device_ = Device::Cpu;
   std::unique_ptr<EngineOps> ops_;
   std::string data_dir_;
@@ -206,7 +157,7 @@ class Trainer {
   std::unique_ptr<TokenDataset> train_ds_, val_ds_;
   std::unique_ptr<DataLoader> loader_;
   std::unique_ptr<EvalLoader> eval_loader_;
-  std::unique_ptr<GptModel> model_;
+  std::unique_ptr<LanguageModel> model_;
   std::unique_ptr<DataParallel> engine_;
   // Resuming.
   std::string load_path_;
@@ -258,7 +209,8 @@ void Trainer::check_options() {
   mc_ = resolve_model(cfg_);
   MXDP_CHECK(cfg_.steps >= 0, "--steps must be >= 0, got ", cfg_.steps);
   MXDP_CHECK(cfg_.batch_size >= 1, "--batch-size must be >= 1, got ", cfg_.batch_size);
-  MXDP_CHECK(cfg_.seq_len >= 1 && cfg_.seq_len <= mc_.max_seq, "--seq-len must be in [1, ", mc_.max_seq,
+  const int max_seq = mc_.spec().max_seq(mc_);
+  MXDP_CHECK(cfg_.seq_len >= 1 && cfg_.seq_len <= max_seq, "--seq-len must be in [1, ", max_seq,
              "] (the model's max_seq), got ", cfg_.seq_len);
   MXDP_CHECK(cfg_.eval_every >= 0 && cfg_.eval_batches >= 1 && cfg_.eval_passes >= 1,
              "--eval-every must be >= 0, --eval-batches and --eval-passes >= 1");
@@ -303,8 +255,9 @@ void Trainer::open_data() {
     train_ds_ = std::make_unique<TokenDataset>((fs::path(data_dir_) / "train.bin").string());
     val_ds_ = std::make_unique<TokenDataset>((fs::path(data_dir_) / "val.bin").string());
   }
-  MXDP_CHECK(int(train_ds_->vocab_size()) <= mc_.vocab, "the data's vocab (", train_ds_->vocab_size(),
-             ") is larger than the model's (", mc_.vocab, "): pass --vocab ", train_ds_->vocab_size());
+  const int vocab = mc_.spec().vocab(mc_);
+  MXDP_CHECK(int(train_ds_->vocab_size()) <= vocab, "the data's vocab (", train_ds_->vocab_size(),
+             ") is larger than the model's (", vocab, "): pass --vocab ", train_ds_->vocab_size());
   loader_ = std::make_unique<DataLoader>(*train_ds_, cfg_.batch_size, cfg_.seq_len, rank_, dp_, cfg_.seed);
   const int max_eval = EvalLoader::max_batches(val_ds_->size(), cfg_.batch_size, cfg_.seq_len, dp_);
   MXDP_CHECK(max_eval >= 1, "val.bin (", val_ds_->size(), " tokens) is too small for one eval batch of ", dp_, " x ",
@@ -335,9 +288,8 @@ void Trainer::read_resume_point() {
   load_path_ = j["path"].get<std::string>();
   start_step_ = j["iteration"].get<int64_t>();
   ckpt_extra_ = j["extra"];
-  MXDP_CHECK(ckpt_extra_.contains("model") && ckpt_extra_["model"] == model_json(mc_), load_path_,
-             ": checkpoint was written for model ", ckpt_extra_.value("model", json()).dump(), " but this run builds ",
-             model_json(mc_).dump());
+  MXDP_CHECK(records_model_config(ckpt_extra_, mc_), load_path_, ": checkpoint was written for model ",
+             ckpt_extra_.value("model", json()).dump(), " but this run builds ", mc_.config.dump());
   MXDP_CHECK(ckpt_extra_.contains("data"), load_path_, ": checkpoint has no data position");
 }
 
@@ -391,9 +343,9 @@ bool Trainer::nothing_to_train() {
 }
 
 void Trainer::build_engine() {
-  model_ = make_gpt(device_, mc_, *ops_);
+  model_ = make_model(device_, mc_, *ops_);
   model_->init_weights(cfg_.seed);
-  if (!cfg_.init_from.empty()) init_from_hf_gpt2(*model_, cfg_.init_from);
+  if (!cfg_.init_from.empty()) mc_.spec().hf_import(*model_, cfg_.init_from);
   engine_ = std::make_unique<DataParallel>(*model_, comm_, cfg_.dp, ops_.get());
 }
 
@@ -413,9 +365,9 @@ void Trainer::print_header() {
   else
     std::printf("mxdp train: %d rank%s (%s), %d thread%s per rank\n", dp_, dp_ > 1 ? "s" : "",
                 backend_name(comm_.backend()), cfg_.threads, cfg_.threads > 1 ? "s" : "");
-  std::printf("  %-22s = %s (n_layer %d, n_head %d, d_model %d, max_seq %d, vocab %d): %lld params\n", "model",
-              cfg_.model.c_str(), mc_.n_layer, mc_.n_head, mc_.d_model, mc_.max_seq, mc_.vocab,
-              (long long)gpt_num_parameters(mc_));
+  const ModelSpec& spec = mc_.spec();
+  std::printf("  %-22s = %s (%s): %lld params\n", "model", cfg_.model.c_str(), spec.describe(mc_).c_str(),
+              (long long)spec.num_parameters(mc_));
   std::printf("  %-22s = %s (train %zu tokens, val %zu tokens)\n", "data", data_dir_.c_str(), train_ds_->size(),
               val_ds_->size());
   auto line = [](const char* k, const std::string& v) { std::printf("  %-22s = %s\n", k, v.c_str()); };
@@ -462,7 +414,7 @@ void Trainer::open_metrics() {
   // First line of a run (and of each resumed part): what produced the lines below.
   json opts = json::object();
   for (auto& [k, v] : cfg_.dp.describe()) opts[k] = v;
-  emit({{"kind", "config"}, {"step", start_step_}, {"ranks", dp_}, {"model", model_json(mc_)}, {"data", data_dir_},
+  emit({{"kind", "config"}, {"step", start_step_}, {"ranks", dp_}, {"model", mc_.config}, {"data", data_dir_},
         {"batch_size", cfg_.batch_size}, {"seq_len", cfg_.seq_len}, {"seed", cfg_.seed}, {"steps", cfg_.steps},
         {"schedule", schedule_.to_json()}, {"options", opts}});
 }
@@ -579,11 +531,12 @@ void Trainer::save(int64_t step) {
   json sched = schedule_.to_json();
   sched.erase("source");
   sched["steps"] = cfg_.steps;
-  const json extra = {{"data", loader_->state()}, {"model", model_json(mc_)}, {"seed", cfg_.seed}, {"schedule", sched},
-                      // what sample/export rebuild the trained weights with
-                      {"weight_format", to_string(cfg_.dp.weight_format)},
-                      {"data_vocab", train_ds_->vocab_size()},  // <= 256: bytes (sample needs no tokenizer)
-                      {"mxfp8_scale_rounding", to_string(cfg_.dp.mxfp8_scale_rounding)}};
+  json extra = {{"data", loader_->state()}, {"seed", cfg_.seed}, {"schedule", sched},
+                // what sample/export rebuild the trained weights with
+                {"weight_format", to_string(cfg_.dp.weight_format)},
+                {"data_vocab", train_ds_->vocab_size()},  // <= 256: bytes (sample needs no tokenizer)
+                {"mxfp8_scale_rounding", to_string(cfg_.dp.mxfp8_scale_rounding)}};
+  record_model_config(extra, mc_);  // "model" (and "arch" for an architecture other than gpt2)
   engine_->save_checkpoint(path, extra);  // refuses a non-finite state on every rank
   std::vector<std::string> removed;
   lead([&] {

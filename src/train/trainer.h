@@ -1,4 +1,5 @@
-// Trainer: the training job behind `mxdp train` — GPT model, token shards,
+// Trainer: the training job behind `mxdp train` — a registered model
+// (models/registry.h), token shards,
 // the data-parallel engine, evals, checkpoints, progress and metrics.
 //
 // Every option lives in TrainConfig with its default; cli/cmd_train.cpp maps
@@ -17,8 +18,9 @@
 #include <string>
 
 #include "comm/comm.h"
-#include "models/gpt2/gpt.h"
+#include "models/registry.h"
 #include "engine/options.h"
+#include "train/checkpoints.h"
 
 namespace mxdp {
 
@@ -26,10 +28,10 @@ struct TrainConfig {
   // where: "cpu", "cuda" or "auto" (resolved by the caller, runtime.h)
   std::string device = "cpu";
   // model
-  std::string model = "tiny";  // named config; the four fields below override it when > 0
+  std::string model = "tiny";  // named config (a preset of a registered model); the fields below override it when > 0
   int n_layer = 0, n_head = 0, d_model = 0, max_seq = 0;
   int vocab = 0;            // > 0: vocabulary size (wte padded to a multiple of 128 rows)
-  std::string init_from;    // Hugging Face GPT-2 (dir or .safetensors) to start from (hf_gpt2.h)
+  std::string init_from;    // Hugging Face model (dir or .safetensors) to start from (ModelSpec::hf_import)
   // data: a directory with train.bin/val.bin (mxdp prepare), or a text file,
   // which rank 0 prepares into <file>.mxdp/ beside it (data.h, prepare_cached),
   // or llm.c token shards (a glob or comma-separated list; llmc_shards.h).
@@ -80,13 +82,6 @@ struct TrainConfig {
 int train(const TrainConfig& cfg, Communicator& comm);
 
 // The model config a TrainConfig names (named config plus overrides), validated.
-GptConfig resolve_model(const TrainConfig& cfg);
-// The model config a checkpoint's extra records (mxdp train writes it), validated.
-GptConfig model_from_checkpoint(const nlohmann::json& extra, const std::string& what);
-// Path of the checkpoint of `step` in `dir` (dir/step_NNNNNN.ckpt).
-std::string checkpoint_path(const std::string& dir, int64_t step);
-// A step directory or single-file checkpoint as it is, or the one a save
-// directory's `latest` names.
-std::string resolve_checkpoint(const std::string& file_or_dir);
+ModelConfig resolve_model(const TrainConfig& cfg);
 
 }  // namespace mxdp

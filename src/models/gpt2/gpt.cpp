@@ -458,10 +458,6 @@ Gpt::Gpt(const GptConfig& cfg) : cfg_(cfg), specs_(gpt_param_specs(cfg)) {
   lnfb_ = i + 1;
 }
 
-void NullHooks::before_layer(int) {}
-float* NullHooks::grad(int param) { MXDP_FAIL("NullHooks has no gradient buffers (asked for param ", param, ")"); }
-void NullHooks::after_layer_backward(int) {}
-
 float* Gpt::weights(int param) {
   MXDP_CHECK(param >= 0 && param < int(specs_.size()), "param index ", param, " out of range [0, ",
              specs_.size(), ")");

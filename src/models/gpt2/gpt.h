@@ -63,30 +63,14 @@ std::vector<ParamSpec> gpt_param_specs(const GptConfig& cfg);
 // Total stored parameters, padding rows of wte included.
 int64_t gpt_num_parameters(const GptConfig& cfg);
 
-// Hooks for inference on weights that are already in place (e.g. a sampler
-// that loaded a checkpoint into weights()): no freshness step, no gradients
-// (grad() throws).
-class NullHooks : public ModelHooks {
- public:
-  void before_layer(int layer) override;
-  float* grad(int param) override;
-  void after_layer_backward(int layer) override;
-};
-
-// A GPT on any device: what the trainer and the sampler need beyond Model.
+// A GPT on any device: a LanguageModel (model.h) with its config.
 // Gpt (below) is the CPU model; cuda/gpt_cuda.h has the GPU one. Both have the
 // same parameter list (gpt_param_specs) and the same init (gpt_init_param).
-class GptModel : public Model {
+class GptModel : public LanguageModel {
  public:
   virtual const GptConfig& config() const = 0;
-  // Inference: forward without targets; fills the logits of every position.
-  virtual void forward_logits(const int32_t* tokens, int B, int T, ModelHooks& hooks) = 0;
-  // The `vocab` real logits of position T-1 of sequence b of the last forward
-  // (a host copy, fp32).
-  virtual std::vector<float> logits_last(int b = 0) const = 0;
-  // Sets param i's compute weights from fp32 host values (e.g. a checkpoint's
-  // masters), converted to the compute dtype (bf16: round to nearest even).
-  virtual void set_weights(int param, const float* host) = 0;
+  int vocab() const override { return config().vocab; }
+  int max_seq() const override { return config().max_seq; }
 };
 
 // Writes param p's initial fp32 values (GPT-2 init, see Gpt::init_weights) into

@@ -13,6 +13,7 @@
 #include "io/checkpoint.h"
 #include "formats/codec.h"
 #include "io/safetensors.h"
+#include "models/gpt2/spec.h"
 
 namespace mxdp {
 
@@ -126,7 +127,7 @@ std::vector<HfGpt2Tensor> hf_gpt2_tensors(const GptConfig& cfg) {
 }
 
 void export_hf_gpt2(const InferenceWeights& w, const std::string& dir, bool bf16, std::FILE* log) {
-  const GptConfig& cfg = w.config;
+  const GptConfig cfg = gpt2_config(w.config);
   std::error_code ec;
   if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) MXDP_FAIL("--output '", dir, "' exists and is not a directory");
   fs::create_directories(dir, ec);
