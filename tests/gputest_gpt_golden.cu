@@ -21,6 +21,7 @@
 #include "engine/engine.h"
 #include "gpt_golden.h"
 #include "gpu_test_util.h"
+#include "models/gpt2/spec.h"
 #include "train/runtime.h"
 
 using namespace mxdp;
@@ -36,8 +37,8 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
-std::unique_ptr<GptModel> golden_model(const Golden& g, EngineOps& ops) {
-  auto m = make_gpt(Device::Cuda, g.cfg, ops);
+std::unique_ptr<LanguageModel> golden_model(const Golden& g, EngineOps& ops) {
+  auto m = make_model(Device::Cuda, gpt2_model_config(g.cfg), ops);
   EXPECT_EQ(m->params().size(), g.shapes.size());
   for (size_t i = 0; i < g.shapes.size() && i < m->params().size(); ++i)
     EXPECT_EQ(m->params()[i].shape, g.shapes[i]) << m->params()[i].name;
