@@ -1,3 +1,6 @@
+// The CUDA EngineOps in one file (over 500 lines): its kernels share the launch
+// helpers, the scratch and the per-format codec dispatch, and must be compiled
+// together with -fmad=false.
 // Compiled with -fmad=false (src/CMakeLists.txt): adamw_element must round every
 // multiply and add on its own to give the host's bits.
 #include "engine/cuda/engine_ops_cuda.h"
