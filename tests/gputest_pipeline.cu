@@ -8,7 +8,7 @@
 // back late, are bitwise those of the same steps run one at a time with the
 // host waiting for each (a second engine from the same seed).
 //
-// And the CUDA graphs (src/cuda/stream_graphs.h) change no bit: an engine whose
+// And the CUDA graphs (src/models/cuda/stream_graphs.h) change no bit: an engine whose
 // GPU GPT replays graphs trains, evaluates at another batch shape and trains
 // on, bitwise as one whose GPT runs every kernel eagerly.
 #include <cuda_runtime.h>

@@ -1,4 +1,4 @@
-// StreamGraphs (src/cuda/stream_graphs.h) on its own: a segment runs eagerly
+// StreamGraphs (src/models/cuda/stream_graphs.h) on its own: a segment runs eagerly
 // on first sight of a key, is captured on the second and replayed after; keys
 // are kept per segment up to a limit (least recently used out); a segment
 // whose capture fails runs eagerly from then on, its work done once either

@@ -1,4 +1,4 @@
-// links: mxdp_core_testing (the fault switches of src/faults.h)
+// links: mxdp_core_testing (the fault switches of src/engine/faults.h)
 //
 // The lifecycle tests of the data-parallel core (docs/engine.md, "The parity
 // contract" and "Tests"): for every weight_format x overlap_param_gather x

@@ -1,4 +1,4 @@
-// `mxdp export` and `mxdp train --init-from` (src/hf_gpt2.h), checked by
+// `mxdp export` and `mxdp train --init-from` (src/models/gpt2/hf_gpt2.h), checked by
 // readers that share no code with mxdp: the `safetensors` package reads the
 // export, and a numpy forward pass of GPT-2 (scripts/hf_gpt2_numpy.py) must
 // reproduce mxdp's eval loss within 1e-5 relative from it. export -> init-from

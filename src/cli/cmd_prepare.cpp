@@ -25,7 +25,7 @@ void add_prepare_command(CLI::App& app, Runner& run) {
       ->capture_default_str();
   cmd->add_option("--tokenizer", o->tokenizer,
                   "Encode with this Hugging Face tokenizer.json (byte-level BPE, GPT-2's kind) instead of bytes; "
-                  "a copy goes next to the shards (src/tokenizer.h)");
+                  "a copy goes next to the shards (src/data/tokenizer.h)");
   cmd->callback([o, &run] {
     run = [o] {
       if (!o->tokenizer.empty())
