@@ -1,4 +1,6 @@
-// Byte tokenizer, shard files and loaders; the contract is in data.h.
+// Byte tokenizer, shard files and loaders; the contract is in data.h. One file
+// (over 500 lines) because the shard writer, the reader that trusts no byte of
+// a shard and the loaders share the shard header's private layout.
 #include "data/data.h"
 
 #include <fcntl.h>

@@ -1,4 +1,6 @@
-// Checkpoint formats, readers and writers; the layout is in checkpoint.h.
+// Checkpoint formats, readers and writers; the layout is in checkpoint.h. One
+// file (over 500 lines): the step directory's manifest and rank files and the
+// older single-file format share one container reader, which trusts no byte.
 #include "io/checkpoint.h"
 
 #include <fcntl.h>

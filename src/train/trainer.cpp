@@ -1,3 +1,4 @@
+// (One file of over 500 lines: the job's phases share its state.)
 // The training job: set-up (options, data, checkpoint to resume, schedule,
 // model and engine, header), then steps, evals and saves, then the final
 // sample. Runs the same code on every rank; rank 0 ("the lead") alone prints

@@ -1,5 +1,6 @@
-// CUDA kernels of the block formats. Every value is computed with the codecs
-// of formats.h, in the same order of fp32 operations as the CPU reference
+// CUDA kernels of the block formats, in one file (over 500 lines) because the
+// formats' kernels share their vectorized loads and lane indexing. Every value
+// is computed with the codecs of formats/codec.h, in the same order of fp32 operations as the CPU reference
 // (quant.cpp), so the outputs agree bit for bit. amax folds are exact and
 // order-free (max of non-NaN values), so any reduction tree gives the same bits.
 #include "formats/cuda/quant_cuda.h"

@@ -1,5 +1,7 @@
-// GPT-2 on the GPU. The same model as gpt.h (architecture, parameter list,
-// init: gpt_param_specs, gpt_init_param), in bf16 with fp32 accumulation.
+// GPT-2 on the GPU (one file of over 500 lines: the forward and backward of a
+// block share the activation arena laid out below). The same model as gpt.h
+// (architecture, parameter list, init: gpt_param_specs, gpt_init_param), in
+// bf16 with fp32 accumulation.
 //
 // Forward of block l (resid[l] is the residual stream entering it):
 //   ln1  = LN1(resid[l])              (fused into the previous block's last residual add)
