@@ -23,6 +23,7 @@
 #include "models/model.h"
 #include "engine/optimizer.h"
 #include "engine/options.h"
+#include "util/check.h"
 
 namespace mxdp {
 
@@ -68,6 +69,12 @@ struct UnpackPiece {
   void* dst = nullptr;
   int64_t len = 0;
 };
+
+// The argument check every implementation's quantize / dequantize makes: a
+// format whose traits have tensor_amax needs its amax pointer.
+inline void check_tensor_amax(WeightFormat f, const float* tensor_amax, const char* op) {
+  MXDP_CHECK(!format_traits(f).tensor_amax || tensor_amax, op, ": ", to_string(f), " needs the tensor amax");
+}
 
 class EngineOps {
  public:

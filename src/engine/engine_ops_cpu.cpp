@@ -36,7 +36,7 @@ class CpuOps final : public EngineOps {
 
   void quantize(WeightFormat f, ScaleRounding r, const float* x, int64_t n, const float* tensor_amax,
                 uint8_t* codes, uint8_t* scales) override {
-    check_amax(f, tensor_amax, "quantize");
+    check_tensor_amax(f, tensor_amax, "quantize");
     switch (f) {
       case WeightFormat::Bf16: to_bf16(x, reinterpret_cast<uint16_t*>(codes), n); break;
       case WeightFormat::Mxfp8: mxfp8_quantize_rowwise(x, 1, n, {Fp8Kind::E4M3, r}, codes, scales); break;
@@ -45,7 +45,7 @@ class CpuOps final : public EngineOps {
   }
   void dequantize(WeightFormat f, const uint8_t* codes, const uint8_t* scales, int64_t n, const float* tensor_amax,
                   void* out, ComputeDType dt) override {
-    check_amax(f, tensor_amax, "dequantize");
+    check_tensor_amax(f, tensor_amax, "dequantize");
     if (dt == ComputeDType::BF16) {
       std::vector<float> tmp(size_t(std::max<int64_t>(n, 0)));
       dequantize(f, codes, scales, n, tensor_amax, tmp.data(), ComputeDType::F32);
@@ -119,11 +119,6 @@ class CpuOps final : public EngineOps {
   void* alloc_host(size_t bytes) override { return alloc(bytes); }
   void release_host(void* p) override { release(p); }
   void copy_to_host_async(void* host, const void* src, size_t bytes) override { copy_to_host(host, src, bytes); }
-
- private:
-  static void check_amax(WeightFormat f, const float* tensor_amax, const char* op) {
-    MXDP_CHECK(!format_traits(f).tensor_amax || tensor_amax, op, ": ", to_string(f), " needs the tensor amax");
-  }
 };
 
 }  // namespace

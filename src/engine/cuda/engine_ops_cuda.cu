@@ -374,7 +374,7 @@ class CudaOps final : public EngineOps {
   }
   void quantize(WeightFormat f, ScaleRounding r, const float* x, int64_t n, const float* tensor_amax, uint8_t* codes,
                 uint8_t* scales) override {
-    check_amax(f, tensor_amax, "quantize");
+    check_tensor_amax(f, tensor_amax, "quantize");
     switch (f) {
       case WeightFormat::Bf16: to_bf16(x, reinterpret_cast<uint16_t*>(codes), n); break;
       case WeightFormat::Mxfp8:
@@ -387,7 +387,7 @@ class CudaOps final : public EngineOps {
   }
   void dequantize(WeightFormat f, const uint8_t* codes, const uint8_t* scales, int64_t n, const float* tensor_amax,
                   void* out, ComputeDType dt) override {
-    check_amax(f, tensor_amax, "dequantize");
+    check_tensor_amax(f, tensor_amax, "dequantize");
     if (n <= 0) return;
     if (dt == ComputeDType::BF16) {
       uint16_t* y = static_cast<uint16_t*>(out);
@@ -529,9 +529,6 @@ class CudaOps final : public EngineOps {
   void sync() {
     ++waits_;
     MXDP_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  }
-  static void check_amax(WeightFormat f, const float* tensor_amax, const char* op) {
-    MXDP_CHECK(!format_traits(f).tensor_amax || tensor_amax, op, ": ", to_string(f), " needs the tensor amax");
   }
   Nvfp4TensorScale* scale_scratch() { return reinterpret_cast<Nvfp4TensorScale*>(reinterpret_cast<float*>(scratch_ + kSumBlocks + 1) + 2); }
 };
