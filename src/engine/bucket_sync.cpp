@@ -1,10 +1,9 @@
-// The parameter and gradient syncs of DataParallel, bucket by bucket: the
-// freshness chain (stage, start/finish gather, unpack, weights_for_forward,
-// check_fresh; engine.h tells the chain) and the gradient reduce-scatters.
+// BucketSync (bucket_sync.h): the freshness chain (stage, start/finish gather,
+// unpack, weights_for_forward, check_fresh) and the gradient reduce-scatters.
 #include <algorithm>
 #include <cstring>
 
-#include "engine/engine.h"
+#include "engine/bucket_sync.h"
 #include "formats/format.h"
 #include "util/check.h"
 
@@ -21,28 +20,56 @@
 
 namespace mxdp {
 
-// ---------------------------------------------------------------- the chain
-
-const float* DataParallel::param_amax(int p) const {
-  const ParamPlace& pl = layout_.place[p];
-  return buf_[pl.buffer].amax.data() + buf_[pl.buffer].amax_off[pl.bucket] + amax_slot_[p];
+BucketSync::BucketSync(Model& model, Communicator& comm, EngineOps& ops, const DpOptions& opt,
+                       const std::vector<ParamSpec>& params, const Layout& layout, EngineBuffers& bufs)
+    : model_(model),
+      comm_(comm),
+      ops_(ops),
+      opt_(opt),
+      params_(params),
+      layout_(layout),
+      bufs_(bufs),
+      rank_(comm.rank()),
+      dp_(comm.size()),
+      zero_amax_(ops, 1) {  // zero-filled, never written
+  const int nl = model.num_layers();
+  layer_params_.assign(nl, {});
+  for (int p = 0; p < int(params.size()); ++p) {
+    MXDP_CHECK(params[p].layer >= 0 && params[p].layer < nl, "param '", params[p].name, "' names layer ",
+               params[p].layer, " but the model has ", nl, " layers");
+    layer_params_[params[p].layer].push_back(p);
+  }
+  fwd_order_ = layout.forward_order();
+  for (const GatherBuffer& gb : layout.buffers) {
+    st_.emplace_back(gb.buckets.size());
+    unpack_.emplace_back(gb.buckets.size());
+  }
 }
+
+void BucketSync::restart_at(int64_t version) {
+  drop_inflight();
+  for (auto& buffer : st_)
+    for (BucketState& st : buffer) st = BucketState{};
+  version_ = version;
+}
+
+// ---------------------------------------------------------------- the chain
 
 // Quantizes the shards this rank owns into the bucket's payload. With `u` (the
 // optimizer step) AdamW runs first, in the same pass over memory: the fused ops
 // read g, m, v and the master once and write m, v, the master and the payload.
 // Every element gets exactly the bits of adamw() then quantize() (engine_ops.h).
-void DataParallel::stage(int f, int b, const Update* u) {
+void BucketSync::stage(int f, int b, const Update* u) {
   const GatherBuffer& gb = layout_.buffers[f];
   const Bucket& bk = gb.buckets[b];
-  BufferState& bs = buf_[f];
-  BucketState& st = bs.st[b];
-  if (reused(f))
+  BufferState& bs = bufs_[f];
+  BucketState& st = st_[f][b];
+  if (bufs_.reused(f))
     MXDP_CHECK(st.region != Region::Grads, "staging bucket ", b, " of the ", to_string(gb.format),
                " buffer into its grad region, which still holds live gradients");
   const PayloadShape ps = payload_shape(gb.format, bk.shard_numel);
   const FormatTraits& ft = format_traits(gb.format);
-  uint8_t* base = payload_ptr(f, b);
+  uint8_t* base = bufs_.payload_ptr(f, b);
   // Where element `at` of a shard's payload has its code and its block's scale.
   const auto codes_at = [&](uint8_t* slot, int64_t at) { return slot + ft.code_bytes(at); };
   const auto scales_at = [&](uint8_t* slot, int64_t at) { return slot + ps.code_bytes + ft.scales_bytes(at); };
@@ -58,15 +85,15 @@ void DataParallel::stage(int f, int b, const Update* u) {
     // into its param's slot in device memory, the slots are all-reduced on the
     // device, and pass 2 quantizes reading them there: no host round trip.
     float* am = bs.amax.data() + bs.amax_off[b];
-    ops_->zero(am, bk.params.size() * sizeof(float));
+    ops_.zero(am, bk.params.size() * sizeof(float));
     const auto pass1 = [&](const Piece& pc, int64_t off) {
       const int64_t at = off + pc.shard_pos;
-      float* slot = am + amax_slot_[pc.param];
+      float* slot = bufs_.param_amax(pc.param);
       if (u)
-        ops_->adamw_amax(bs.master.data() + at, bs.m.data() + at, bs.v.data() + at, bs.main_grad + at, pc.len,
-                         ctl_.data(), adamw_params(pc.param), slot);
+        ops_.adamw_amax(bs.master.data() + at, bs.m.data() + at, bs.v.data() + at, bs.main_grad + at, pc.len,
+                         u->ctl, adamw_params(pc.param), slot);
       else
-        ops_->amax_into(bs.master.data() + at, pc.len, slot);
+        ops_.amax_into(bs.master.data() + at, pc.len, slot);
     };
     // dp 1: each param of the bucket is one piece of its one shard, so its amax
     // is complete after its own pass 1, and pass 2 follows right away (reading
@@ -74,23 +101,23 @@ void DataParallel::stage(int f, int b, const Update* u) {
     const bool per_piece = dp_ == 1;
     if (!per_piece) {
       for (int s = 0; s < dp_; ++s) {
-        if (!owns(s)) continue;
+        if (!bufs_.owns(s)) continue;
         for (const Piece& pc : bk.shards[s])
-          if (pc.len > 0) pass1(pc, shard_local_off(f, b, s));
+          if (pc.len > 0) pass1(pc, bufs_.shard_local_off(f, b, s));
       }
       if (opt_.distributed_optimizer && dp_ > 1)
-        comm_.all_reduce(am, am, bk.params.size(), DType::F32, RedOp::Max, ops_->stream());
+        comm_.all_reduce(am, am, bk.params.size(), DType::F32, RedOp::Max, ops_.stream());
     }
     for (int s = 0; s < dp_; ++s) {
-      if (!owns(s)) continue;
-      const int64_t off = shard_local_off(f, b, s);
+      if (!bufs_.owns(s)) continue;
+      const int64_t off = bufs_.shard_local_off(f, b, s);
       const float* x = bs.master.data() + off;
       uint8_t* slot = base + s * ps.shard_bytes;
       // Segments of the shard, each piece with its param's tensor amax, the
       // padding between them as zeros (amax 0).
       auto pad = [&](int64_t at, int64_t len) {
         if (len > 0)
-          ops_->quantize(gb.format, opt_.mxfp8_scale_rounding, x + at, len, zero_amax_.data(), codes_at(slot, at),
+          ops_.quantize(gb.format, opt_.mxfp8_scale_rounding, x + at, len, zero_amax_.data(), codes_at(slot, at),
                          scales_at(slot, at));
       };
       int64_t pos = 0;
@@ -98,7 +125,7 @@ void DataParallel::stage(int f, int b, const Update* u) {
         pad(pos, pc.shard_pos - pos);
         if (pc.len > 0) {
           if (per_piece) pass1(pc, off);
-          ops_->quantize(gb.format, opt_.mxfp8_scale_rounding, x + pc.shard_pos, pc.len, am + amax_slot_[pc.param],
+          ops_.quantize(gb.format, opt_.mxfp8_scale_rounding, x + pc.shard_pos, pc.len, bufs_.param_amax(pc.param),
                          codes_at(slot, pc.shard_pos), scales_at(slot, pc.shard_pos));
         }
         pos = pc.shard_pos + pc.len;
@@ -107,11 +134,11 @@ void DataParallel::stage(int f, int b, const Update* u) {
     }
   } else {
     for (int s = 0; s < dp_; ++s) {
-      if (!owns(s)) continue;
-      const int64_t off = shard_local_off(f, b, s);
+      if (!bufs_.owns(s)) continue;
+      const int64_t off = bufs_.shard_local_off(f, b, s);
       uint8_t* slot = base + s * ps.shard_bytes;
       if (!u) {
-        ops_->quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + off, bk.shard_numel, nullptr, slot,
+        ops_.quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + off, bk.shard_numel, nullptr, slot,
                        slot + ps.code_bytes);
         continue;
       }
@@ -123,8 +150,8 @@ void DataParallel::stage(int f, int b, const Update* u) {
       const auto fused = [&](int64_t at, int64_t len, int param) {
         if (len <= 0) return;
         const int64_t e = off + at;
-        ops_->adamw_quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + e, bs.m.data() + e,
-                             bs.v.data() + e, bs.main_grad + e, len, ctl_.data(), adamw_params(param),
+        ops_.adamw_quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + e, bs.m.data() + e,
+                             bs.v.data() + e, bs.main_grad + e, len, u->ctl, adamw_params(param),
                              codes_at(slot, at), scales_at(slot, at));
       };
       const std::vector<Piece>& pcs = bk.shards[s];
@@ -142,13 +169,13 @@ void DataParallel::stage(int f, int b, const Update* u) {
     }
   }
   st.staged_v = version_;
-  if (reused(f)) st.region = Region::Payload;
+  if (bufs_.reused(f)) st.region = Region::Payload;
   // Reference mode: every rank staged every shard; there is nothing to gather.
   if (!opt_.distributed_optimizer) st.gathered_v = st.staged_v;
 }
 
-void DataParallel::start_gather(int f, int b) {
-  BucketState& st = buf_[f].st[b];
+void BucketSync::start_gather(int f, int b) {
+  BucketState& st = st_[f][b];
   if (st.weights_v >= version_ || st.gathered_v >= version_) return;  // nothing newer to move
   if (st.gather) {
     // One gather per bucket in flight. A record that was waited for but kept
@@ -166,15 +193,15 @@ void DataParallel::start_gather(int f, int b) {
   }
   if (!opt_.distributed_optimizer) return;
   const PayloadShape ps = payload_shape(layout_.buffers[f].format, layout_.buffers[f].buckets[b].shard_numel);
-  uint8_t* base = payload_ptr(f, b);
-  st.gather = comm_.all_gather_async(base + rank_ * ps.shard_bytes, base, ps.shard_bytes, ops_->stream());
+  uint8_t* base = bufs_.payload_ptr(f, b);
+  st.gather = comm_.all_gather_async(base + rank_ * ps.shard_bytes, base, ps.shard_bytes, ops_.stream());
   gather_bytes_ += dp_ * ps.shard_bytes;
   st.gather_v = st.staged_v;
   st.gather_done = false;
 }
 
-void DataParallel::finish_gather(int f, int b) {
-  BucketState& st = buf_[f].st[b];
+void BucketSync::finish_gather(int f, int b) {
+  BucketState& st = st_[f][b];
   if (!st.gather) return;
   if (!st.gather_done) st.gather->wait();
   st.gathered_v = st.gather_v;  // a record kept by the fault carries its old version
@@ -184,18 +211,18 @@ void DataParallel::finish_gather(int f, int b) {
     st.gather.reset();
 }
 
-void DataParallel::unpack(int f, int b) {
+void BucketSync::unpack(int f, int b) {
   const GatherBuffer& gb = layout_.buffers[f];
   const Bucket& bk = gb.buckets[b];
-  if (reused(f))
-    MXDP_CHECK(buf_[f].st[b].region == Region::Payload, "unpacking bucket ", b,
+  if (bufs_.reused(f))
+    MXDP_CHECK(st_[f][b].region == Region::Payload, "unpacking bucket ", b,
                " from its grad region, which does not hold a gathered payload");
   // Every piece of every shard in one dequantize_pieces launch. The table of
   // pointers stays in ops memory and is uploaded again only if it changed
   // (compute weights are fixed for a model's life, so: once per bucket).
   const PayloadShape ps = payload_shape(gb.format, bk.shard_numel);
   const FormatTraits& ft = format_traits(gb.format);
-  const uint8_t* base = payload_ptr(f, b);
+  const uint8_t* base = bufs_.payload_ptr(f, b);
   const ComputeDType dt = model_.compute_dtype();
   const int64_t esize = dt == ComputeDType::F32 ? 4 : 2;
   std::vector<UnpackPiece> t;
@@ -210,23 +237,23 @@ void DataParallel::unpack(int f, int b) {
       const int64_t at = pc.shard_pos;
       u.codes = slot + ft.code_bytes(at);
       if (ft.scale_bytes > 0) u.scales = slot + ps.code_bytes + ft.scales_bytes(at);
-      if (ft.tensor_amax) u.amax = param_amax(pc.param);
+      if (ft.tensor_amax) u.amax = bufs_.param_amax(pc.param);
       max_len = std::max(max_len, pc.len);
       t.push_back(u);
     }
   }
-  UnpackTable& ut = buf_[f].unpack[b];
+  UnpackTable& ut = unpack_[f][b];
   if (t.size() != ut.host.size() || std::memcmp(t.data(), ut.host.data(), t.size() * sizeof(UnpackPiece)) != 0) {
-    ut.dev = DeviceArray<UnpackPiece>(*ops_, t.size());
-    ops_->copy_from_host(ut.dev.data(), t.data(), t.size() * sizeof(UnpackPiece));
+    ut.dev = DeviceArray<UnpackPiece>(ops_, t.size());
+    ops_.copy_from_host(ut.dev.data(), t.data(), t.size() * sizeof(UnpackPiece));
     ut.host = std::move(t);
     ut.max_len = max_len;
   }
-  ops_->dequantize_pieces(gb.format, ut.dev.data(), int(ut.host.size()), ut.max_len, dt);
+  ops_.dequantize_pieces(gb.format, ut.dev.data(), int(ut.host.size()), ut.max_len, dt);
 }
 
-void DataParallel::weights_for_forward(int f, int b) {
-  BucketState& st = buf_[f].st[b];
+void BucketSync::weights_for_forward(int f, int b) {
+  BucketState& st = st_[f][b];
   if (st.weights_v == version_) return;
   if (st.gathered_v < version_) {
     start_gather(f, b);
@@ -244,15 +271,15 @@ void DataParallel::weights_for_forward(int f, int b) {
              " but the latest optimizer step made version ", version_);
 }
 
-void DataParallel::check_fresh(int p) const {
+void BucketSync::check_fresh(int p) const {
   const ParamPlace& pl = layout_.place[p];
-  const BucketState& st = buf_[pl.buffer].st[pl.bucket];
+  const BucketState& st = st_[pl.buffer][pl.bucket];
   MXDP_CHECK(st.weights_v == version_, "stale weights: layer ", params_[p].layer, " is about to read '",
              params_[p].name, "' at version ", st.weights_v, ", but the latest optimizer step made version ",
              version_);
 }
 
-void DataParallel::before_layer(int layer) {
+void BucketSync::before_layer(int layer) {
   MXDP_CHECK(layer >= 0 && layer < int(layer_params_.size()), "before_layer(", layer,
              "): the model has ", layer_params_.size(), " layers");
   while (cursor_ < fwd_order_.size()) {
@@ -266,27 +293,83 @@ void DataParallel::before_layer(int layer) {
   for (int p : layer_params_[layer]) check_fresh(p);
 }
 
+void BucketSync::begin_forward(bool eval) {
+  cursor_ = 0;
+  in_eval_ = eval;
+}
+
+void BucketSync::sync_all() {
+  for (auto [f, b] : fwd_order_) weights_for_forward(f, b);
+}
+
+void BucketSync::publish(const Update& u) {
+  // AdamW and stage, fused, bucket by bucket (a skipped step restages the same
+  // masters); then gather now, or (overlap) dispatch only the first bucket the
+  // next forward needs and defer the rest to the forward itself.
+  for (auto [f, b] : fwd_order_) stage(f, b, &u);
+  if (!opt_.overlap_param_gather) {
+    for (auto [f, b] : fwd_order_) start_gather(f, b);
+    for (auto [f, b] : fwd_order_) {
+      finish_gather(f, b);
+      MXDP_CHECK(st_[f][b].gathered_v == version_, "stale gather: bucket ", b, " of the ",
+                 to_string(layout_.buffers[f].format), " buffer gathered version ", st_[f][b].gathered_v,
+                 " right after the step that made version ", version_);
+    }
+  } else if (!fwd_order_.empty()) {
+    start_gather(fwd_order_[0].first, fwd_order_[0].second);
+  }
+}
+
+void BucketSync::close_traffic_window() {
+  last_gather_bytes_ = gather_bytes_;
+  last_reduce_bytes_ = reduce_bytes_;
+  gather_bytes_ = reduce_bytes_ = 0;
+}
+
 // ---------------------------------------------------------------- gradients
 
-float* DataParallel::grad(int p) {
+float* BucketSync::grad(int p) {
   MXDP_CHECK(in_backward_, "grad(", p, ") asked outside backward");
   MXDP_CHECK(p >= 0 && p < int(params_.size()), "grad(", p, "): no such param");
   const ParamPlace& pl = layout_.place[p];
-  return buf_[pl.buffer].grad.data() + pl.offset;
+  return bufs_[pl.buffer].grad.data() + pl.offset;
 }
 
-void DataParallel::begin_backward() {
-  for (size_t f = 0; f < buf_.size(); ++f)
-    for (size_t b = 0; b < buf_[f].st.size(); ++b) {
-      BucketState& st = buf_[f].st[b];
+void BucketSync::backward(Model& model, bool first_micro, bool last_micro) {
+  if (first_micro) begin_backward();
+  for (size_t f = 0; f < st_.size(); ++f)
+    for (size_t b = 0; b < st_[f].size(); ++b)
+      st_[f][b].grads_pending = int(layout_.buffers[f].buckets[b].params.size());
+  last_micro_ = last_micro;
+  in_backward_ = true;
+  try {
+    model.backward(*this);
+  } catch (...) {
+    in_backward_ = false;
+    throw;
+  }
+  in_backward_ = false;
+  for (size_t f = 0; f < st_.size(); ++f)
+    for (size_t b = 0; b < st_[f].size(); ++b)
+      MXDP_CHECK(st_[f][b].grads_pending == 0, "backward ended but bucket ", b, " has ", st_[f][b].grads_pending,
+                 " params whose after_layer_backward never came");
+  if (last_micro && !opt_.overlap_grad_reduce)
+    for (size_t f = 0; f < st_.size(); ++f)
+      for (size_t b = 0; b < st_[f].size(); ++b) start_reduce(int(f), int(b));
+}
+
+void BucketSync::begin_backward() {
+  for (size_t f = 0; f < st_.size(); ++f)
+    for (size_t b = 0; b < st_[f].size(); ++b) {
+      BucketState& st = st_[f][b];
       // Grad-buffer reuse: the region may hold the gathered payload; only once
       // the weights are unpacked from it may backward overwrite it.
       MXDP_CHECK(st.weights_v == version_, "backward would overwrite bucket ", b,
                  " whose weights (version ", st.weights_v, ") were never unpacked for version ", version_);
       MXDP_CHECK(!st.reducing, "bucket ", b, " still has a reduce-scatter in flight");
       const Bucket& bk = layout_.buffers[f].buckets[b];
-      ops_->zero(buf_[f].grad.data() + bk.offset, bk.numel * sizeof(float));
-      if (reused(int(f))) {
+      ops_.zero(bufs_[f].grad.data() + bk.offset, bk.numel * sizeof(float));
+      if (bufs_.reused(int(f))) {
         st.region = Region::Grads;
         st.staged_v = -1;  // rank r's staged slice is gone with the zeroing
         st.gathered_v = -1;
@@ -294,67 +377,71 @@ void DataParallel::begin_backward() {
     }
 }
 
-void DataParallel::after_layer_backward(int layer) {
+void BucketSync::after_layer_backward(int layer) {
   MXDP_CHECK(in_backward_, "after_layer_backward(", layer, ") outside backward");
-  const bool last = micro_ == opt_.micro_batches - 1;
   for (int p : layer_params_[layer]) {
     const ParamPlace& pl = layout_.place[p];
-    BucketState& st = buf_[pl.buffer].st[pl.bucket];
+    BucketState& st = st_[pl.buffer][pl.bucket];
     MXDP_CHECK(st.grads_pending > 0, "gradient of '", params_[p].name, "' completed twice");
-    if (--st.grads_pending == 0 && last && opt_.overlap_grad_reduce) start_reduce(pl.buffer, pl.bucket);
+    if (--st.grads_pending == 0 && last_micro_ && opt_.overlap_grad_reduce) start_reduce(pl.buffer, pl.bucket);
   }
   // MPI makes progress on outstanding collectives only inside MPI calls.
-  for (auto& bs : buf_)
-    for (auto& st : bs.st)
+  for (auto& buffer : st_)
+    for (auto& st : buffer)
       if (st.reduce) st.reduce->test();
 }
 
-void DataParallel::start_reduce(int f, int b) {
+void BucketSync::start_reduce(int f, int b) {
   const Bucket& bk = layout_.buffers[f].buckets[b];
-  BufferState& bs = buf_[f];
-  BucketState& st = bs.st[b];
+  BufferState& bs = bufs_[f];
+  BucketState& st = st_[f][b];
   MXDP_CHECK(!st.reducing, "bucket ", b, " reduce-scatter started twice");
   st.reducing = true;
   float* g = bs.grad.data() + bk.offset;
-  float* out = bs.main_grad + shard_local_off(f, b, rank_);
+  float* out = bs.main_grad + bufs_.shard_local_off(f, b, rank_);
   // One rank, fp32, main grads aliasing the grad buffer: the reduce-scatter
   // would copy the bucket onto itself. Nothing to do.
   if (bs.aliased && opt_.grad_reduce_dtype == GradReduceDType::Fp32) return;
   reduce_bytes_ += bk.numel * (opt_.grad_reduce_dtype == GradReduceDType::Fp32 ? 4 : 2);
   if (opt_.grad_reduce_dtype == GradReduceDType::Fp32) {
-    st.reduce = comm_.reduce_scatter_async(g, out, bk.shard_numel, DType::F32, RedOp::Avg, ops_->stream());
+    st.reduce = comm_.reduce_scatter_async(g, out, bk.shard_numel, DType::F32, RedOp::Avg, ops_.stream());
   } else {
     uint16_t* g16 = bs.grad_bf16.data() + bk.offset;
-    ops_->to_bf16(g, g16, bk.numel);
+    ops_.to_bf16(g, g16, bk.numel);
     st.reduce = comm_.reduce_scatter_async(g16, bs.shard_bf16.data() + bs.shard_off[b], bk.shard_numel,
-                                           DType::BF16, RedOp::Avg, ops_->stream());
+                                           DType::BF16, RedOp::Avg, ops_.stream());
   }
 }
 
-void DataParallel::finish_reduce(int f, int b) {
+void BucketSync::finish_reduce(int f, int b) {
   const Bucket& bk = layout_.buffers[f].buckets[b];
-  BufferState& bs = buf_[f];
-  BucketState& st = bs.st[b];
+  BufferState& bs = bufs_[f];
+  BucketState& st = st_[f][b];
   MXDP_CHECK(st.reducing, "bucket ", b, " has no reduce-scatter to finish");
   st.reducing = false;
   if (st.reduce) st.reduce->wait();
   st.reduce.reset();
-  float* out = bs.main_grad + shard_local_off(f, b, rank_);
+  float* out = bs.main_grad + bufs_.shard_local_off(f, b, rank_);
   if (opt_.grad_reduce_dtype == GradReduceDType::Bf16) {
     // (aliased: the grad buffer, whose grads the bf16 copy already took)
-    ops_->from_bf16(bs.shard_bf16.data() + bs.shard_off[b], out, bk.shard_numel);
+    ops_.from_bf16(bs.shard_bf16.data() + bs.shard_off[b], out, bk.shard_numel);
   }
   // Reference mode: every rank needs the whole reduced gradient.
   if (!opt_.distributed_optimizer && dp_ > 1) {
-    comm_.all_gather(out, bs.main_grad + bs.local_off[b], bk.shard_numel * sizeof(float), ops_->stream());
+    comm_.all_gather(out, bs.main_grad + bs.local_off[b], bk.shard_numel * sizeof(float), ops_.stream());
     gather_bytes_ += bk.numel * int64_t(sizeof(float));
   }
-  if (reused(f)) st.region = Region::Idle;  // grads consumed: the region may take a payload
+  if (bufs_.reused(f)) st.region = Region::Idle;  // grads consumed: the region may take a payload
 }
 
-void DataParallel::drop_inflight() {
-  for (auto& bs : buf_)
-    for (auto& st : bs.st) {
+void BucketSync::finish_reduces() {
+  for (size_t f = 0; f < st_.size(); ++f)
+    for (size_t b = 0; b < st_[f].size(); ++b) finish_reduce(int(f), int(b));
+}
+
+void BucketSync::drop_inflight() {
+  for (auto& buffer : st_)
+    for (auto& st : buffer) {
       if (st.gather && !st.gather_done) st.gather->wait();
       st.gather.reset();
       if (st.reduce) st.reduce->wait();

@@ -1,8 +1,11 @@
 // The engine's memory: what plan_memory predicts from the layout alone, what
-// allocated() measures, and where a bucket's pieces live in it.
+// EngineBuffers allocates and measures, and where a bucket's pieces live in it.
 #include "engine/buffers.h"
 
-#include "engine/engine.h"
+#include <algorithm>
+
+#include "formats/format.h"
+#include "util/check.h"
 
 namespace mxdp {
 
@@ -38,9 +41,61 @@ MemoryPlan plan_memory(const std::vector<ParamSpec>& params, const Layout& layou
   return m;
 }
 
-MemoryPlan DataParallel::allocated() const {
+EngineBuffers::EngineBuffers(const Layout& layout, const DpOptions& opt, EngineOps& ops, int rank, int dp)
+    : layout_(layout), opt_(opt), ops_(ops), rank_(rank), dp_(dp) {
+  int np = 0;
+  for (const GatherBuffer& gb : layout.buffers)
+    for (const Bucket& b : gb.buckets)
+      for (int p : b.params) np = std::max(np, p + 1);
+  amax_slot_.assign(np, -1);
+  buf_.resize(layout.buffers.size());
+  for (size_t f = 0; f < buf_.size(); ++f) {
+    const GatherBuffer& gb = layout.buffers[f];
+    BufferState& bs = buf_[f];
+    bs.grad = DeviceArray<float>(ops, gb.numel);
+    int64_t local = 0, shard_total = 0, payload = 0;
+    for (const Bucket& b : gb.buckets) {
+      bs.local_off.push_back(local);
+      local += opt.distributed_optimizer ? b.shard_numel : b.numel;
+      bs.shard_off.push_back(shard_total);
+      shard_total += b.shard_numel;
+      bs.payload_off.push_back(payload);
+      payload += dp * payload_shape(gb.format, b.shard_numel).shard_bytes;
+    }
+    if (opt.grad_reduce_dtype == GradReduceDType::Bf16) {
+      bs.grad_bf16 = DeviceArray<uint16_t>(ops, gb.numel);
+      bs.shard_bf16 = DeviceArray<uint16_t>(ops, shard_total);
+    }
+    if (!reused(int(f))) bs.payload = DeviceArray<uint8_t>(ops, payload);
+    bs.master = DeviceArray<float>(ops, local);
+    bs.m = DeviceArray<float>(ops, local);
+    bs.v = DeviceArray<float>(ops, local);
+    // dp 1: a shard is its whole bucket and the reduce-scatter a copy, so the
+    // reduced grads may be the grad buffer itself (not where it holds payloads).
+    bs.aliased = dp == 1 && !reused(int(f));
+    if (bs.aliased) {
+      MXDP_CHECK(local == gb.numel, "internal: dp 1 owns ", local, " of ", gb.numel, " elements");
+      bs.main_grad = bs.grad.data();
+    } else {
+      bs.main_grad_own = DeviceArray<float>(ops, local);
+      bs.main_grad = bs.main_grad_own.data();
+    }
+    if (format_traits(gb.format).tensor_amax) {
+      int64_t slots = 0;
+      for (const Bucket& b : gb.buckets) {
+        bs.amax_off.push_back(slots);
+        for (size_t i = 0; i < b.params.size(); ++i) amax_slot_[b.params[i]] = int(i);
+        slots += int64_t(b.params.size());
+      }
+      bs.amax = DeviceArray<float>(ops, slots);
+    }
+  }
+}
+
+MemoryPlan EngineBuffers::allocated(const std::vector<ParamSpec>& params, int64_t gather_bytes,
+                                    int64_t reduce_bytes) const {
   MemoryPlan m;
-  for (const auto& p : params_) m.params += p.numel();
+  for (const auto& p : params) m.params += p.numel();
   for (size_t f = 0; f < buf_.size(); ++f) {
     const BufferState& bs = buf_[f];
     m.laid_out += layout_.buffers[f].numel;
@@ -51,35 +106,52 @@ MemoryPlan DataParallel::allocated() const {
     m.grad_reduce_bytes += int64_t((bs.grad_bf16.size() + bs.shard_bf16.size()) * sizeof(uint16_t));
     m.payload_bytes += int64_t(bs.payload.size());
   }
-  m.gather_bytes = last_step_gather_bytes_;
-  m.reduce_bytes = last_step_reduce_bytes_;
+  m.gather_bytes = gather_bytes;
+  m.reduce_bytes = reduce_bytes;
   return m;
 }
 
-bool DataParallel::reused(int f) const {
-  return opt_.payload_in_grad_buffer(layout_.buffers[f].format);
-}
+bool EngineBuffers::reused(int f) const { return opt_.payload_in_grad_buffer(layout_.buffers[f].format); }
 
-int64_t DataParallel::shard_local_off(int f, int b, int s) const {
+int64_t EngineBuffers::shard_local_off(int f, int b, int s) const {
   const Bucket& bk = layout_.buffers[f].buckets[b];
   return buf_[f].local_off[b] + (opt_.distributed_optimizer ? 0 : s * bk.shard_numel);
 }
 
-uint8_t* DataParallel::payload_ptr(int f, int b) {
+uint8_t* EngineBuffers::payload_ptr(int f, int b) {
   BufferState& bs = buf_[f];
   if (reused(f))  // the bucket's own grad region; 256-byte aligned by the layout
     return reinterpret_cast<uint8_t*>(bs.grad.data() + layout_.buffers[f].buckets[b].offset);
   return bs.payload.data() + bs.payload_off[b];
 }
 
-void DataParallel::for_each_owned_piece(const PieceFn& fn) {
-  for (int f = 0; f < int(buf_.size()); ++f)
-    for (int b = 0; b < int(buf_[f].st.size()); ++b)
+float* EngineBuffers::param_amax(int p) {
+  const ParamPlace& pl = layout_.place[p];
+  return buf_[pl.buffer].amax.data() + buf_[pl.buffer].amax_off[pl.bucket] + amax_slot_[p];
+}
+
+void EngineBuffers::for_each_owned_piece(const PieceFn& fn) {
+  for (int f = 0; f < size(); ++f)
+    for (int b = 0; b < int(layout_.buffers[f].buckets.size()); ++b)
       for (int s = 0; s < dp_; ++s) {
         if (!owns(s)) continue;
         const int64_t off = shard_local_off(f, b, s);
         for (const Piece& pc : layout_.buffers[f].buckets[b].shards[s]) fn(f, pc, off + pc.shard_pos);
       }
+}
+
+void EngineBuffers::for_each_shard_piece(int s, const PieceFn& fn) {
+  for (int f = 0; f < size(); ++f)
+    for (int b = 0; b < int(layout_.buffers[f].buckets.size()); ++b) {
+      const int64_t off = shard_local_off(f, b, s);
+      for (const Piece& pc : layout_.buffers[f].buckets[b].shards[s])
+        if (pc.len > 0) fn(f, pc, off + pc.shard_pos);
+    }
+}
+
+void EngineBuffers::zero_state() {
+  for (BufferState& bs : buf_)
+    for (auto* a : {&bs.master, &bs.m, &bs.v}) ops_.zero(a->data(), a->bytes());
 }
 
 }  // namespace mxdp

@@ -1,10 +1,10 @@
 // The engine's buffers on one rank (Megatron-LM's param_and_grad_buffer): per
 // gather buffer of the layout, the fp32 grad buffer, the gathered payloads,
-// the fp32 masters, AdamW moments and reduced grads of what this rank owns,
-// and per bucket its place on the freshness chain (engine.h).
+// the fp32 masters, AdamW moments and reduced grads of what this rank owns.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -42,25 +42,8 @@ struct MemoryPlan {
 };
 MemoryPlan plan_memory(const std::vector<ParamSpec>& params, const Layout& layout, const DpOptions& opt);
 
-// What a bucket's grad region holds (grad-buffer reuse).
-enum class Region : uint8_t { Idle, Grads, Payload };
-// One bucket's place on the freshness chain, and its collectives in flight.
-struct BucketState {
-  int64_t staged_v = -1, gathered_v = -1, weights_v = -1;
-  std::unique_ptr<Work> gather;   // dispatched all-gather, carries gather_v
-  int64_t gather_v = -1;
-  bool gather_done = false;       // waited for, record kept (only under a test fault, faults.h)
-  std::unique_ptr<Work> reduce;   // reduce-scatter in flight (none when it is a no-op: aliased)
-  bool reducing = false;          // start_reduce ran, finish_reduce not yet
-  Region region = Region::Idle;   // what the bucket's grad region holds (reuse)
-  int grads_pending = 0;          // params whose grads are not yet complete
-};
-struct UnpackTable {
-  std::vector<UnpackPiece> host;  // what dev holds
-  DeviceArray<UnpackPiece> dev;
-  int64_t max_len = 0;
-};
-struct BufferState {  // arrays live in the engine ops' memory space
+// One gather buffer's memory on this rank; arrays live in the engine ops' memory space.
+struct BufferState {
   DeviceArray<float> grad;           // numel: where backward accumulates
   DeviceArray<uint16_t> grad_bf16;   // numel, only with grad_reduce_dtype bf16
   DeviceArray<uint16_t> shard_bf16;  // all shards, bf16 reduce output
@@ -72,10 +55,46 @@ struct BufferState {  // arrays live in the engine ops' memory space
   DeviceArray<float> main_grad_own;  // reduced grads, unless they alias the grad buffer
   float* main_grad = nullptr;        // master.size() elements: main_grad_own, or grad itself
   bool aliased = false;              // main_grad == grad (dp 1, payload not in the grad buffer)
-  DeviceArray<float> amax;           // NVFP4: per bucket, one tensor amax per param of the bucket
+  DeviceArray<float> amax;           // tensor-amax formats: per bucket, one amax per param of the bucket
   std::vector<int64_t> amax_off;     // per bucket: its first slot in amax
-  std::vector<BucketState> st;
-  std::vector<UnpackTable> unpack;   // per bucket: its unpack's pieces (filled at the first unpack)
+};
+
+// The buffers of every gather buffer of the layout, and where a bucket's
+// pieces live in them. Memory only: the freshness chain over it is BucketSync's.
+class EngineBuffers {
+ public:
+  EngineBuffers(const Layout& layout, const DpOptions& opt, EngineOps& ops, int rank, int dp);
+
+  int size() const { return int(buf_.size()); }
+  BufferState& operator[](int f) { return buf_[f]; }
+  const BufferState& operator[](int f) const { return buf_[f]; }
+
+  uint8_t* payload_ptr(int f, int b);  // start of the bucket's gathered payload
+  // Offset of shard s of bucket b in buffer f's master/m/v/main_grad.
+  int64_t shard_local_off(int f, int b, int s) const;
+  bool owns(int s) const { return !opt_.distributed_optimizer || s == rank_; }
+  bool reused(int f) const;  // buffer f's payload lives in its grad buffer
+  float* param_amax(int p);  // tensor amax of param p (its last stage), ops memory
+
+  // fn(buffer, piece, offset of the piece in master/m/v/main_grad) for every
+  // param piece of every shard this rank owns (for_each_owned_piece), or of
+  // shard `s` alone (for_each_shard_piece; empty pieces skipped).
+  using PieceFn = std::function<void(int, const Piece&, int64_t)>;
+  void for_each_owned_piece(const PieceFn& fn);
+  void for_each_shard_piece(int s, const PieceFn& fn);
+
+  // Masters and moments to zero (a load replaces them).
+  void zero_state();
+  // The buffers held; traffic of the last step as the caller measured it.
+  MemoryPlan allocated(const std::vector<ParamSpec>& params, int64_t gather_bytes, int64_t reduce_bytes) const;
+
+ private:
+  const Layout& layout_;
+  const DpOptions& opt_;
+  EngineOps& ops_;
+  int rank_, dp_;
+  std::vector<BufferState> buf_;
+  std::vector<int> amax_slot_;  // per param: its slot in its bucket's tensor amaxes
 };
 
 }  // namespace mxdp

@@ -1,100 +1,54 @@
 // DataParallel, the facade: construction, and the life of a step as callers
-// drive it (forward_backward, train_step, eval, sync_weights). The parts live
-// beside it: buffers.cpp (memory), bucket_sync.cpp (the freshness chain and
-// the reduce-scatters), sharded_optimizer.cpp (the step), sharded_checkpoint.cpp.
+// drive it (forward_backward, launch_step, eval, sync_weights, save, load).
+// The parts are classes of their own: EngineBuffers (buffers.h),
+// BucketSync (bucket_sync.h), ShardedOptimizer (sharded_optimizer.h) and
+// ShardedCheckpoint (sharded_checkpoint.h).
 #include "engine/engine.h"
 
-#include "formats/format.h"
 #include "util/check.h"
 
 namespace mxdp {
+
+namespace {
+
+DpOptions validated(DpOptions opt, int dp) {
+  opt.validate(dp);
+  return opt;
+}
+
+std::vector<ParamSpec> checked_params(const Model& model, const Communicator& comm, const EngineOps& ops) {
+  MXDP_CHECK(ops.device_memory() == comm.device_memory(), "the engine's ops work on ",
+             ops.device_memory() ? "device" : "host", " memory but the communicator on ",
+             comm.device_memory() ? "device" : "host", " memory");
+  MXDP_CHECK(!model.params().empty(), "the model has no parameters");
+  return model.params();
+}
+
+}  // namespace
 
 DataParallel::DataParallel(Model& model, Communicator& comm, const DpOptions& opt, EngineOps* ops)
     : model_(model),
       comm_(comm),
       own_ops_(ops ? nullptr : make_cpu_ops()),
       ops_(ops ? ops : own_ops_.get()),
-      opt_(opt),
-      rank_(comm.rank()),
-      dp_(comm.size()) {
-  opt_.validate(dp_);
-  MXDP_CHECK(ops_->device_memory() == comm.device_memory(), "the engine's ops work on ",
-             ops_->device_memory() ? "device" : "host", " memory but the communicator on ",
-             comm.device_memory() ? "device" : "host", " memory");
-  params_ = model.params();
-  MXDP_CHECK(!params_.empty(), "the model has no parameters");
-  const int np = int(params_.size());
-  const int nl = model.num_layers();
-  layer_params_.assign(nl, {});
-  for (int p = 0; p < np; ++p) {
-    MXDP_CHECK(params_[p].layer >= 0 && params_[p].layer < nl, "param '", params_[p].name,
-               "' names layer ", params_[p].layer, " but the model has ", nl, " layers");
-    layer_params_[params_[p].layer].push_back(p);
-  }
-  layout_ = Layout::build(params_, opt_.weight_format, opt_.bucket_size, dp_, opt_.layout_order);
-  fwd_order_ = layout_.forward_order();
-  amax_slot_.assign(np, -1);
-
-  buf_.resize(layout_.buffers.size());
-  for (size_t f = 0; f < buf_.size(); ++f) {
-    const GatherBuffer& gb = layout_.buffers[f];
-    BufferState& bs = buf_[f];
-    bs.grad = DeviceArray<float>(*ops_, gb.numel);
-    bs.st.resize(gb.buckets.size());
-    bs.unpack.resize(gb.buckets.size());
-    int64_t local = 0, shard_total = 0, payload = 0;
-    for (const Bucket& b : gb.buckets) {
-      bs.local_off.push_back(local);
-      local += opt_.distributed_optimizer ? b.shard_numel : b.numel;
-      bs.shard_off.push_back(shard_total);
-      shard_total += b.shard_numel;
-      bs.payload_off.push_back(payload);
-      payload += dp_ * payload_shape(gb.format, b.shard_numel).shard_bytes;
-    }
-    if (opt_.grad_reduce_dtype == GradReduceDType::Bf16) {
-      bs.grad_bf16 = DeviceArray<uint16_t>(*ops_, gb.numel);
-      bs.shard_bf16 = DeviceArray<uint16_t>(*ops_, shard_total);
-    }
-    if (!reused(int(f))) bs.payload = DeviceArray<uint8_t>(*ops_, payload);
-    bs.master = DeviceArray<float>(*ops_, local);
-    bs.m = DeviceArray<float>(*ops_, local);
-    bs.v = DeviceArray<float>(*ops_, local);
-    // dp 1: a shard is its whole bucket and the reduce-scatter a copy, so the
-    // reduced grads may be the grad buffer itself (not where it holds payloads).
-    bs.aliased = dp_ == 1 && !reused(int(f));
-    if (bs.aliased) {
-      MXDP_CHECK(local == gb.numel, "internal: dp 1 owns ", local, " of ", gb.numel, " elements");
-      bs.main_grad = bs.grad.data();
-    } else {
-      bs.main_grad_own = DeviceArray<float>(*ops_, local);
-      bs.main_grad = bs.main_grad_own.data();
-    }
-    if (format_traits(gb.format).tensor_amax) {
-      int64_t slots = 0;
-      for (const Bucket& b : gb.buckets) {
-        bs.amax_off.push_back(slots);
-        for (size_t i = 0; i < b.params.size(); ++i) amax_slot_[b.params[i]] = int(i);
-        slots += int64_t(b.params.size());
-      }
-      bs.amax = DeviceArray<float>(*ops_, slots);
-    }
-  }
-  norm_partials_ = DeviceArray<double>(*ops_, size_t(dp_) * norm_row());
-  micro_losses_ = DeviceArray<float>(*ops_, size_t(opt_.micro_batches));
-  ctl_ = DeviceArray<StepControl>(*ops_, 1);
-  zero_amax_ = DeviceArray<float>(*ops_, 1);  // zero-filled, never written
-  for (HostArray<uint8_t>& h : host_slots_)
-    h = HostArray<uint8_t>(*ops_, norm_partials_.bytes() + sizeof(StepControl) + micro_losses_.bytes());
+      opt_(validated(opt, comm.size())),
+      params_(checked_params(model, comm, *ops_)),
+      layout_(Layout::build(params_, opt_.weight_format, opt_.bucket_size, comm.size(), opt_.layout_order)),
+      bufs_(layout_, opt_, *ops_, comm.rank(), comm.size()),
+      sync_(model, comm, *ops_, opt_, params_, layout_, bufs_),
+      optim_(comm, *ops_, opt_, layout_, bufs_, sync_),
+      ckpt_(comm, *ops_, opt_, params_, layout_, bufs_, sync_) {
   // The model's initial weights become the masters of the shards this rank owns.
-  for_each_owned_piece([&](int f, const Piece& pc, int64_t at) {
-    ops_->copy(buf_[f].master.data() + at, model_.initial_weights(pc.param) + pc.param_begin, pc.len * sizeof(float));
+  bufs_.for_each_owned_piece([&](int f, const Piece& pc, int64_t at) {
+    ops_->copy(bufs_[f].master.data() + at, model_.initial_weights(pc.param) + pc.param_begin,
+               pc.len * sizeof(float));
   });
   model_.release_initial_weights();
 }
 
 DataParallel::~DataParallel() {
   try {
-    drop_inflight();
+    sync_.drop_inflight();
   } catch (...) {
   }
 }
@@ -102,27 +56,10 @@ DataParallel::~DataParallel() {
 void DataParallel::forward_backward(const Batch& batch) {
   MXDP_CHECK(micro_ < opt_.micro_batches, "forward_backward: ", micro_,
              " micro-batches already accumulated; call optimizer_step() first");
-  cursor_ = 0;
-  model_.forward_into(batch, *this, micro_losses_.data() + micro_);
-  if (micro_ == 0) begin_backward();
-  for (size_t f = 0; f < buf_.size(); ++f)
-    for (size_t b = 0; b < buf_[f].st.size(); ++b)
-      buf_[f].st[b].grads_pending = int(layout_.buffers[f].buckets[b].params.size());
-  in_backward_ = true;
-  try {
-    model_.backward(*this);
-  } catch (...) {
-    in_backward_ = false;
-    throw;
-  }
-  in_backward_ = false;
-  for (size_t f = 0; f < buf_.size(); ++f)
-    for (size_t b = 0; b < buf_[f].st.size(); ++b)
-      MXDP_CHECK(buf_[f].st[b].grads_pending == 0, "backward ended but bucket ", b, " has ",
-                 buf_[f].st[b].grads_pending, " params whose after_layer_backward never came");
-  if (micro_ == opt_.micro_batches - 1 && !opt_.overlap_grad_reduce)
-    for (size_t f = 0; f < buf_.size(); ++f)
-      for (size_t b = 0; b < buf_[f].st.size(); ++b) start_reduce(int(f), int(b));
+  sync_.begin_forward(false);
+  model_.forward_into(batch, sync_, optim_.micro_loss(micro_));
+  sync_.end_forward();
+  sync_.backward(model_, micro_ == 0, micro_ == opt_.micro_batches - 1);
   ++micro_;
 }
 
@@ -133,35 +70,73 @@ StepResult DataParallel::train_step(const std::vector<Batch>& micro_batches) {
   return optimizer_step();
 }
 
-void DataParallel::sync_weights() {
-  for (auto [f, b] : fwd_order_) weights_for_forward(f, b);
+void DataParallel::launch_step() {
+  MXDP_CHECK(micro_ == opt_.micro_batches, "optimizer step after ", micro_, " of ", opt_.micro_batches,
+             " micro-batches");
+  micro_ = 0;
+  optim_.launch();
 }
+
+std::optional<StepResult> DataParallel::take_result(bool wait) { return optim_.take_result(wait); }
+
+StepResult DataParallel::optimizer_step() {
+  launch_step();
+  StepResult r;
+  while (auto x = take_result(true)) r = std::move(*x);
+  return r;
+}
+
+void DataParallel::sync_weights() { sync_.sync_all(); }
 
 double DataParallel::eval(const std::vector<Batch>& batches) {
   MXDP_CHECK(!batches.empty(), "eval needs at least one batch");
   // Each batch's loss stays in ops memory until the last is done: one read.
   DeviceArray<float> dev(*ops_, batches.size());
-  in_eval_ = true;
   try {
     for (size_t i = 0; i < batches.size(); ++i) {
-      cursor_ = 0;
-      model_.forward_into(batches[i], *this, dev.data() + i);
+      sync_.begin_forward(true);
+      model_.forward_into(batches[i], sync_, dev.data() + i);
     }
   } catch (...) {
-    in_eval_ = false;
+    sync_.end_forward();
     throw;
   }
-  in_eval_ = false;
+  sync_.end_forward();
   std::vector<float> host(batches.size());
   ops_->copy_to_host(host.data(), dev.data(), dev.bytes());
   double sum = 0;
   for (float l : host) sum += l;
-  std::vector<double> losses(dp_);
-  losses[rank_] = sum / double(batches.size());
+  const int dp = comm_.size();
+  std::vector<double> losses(dp);
+  losses[comm_.rank()] = sum / double(batches.size());
   comm_.host_all_gather(losses.data(), sizeof(double));
   double total = 0;
   for (double l : losses) total += l;
-  return total / dp_;
+  return total / dp;
+}
+
+void DataParallel::save_checkpoint(const std::string& path, const nlohmann::json& extra) {
+  MXDP_CHECK(micro_ == 0, "save_checkpoint in the middle of a step (", micro_,
+             " micro-batches accumulated): save after optimizer_step()");
+  ckpt_.save(path, extra, optim_.updates(), optim_.iteration());  // updates(): every result read first
+}
+
+nlohmann::json DataParallel::load_checkpoint(const std::string& path) {
+  sync_.drop_inflight();
+  optim_.resolve_all();  // results of steps before the load stay takeable
+  ShardedCheckpoint::Loaded l = ckpt_.load(path);
+  micro_ = 0;
+  optim_.set_loaded_counts(l.updates, l.iteration);
+  return std::move(l.extra);
+}
+
+std::vector<float> DataParallel::full_master(int param) { return ckpt_.full_master(param); }
+
+int64_t DataParallel::version() { return optim_.updates(); }
+int64_t DataParallel::skipped_steps() { return optim_.skipped_steps(); }
+
+MemoryPlan DataParallel::allocated() const {
+  return bufs_.allocated(params_, sync_.last_step_gather_bytes(), sync_.last_step_reduce_bytes());
 }
 
 }  // namespace mxdp

@@ -23,8 +23,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
-#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -32,28 +30,26 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "engine/bucket_sync.h"
 #include "engine/buffers.h"
 #include "engine/engine_ops.h"
 #include "engine/layout.h"
 #include "engine/options.h"
+#include "engine/sharded_checkpoint.h"
 #include "engine/sharded_optimizer.h"
 #include "models/model.h"
 
 namespace mxdp {
 
-struct CheckpointManifest;
-struct CheckpointParam;
-struct RankFileInfo;
-
-// The declaration reads as the life of a step; each part is defined in its own
-// file: buffers.cpp, bucket_sync.cpp, sharded_optimizer.cpp, sharded_checkpoint.cpp.
-class DataParallel final : private ModelHooks {
+// The facade: it reads as the life of a step, and each part of a step is a
+// class of its own (the members below).
+class DataParallel final {
  public:
   // The model's weights must already be initialised (identically on every rank):
   // they become the fp32 masters. `ops` does the memory work in the model's and
   // the communicator's memory space (nullptr: the CPU ops, owned by the engine).
   DataParallel(Model& model, Communicator& comm, const DpOptions& opt, EngineOps* ops = nullptr);
-  ~DataParallel() override;
+  ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
@@ -80,7 +76,7 @@ class DataParallel final : private ModelHooks {
   // for it. Empty when every result was taken.
   std::optional<StepResult> take_result(bool wait);
   // Launched steps whose results were not taken yet.
-  int results_pending() const { return int(launched_.size()); }
+  int results_pending() const { return optim_.pending(); }
 
   // Collective: makes the model's compute weights those of the latest step
   // (the same chain a forward drives), e.g. before sampling from the model.
@@ -109,7 +105,7 @@ class DataParallel final : private ModelHooks {
 
   // Optimizer updates applied (reads every launched step's result back first).
   int64_t version();
-  int64_t iteration() const { return iteration_; }
+  int64_t iteration() const { return optim_.iteration(); }
   int64_t skipped_steps();  // likewise
   const Layout& layout() const { return layout_; }
   // The buffers this rank holds right now (see MemoryPlan).
@@ -118,92 +114,18 @@ class DataParallel final : private ModelHooks {
   Communicator& comm() { return comm_; }
 
  private:
-  // ---- buffers.cpp: where a bucket's pieces live
-  uint8_t* payload_ptr(int f, int b);  // start of the bucket's gathered payload
-  int64_t shard_local_off(int f, int b, int s) const;
-  bool owns(int s) const { return !opt_.distributed_optimizer || s == rank_; }
-  bool reused(int f) const;  // buffer f's payload lives in its grad buffer
-  // fn(buffer, piece, offset of the piece in master/m/v/main_grad) for every
-  // param piece of every shard this rank owns.
-  using PieceFn = std::function<void(int, const Piece&, int64_t)>;
-  void for_each_owned_piece(const PieceFn& fn);
-
-  // ---- bucket_sync.cpp: forward (the freshness chain), backward (the reduces)
-  void before_layer(int layer) override;  // ModelHooks
-  float* grad(int param) override;
-  void after_layer_backward(int layer) override;
-  void weights_for_forward(int f, int b);
-  void start_gather(int f, int b);
-  void finish_gather(int f, int b);
-  // The optimizer's update of one bucket (AdamW on every owned piece), done by
-  // stage() in the same pass as the quantize.
-  struct Update {
-    float lr;
-    int64_t first_t;  // the AdamW count this update has if no unread step was skipped (AdamWChoice)
-  };
-  void stage(int f, int b, const Update* u = nullptr);  // u: AdamW first, fused
-  void unpack(int f, int b);
-  void check_fresh(int param) const;
-  const float* param_amax(int p) const;  // tensor amax of param p (last stage), ops memory
-  void begin_backward();
-  void start_reduce(int f, int b);
-  void finish_reduce(int f, int b);
-  void drop_inflight();
-
-  // ---- sharded_optimizer.cpp: the step, its results read late
-  int norm_row() const;  // partial sums per rank: one per bucket, then the loss sum
-  void decide_step();    // reduce, norm partials, step_control: the step's scalars on the device
-  void apply_step(const Update& u);  // AdamW + stage of every bucket, then the gathers
-  void send_results(Launched& l);    // the read-back into l's host slot, and its mark
-  void resolve(Launched& l);
-  void resolve_all();
-  int unresolved() const;
-  void close_traffic_window();
-  void set_loaded_counts(int64_t updates, int64_t iteration);
-
-  // ---- sharded_checkpoint.cpp
-  std::vector<float> full_bucket(const DeviceArray<float>& local, int f, int b);  // collective, to host
-  void on_every_rank(const std::function<void()>& fn);  // an error on any rank, thrown on all
-  std::vector<uint8_t> broadcast_bytes(std::vector<uint8_t> bytes);  // rank 0's bytes to every rank
-  void for_each_written_piece(const PieceFn& fn);  // the pieces this rank's file holds: shard rank_
-  void check_state_finite(const std::string& path);
-  RankFileInfo write_rank_file(const std::string& dir);
-  void check_params_match(const std::string& path, const std::vector<CheckpointParam>& ps) const;
-  void reset_state_for_load();
-  nlohmann::json load_step_directory(const std::string& path, CheckpointManifest m);
-  nlohmann::json load_single_file(const std::string& path, const std::vector<uint8_t>& bytes);
-
-  // ---- state
   Model& model_;
   Communicator& comm_;
   std::unique_ptr<EngineOps> own_ops_;
   EngineOps* ops_;
   DpOptions opt_;
-  int rank_, dp_;
   std::vector<ParamSpec> params_;
   Layout layout_;
-  std::vector<BufferState> buf_;
-  std::vector<std::pair<int, int>> fwd_order_;  // buckets in forward order
-  std::vector<std::vector<int>> layer_params_;  // params whose first layer is L
-  std::vector<int> amax_slot_;                  // per param: its slot in its bucket's tensor amaxes
-  DeviceArray<double> norm_partials_;           // [shard][bucket] sums of squares of one step
-  DeviceArray<float> micro_losses_;             // this step's micro-batch losses (model writes)
-  DeviceArray<StepControl> ctl_;                // the step's scalars, decided on the device
-  DeviceArray<float> zero_amax_;                // 0: the tensor amax a payload's padding is quantized with
-  std::deque<Launched> launched_;               // launched steps, results not yet taken (oldest first)
-  HostArray<uint8_t> host_slots_[kMaxStepsInFlight];
-  int next_slot_ = 0;
-  // version_ is the freshness label: one more per launched step, applied or
-  // skipped (a skipped step restages the same masters: the same bits under a
-  // new label). updates_ counts applied updates as far as read back (the AdamW
-  // count; checkpoints store it as their version).
-  int64_t version_ = 0, updates_ = 0, iteration_ = 0, skipped_steps_ = 0;
-  int64_t gather_bytes_ = 0, reduce_bytes_ = 0;  // since the last optimizer step
-  int64_t last_step_gather_bytes_ = 0, last_step_reduce_bytes_ = 0;
-  int micro_ = 0;          // micro-batches accumulated in this step
-  size_t cursor_ = 0;      // next bucket (forward order) the running forward will need
-  bool in_eval_ = false;
-  bool in_backward_ = false;
+  EngineBuffers bufs_;      // buffers.h: the memory
+  BucketSync sync_;         // bucket_sync.h: the freshness chain and the reduces
+  ShardedOptimizer optim_;  // sharded_optimizer.h: the step, its results read late
+  ShardedCheckpoint ckpt_;  // sharded_checkpoint.h: save, load, full masters
+  int micro_ = 0;           // micro-batches accumulated in this step
 };
 
 }  // namespace mxdp

@@ -1,50 +1,59 @@
-// Checkpoints of DataParallel (format in io/checkpoint.h): step directories
-// and version-1 single files, each rank writing and reading only the pieces of
-// the shards it owns; and full_master, the one tensor gather.
+// ShardedCheckpoint (sharded_checkpoint.h): step directories and version-1
+// single files, each rank writing and reading only the pieces of the shards it
+// owns; and full_master, the one tensor gather.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 
-#include "engine/engine.h"
+#include "engine/sharded_checkpoint.h"
 #include "io/checkpoint.h"
 #include "util/check.h"
 
 namespace mxdp {
 
-std::vector<float> DataParallel::full_bucket(const DeviceArray<float>& local, int f, int b) {
+ShardedCheckpoint::ShardedCheckpoint(Communicator& comm, EngineOps& ops, const DpOptions& opt,
+                                     const std::vector<ParamSpec>& params, const Layout& layout, EngineBuffers& bufs,
+                                     BucketSync& sync)
+    : comm_(comm),
+      ops_(ops),
+      opt_(opt),
+      params_(params),
+      layout_(layout),
+      bufs_(bufs),
+      sync_(sync),
+      rank_(comm.rank()),
+      dp_(comm.size()) {}
+
+std::vector<float> ShardedCheckpoint::full_bucket(const DeviceArray<float>& local, int f, int b) {
   const Bucket& bk = layout_.buffers[f].buckets[b];
-  DeviceArray<float> full(*ops_, bk.numel);
-  const float* mine = local.data() + buf_[f].local_off[b];
+  DeviceArray<float> full(ops_, bk.numel);
+  const float* mine = local.data() + bufs_[f].local_off[b];
   if (!opt_.distributed_optimizer) {
-    ops_->copy(full.data(), mine, bk.numel * sizeof(float));
+    ops_.copy(full.data(), mine, bk.numel * sizeof(float));
   } else {
     float* slot = full.data() + rank_ * bk.shard_numel;
-    ops_->copy(slot, mine, bk.shard_numel * sizeof(float));
-    comm_.all_gather(slot, full.data(), bk.shard_numel * sizeof(float), ops_->stream());
+    ops_.copy(slot, mine, bk.shard_numel * sizeof(float));
+    comm_.all_gather(slot, full.data(), bk.shard_numel * sizeof(float), ops_.stream());
   }
   std::vector<float> host(bk.numel);
-  ops_->copy_to_host(host.data(), full.data(), full.bytes());
+  ops_.copy_to_host(host.data(), full.data(), full.bytes());
   return host;
 }
 
-std::vector<float> DataParallel::full_master(int p) {
+std::vector<float> ShardedCheckpoint::full_master(int p) {
   MXDP_CHECK(p >= 0 && p < int(params_.size()), "full_master(", p, "): no such param");
   const ParamPlace& pl = layout_.place[p];
-  auto full = full_bucket(buf_[pl.buffer].master, pl.buffer, pl.bucket);
+  auto full = full_bucket(bufs_[pl.buffer].master, pl.buffer, pl.bucket);
   const int64_t at = pl.offset - layout_.buffers[pl.buffer].buckets[pl.bucket].offset;
   return {full.begin() + at, full.begin() + at + params_[p].numel()};
 }
 
-// Checkpoints (format in checkpoint.h). Every rank writes, and reads, only the
-// pieces of the shards it owns, a staging buffer at a time; nothing gathers a
-// tensor. Each phase ends in an agreement, so that an error on any rank stops
-// every rank with that rank's message instead of leaving the others waiting.
-
 namespace {
 constexpr int64_t kStageElems = int64_t(1) << 20;  // host staging: 4 MiB of fp32
-}  // namespace
 
-void DataParallel::on_every_rank(const std::function<void()>& fn) {
+// An error on any rank, thrown on every rank (the first rank's message).
+void on_every_rank(Communicator& comm, const std::function<void()>& fn) {
+  const int rank = comm.rank(), dp = comm.size();
   std::string err;
   try {
     fn();
@@ -52,47 +61,39 @@ void DataParallel::on_every_rank(const std::function<void()>& fn) {
     err = e.what();
     if (err.empty()) err = "unknown error";
   }
-  std::vector<uint64_t> lens(dp_, 0);
-  lens[rank_] = err.size();
-  comm_.host_all_gather(lens.data(), sizeof(uint64_t));
+  std::vector<uint64_t> lens(dp, 0);
+  lens[rank] = err.size();
+  comm.host_all_gather(lens.data(), sizeof(uint64_t));
   int first = -1;
-  for (int r = 0; r < dp_ && first < 0; ++r)
+  for (int r = 0; r < dp && first < 0; ++r)
     if (lens[r]) first = r;
   if (first < 0) return;
   std::string msg(lens[first], '\0');
-  if (rank_ == first) msg = err;
-  comm_.host_broadcast(msg.data(), msg.size(), first);
-  throw Error(dp_ > 1 ? "on rank " + std::to_string(first) + ": " + msg : msg);
+  if (rank == first) msg = err;
+  comm.host_broadcast(msg.data(), msg.size(), first);
+  throw Error(dp > 1 ? "on rank " + std::to_string(first) + ": " + msg : msg);
 }
 
-std::vector<uint8_t> DataParallel::broadcast_bytes(std::vector<uint8_t> bytes) {
+// Rank 0's bytes to every rank.
+std::vector<uint8_t> broadcast_bytes(Communicator& comm, std::vector<uint8_t> bytes) {
   uint64_t size = bytes.size();
-  comm_.host_broadcast(&size, sizeof size, 0);
+  comm.host_broadcast(&size, sizeof size, 0);
   bytes.resize(size_t(size));
   for (uint64_t off = 0; off < size; off += (1u << 30))
-    comm_.host_broadcast(bytes.data() + off, size_t(std::min<uint64_t>(1u << 30, size - off)), 0);
+    comm.host_broadcast(bytes.data() + off, size_t(std::min<uint64_t>(1u << 30, size - off)), 0);
   return bytes;
 }
 
-void DataParallel::for_each_written_piece(const PieceFn& fn) {
-  // Shard rank_ of every bucket, in both modes: the files of a reference run
-  // hold exactly what a sharded run's do.
-  for (int f = 0; f < int(buf_.size()); ++f)
-    for (int b = 0; b < int(buf_[f].st.size()); ++b) {
-      const int64_t off = shard_local_off(f, b, rank_);
-      for (const Piece& pc : layout_.buffers[f].buckets[b].shards[rank_])
-        if (pc.len > 0) fn(f, pc, off + pc.shard_pos);
-    }
-}
+}  // namespace
 
-void DataParallel::check_state_finite(const std::string& path) {
+void ShardedCheckpoint::check_state_finite(const std::string& path, int64_t iteration) {
   // The first param (lowest index) with a non-finite master or moment, over all ranks.
   int bad = int(params_.size()), bad_tensor = 0;
-  for_each_written_piece([&](int f, const Piece& pc, int64_t at) {
-    const BufferState& bs = buf_[f];
+  bufs_.for_each_shard_piece(rank_, [&](int f, const Piece& pc, int64_t at) {
+    const BufferState& bs = bufs_[f];
     int t = 0;
     for (const float* x : {bs.master.data(), bs.m.data(), bs.v.data()}) {
-      if (pc.param < bad && !std::isfinite(ops_->sum_squares(x + at, pc.len))) bad = pc.param, bad_tensor = t;
+      if (pc.param < bad && !std::isfinite(ops_.sum_squares(x + at, pc.len))) bad = pc.param, bad_tensor = t;
       ++t;
     }
   });
@@ -105,34 +106,35 @@ void DataParallel::check_state_finite(const std::string& path) {
   if (bad == int(params_.size())) return;
   static const char* kTensor[] = {"fp32 master weights", "AdamW first moments", "AdamW second moments"};
   MXDP_FAIL("not saving checkpoint '", path, "': the ", kTensor[bad_tensor], " of param '", params_[bad].name,
-            "' are not finite (NaN or Inf) after step ", iteration_,
+            "' are not finite (NaN or Inf) after step ", iteration,
             ": the run has diverged, and a checkpoint of it would replace good ones");
 }
 
-RankFileInfo DataParallel::write_rank_file(const std::string& dir) {
+// Shard rank_ of every bucket, in both modes: the files of a reference run
+// hold exactly what a sharded run's do.
+RankFileInfo ShardedCheckpoint::write_rank_file(const std::string& dir) {
   std::vector<StoredPiece> pieces;
-  for_each_written_piece([&](int, const Piece& pc, int64_t) { pieces.push_back({pc.param, pc.param_begin, pc.len}); });
+  bufs_.for_each_shard_piece(rank_,
+                             [&](int, const Piece& pc, int64_t) { pieces.push_back({pc.param, pc.param_begin, pc.len}); });
   RankFileWriter w((std::filesystem::path(dir) / rank_file_name(rank_)).string(), rank_, std::move(pieces));
   std::vector<float> host(static_cast<size_t>(kStageElems));
-  for_each_written_piece([&](int f, const Piece& pc, int64_t at) {
-    BufferState& bs = buf_[f];
+  bufs_.for_each_shard_piece(rank_, [&](int f, const Piece& pc, int64_t at) {
+    BufferState& bs = bufs_[f];
     for (const float* src : {bs.master.data() + at, bs.m.data() + at, bs.v.data() + at})
       for (int64_t done = 0; done < pc.len; done += kStageElems) {
         const int64_t n = std::min(kStageElems, pc.len - done);
-        ops_->copy_to_host(host.data(), src + done, size_t(n) * sizeof(float));
+        ops_.copy_to_host(host.data(), src + done, size_t(n) * sizeof(float));
         w.append(host.data(), size_t(n));
       }
   });
   return w.finish();
 }
 
-void DataParallel::save_checkpoint(const std::string& path, const nlohmann::json& extra) {
-  resolve_all();  // the AdamW count it stores
-  MXDP_CHECK(micro_ == 0, "save_checkpoint in the middle of a step (", micro_,
-             " micro-batches accumulated): save after optimizer_step()");
+void ShardedCheckpoint::save(const std::string& path, const nlohmann::json& extra, int64_t updates,
+                             int64_t iteration) {
   MXDP_CHECK(extra.is_object() || extra.is_null(), "save_checkpoint: extra must be a JSON object, got a ",
              extra.type_name());
-  check_state_finite(path);
+  check_state_finite(path, iteration);
   const auto bcast0 = [&](void* p, size_t n) { comm_.host_broadcast(p, n, 0); };
   // Rank 0 stages the directory beside its final place; every rank learns where.
   std::string staged;
@@ -142,11 +144,11 @@ void DataParallel::save_checkpoint(const std::string& path, const nlohmann::json
     std::filesystem::remove_all(staged, ec);
     create_directories(staged);
   }, bcast0);
-  const std::vector<uint8_t> name = broadcast_bytes(std::vector<uint8_t>(staged.begin(), staged.end()));
+  const std::vector<uint8_t> name = broadcast_bytes(comm_, std::vector<uint8_t>(staged.begin(), staged.end()));
   staged.assign(name.begin(), name.end());
   try {
     RankFileInfo mine;
-    on_every_rank([&] { mine = write_rank_file(staged); });
+    on_every_rank(comm_, [&] { mine = write_rank_file(staged); });
     // Every rank's file is complete and synced: rank 0 writes the manifest last.
     std::vector<uint64_t> files(2 * size_t(dp_));
     files[2 * rank_] = mine.bytes;
@@ -154,8 +156,8 @@ void DataParallel::save_checkpoint(const std::string& path, const nlohmann::json
     comm_.host_all_gather(files.data(), 2 * sizeof(uint64_t));
     on_rank0(comm_, [&] {
       CheckpointManifest m;
-      m.version = updates_;
-      m.iteration = iteration_;
+      m.version = updates;
+      m.iteration = iteration;
       m.extra = extra.is_null() ? nlohmann::json::object() : extra;
       for (const ParamSpec& p : params_) m.params.push_back({p.name, p.shape, p.numel()});
       for (int r = 0; r < dp_; ++r) m.files.push_back({rank_file_name(r), files[2 * r], files[2 * r + 1]});
@@ -175,9 +177,7 @@ void DataParallel::save_checkpoint(const std::string& path, const nlohmann::json
   }
 }
 
-nlohmann::json DataParallel::load_checkpoint(const std::string& path) {
-  drop_inflight();
-  resolve_all();
+ShardedCheckpoint::Loaded ShardedCheckpoint::load(const std::string& path) {
   // Rank 0 decides what `path` is and reads the manifest (or a single-file
   // checkpoint); the bytes, or the error, go to every rank.
   std::vector<uint8_t> bytes;
@@ -200,12 +200,12 @@ nlohmann::json DataParallel::load_checkpoint(const std::string& path) {
     }
   }, [&](void* p, size_t n) { comm_.host_broadcast(p, n, 0); });
   comm_.host_broadcast(&single_file, 1, 0);
-  bytes = broadcast_bytes(std::move(bytes));
+  bytes = broadcast_bytes(comm_, std::move(bytes));
   return single_file ? load_single_file(path, bytes)
                      : load_step_directory(path, parse_manifest(bytes, (std::filesystem::path(path) / kManifestName).string()));
 }
 
-void DataParallel::check_params_match(const std::string& path, const std::vector<CheckpointParam>& ps) const {
+void ShardedCheckpoint::check_params_match(const std::string& path, const std::vector<CheckpointParam>& ps) const {
   MXDP_CHECK(ps.size() == params_.size(), path, ": checkpoint holds ", ps.size(), " params, the model has ",
              params_.size());
   for (size_t p = 0; p < params_.size(); ++p)
@@ -213,62 +213,57 @@ void DataParallel::check_params_match(const std::string& path, const std::vector
                ps[p].name, "' in the checkpoint but '", params_[p].name, "' in the model (or their shapes differ)");
 }
 
-void DataParallel::reset_state_for_load() {
-  for (BufferState& bs : buf_) {
-    for (auto* a : {&bs.master, &bs.m, &bs.v}) ops_->zero(a->data(), a->bytes());
-    for (BucketState& st : bs.st) st = BucketState{};  // nothing derived from the old masters survives
-  }
-  micro_ = 0;
+void ShardedCheckpoint::reset_state() {
+  bufs_.zero_state();
+  sync_.restart_at(sync_.version());  // nothing derived from the old masters survives
 }
 
-nlohmann::json DataParallel::load_step_directory(const std::string& path, CheckpointManifest m) {
+ShardedCheckpoint::Loaded ShardedCheckpoint::load_step_directory(const std::string& path, CheckpointManifest m) {
   std::vector<CheckpointParam> ps = m.params;
   check_params_match(path, ps);
   const int64_t version = m.version, iteration = m.iteration;
   nlohmann::json extra = m.extra;
-  on_every_rank([&] {
+  on_every_rank(comm_, [&] {
     CheckpointReader reader(path, std::move(m));
     reader.prefer(rank_);
     // Every owned range must be stored before any state changes.
-    for_each_owned_piece([&](int, const Piece& pc, int64_t) {
+    bufs_.for_each_owned_piece([&](int, const Piece& pc, int64_t) {
       if (pc.len > 0) reader.check_stored(pc.param, pc.param_begin, pc.len);
     });
-    reset_state_for_load();
+    reset_state();
     std::vector<float> host(static_cast<size_t>(kStageElems));
-    for_each_owned_piece([&](int f, const Piece& pc, int64_t at) {
-      BufferState& bs = buf_[f];
+    bufs_.for_each_owned_piece([&](int f, const Piece& pc, int64_t at) {
+      BufferState& bs = bufs_[f];
       int t = 0;
       for (float* dst : {bs.master.data() + at, bs.m.data() + at, bs.v.data() + at}) {
         for (int64_t done = 0; done < pc.len; done += kStageElems) {
           const int64_t n = std::min(kStageElems, pc.len - done);
           reader.read(pc.param, pc.param_begin + done, n, t, host.data());
-          ops_->copy_from_host(dst + done, host.data(), size_t(n) * sizeof(float));
+          ops_.copy_from_host(dst + done, host.data(), size_t(n) * sizeof(float));
         }
         ++t;
       }
     });
   });
-  set_loaded_counts(version, iteration);
-  return extra;
+  return {std::move(extra), version, iteration};
 }
 
-nlohmann::json DataParallel::load_single_file(const std::string& path, const std::vector<uint8_t>& bytes) {
+ShardedCheckpoint::Loaded ShardedCheckpoint::load_single_file(const std::string& path, const std::vector<uint8_t>& bytes) {
   // The version-1 format: the whole checkpoint in one file, on every rank.
   CheckpointData c = deserialize_checkpoint(bytes, path);
   std::vector<CheckpointParam> ps;
   for (const ParamState& p : c.params) ps.push_back({p.name, p.shape, int64_t(p.master.size())});
   check_params_match(path, ps);
-  reset_state_for_load();
-  for_each_owned_piece([&](int f, const Piece& pc, int64_t at) {
-    BufferState& bs = buf_[f];
+  reset_state();
+  bufs_.for_each_owned_piece([&](int f, const Piece& pc, int64_t at) {
+    BufferState& bs = bufs_[f];
     const ParamState& s = c.params[pc.param];
     const size_t n = pc.len * sizeof(float);
-    ops_->copy_from_host(bs.master.data() + at, s.master.data() + pc.param_begin, n);
-    ops_->copy_from_host(bs.m.data() + at, s.m.data() + pc.param_begin, n);
-    ops_->copy_from_host(bs.v.data() + at, s.v.data() + pc.param_begin, n);
+    ops_.copy_from_host(bs.master.data() + at, s.master.data() + pc.param_begin, n);
+    ops_.copy_from_host(bs.m.data() + at, s.m.data() + pc.param_begin, n);
+    ops_.copy_from_host(bs.v.data() + at, s.v.data() + pc.param_begin, n);
   });
-  set_loaded_counts(c.version, c.iteration);
-  return c.extra;
+  return {std::move(c.extra), c.version, c.iteration};
 }
 
 }  // namespace mxdp

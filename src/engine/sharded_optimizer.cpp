@@ -1,18 +1,32 @@
-// The optimizer step of DataParallel: decide_step (reduce, grad-norm partials,
-// the step's scalars on the device), apply_step (AdamW fused with the stage of
-// every bucket, then the gathers), and the step results read late
-// (send_results, resolve, take_result) so that the host never waits inside a step.
+// ShardedOptimizer (sharded_optimizer.h): decide (reduce, grad-norm partials,
+// the step's scalars on the device), the update through BucketSync::publish,
+// and the step results read late (send_results, resolve, take_result).
 #include <cstring>
 
-#include "engine/engine.h"
+#include "engine/sharded_optimizer.h"
 #include "util/check.h"
 
 namespace mxdp {
 
-void DataParallel::launch_step() {
-  MXDP_CHECK(micro_ == opt_.micro_batches, "optimizer step after ", micro_, " of ",
-             opt_.micro_batches, " micro-batches");
-  decide_step();
+ShardedOptimizer::ShardedOptimizer(Communicator& comm, EngineOps& ops, const DpOptions& opt, const Layout& layout,
+                                   EngineBuffers& bufs, BucketSync& sync)
+    : comm_(comm),
+      ops_(ops),
+      opt_(opt),
+      layout_(layout),
+      bufs_(bufs),
+      sync_(sync),
+      rank_(comm.rank()),
+      dp_(comm.size()),
+      norm_partials_(ops, size_t(dp_) * norm_row()),
+      micro_losses_(ops, size_t(opt.micro_batches)),
+      ctl_(ops, 1) {
+  for (HostArray<uint8_t>& h : host_slots_)
+    h = HostArray<uint8_t>(ops, norm_partials_.bytes() + sizeof(StepControl) + micro_losses_.bytes());
+}
+
+void ShardedOptimizer::launch() {
+  decide();
   // The host may not know yet whether the steps before were skipped: at most
   // kMaxStepsInFlight - 1 of them stay unread, so the AdamW count is one of
   // the kMaxStepsInFlight the update carries scalars for.
@@ -23,28 +37,26 @@ void DataParallel::launch_step() {
   Launched l;
   l.r.lr = lr_at(iteration_, opt_.lr, opt_.min_lr, opt_.warmup_steps, opt_.lr_decay_steps);
   l.r.iteration = ++iteration_;
-  ++version_;
-  micro_ = 0;
-  apply_step(Update{float(l.r.lr), updates_ + 1});
-  close_traffic_window();
+  sync_.advance();
+  sync_.publish(BucketSync::Update{float(l.r.lr), updates_ + 1, ctl_.data()});
+  sync_.close_traffic_window();
   send_results(l);
   launched_.push_back(std::move(l));
 }
 
-int DataParallel::norm_row() const {
+int ShardedOptimizer::norm_row() const {
   int nb = 0;
   for (const GatherBuffer& gb : layout_.buffers) nb += int(gb.buckets.size());
   return nb + 1;
 }
 
-void DataParallel::decide_step() {
-  for (size_t f = 0; f < buf_.size(); ++f)
-    for (size_t b = 0; b < buf_[f].st.size(); ++b) finish_reduce(int(f), int(b));
+void ShardedOptimizer::decide() {
+  sync_.finish_reduces();
 
   // Averaged over ranks by the reduce-scatter; over micro-batches here.
   if (opt_.micro_batches > 1) {
     const float inv = float(1.0 / opt_.micro_batches);
-    for (auto& bs : buf_) ops_->scale(bs.main_grad, int64_t(bs.master.size()), inv);
+    for (int f = 0; f < bufs_.size(); ++f) ops_.scale(bufs_[f].main_grad, int64_t(bufs_[f].master.size()), inv);
   }
 
   // Global grad norm from per-(bucket, shard) partial sums, added in a fixed
@@ -57,57 +69,39 @@ void DataParallel::decide_step() {
   const int row = norm_row(), nb = row - 1;
   double* dpart = norm_partials_.data();
   int gi = 0;
-  for (size_t f = 0; f < buf_.size(); ++f)
-    for (size_t b = 0; b < buf_[f].st.size(); ++b, ++gi)
+  for (int f = 0; f < bufs_.size(); ++f)
+    for (int b = 0; b < int(layout_.buffers[f].buckets.size()); ++b, ++gi)
       for (int s = 0; s < dp_; ++s)
-        if (owns(s))
-          ops_->sum_squares_into(buf_[f].main_grad + shard_local_off(int(f), int(b), s),
+        if (bufs_.owns(s))
+          ops_.sum_squares_into(bufs_[f].main_grad + bufs_.shard_local_off(f, b, s),
                                  layout_.buffers[f].buckets[b].shard_numel, dpart + size_t(s) * row + gi);
-  ops_->sum_into(micro_losses_.data(), opt_.micro_batches, dpart + size_t(rank_) * row + nb);
-  if (dp_ > 1) comm_.all_gather(dpart + size_t(rank_) * row, dpart, row * sizeof(double), ops_->stream());
-  ops_->step_control(dpart, dp_, row, nb, opt_.clip_grad, ctl_.data());
-}
-
-void DataParallel::apply_step(const Update& u) {
-  // AdamW and stage, fused, bucket by bucket (a skipped step restages the same
-  // masters); then gather now, or (overlap) dispatch only the first bucket the
-  // next forward needs and defer the rest to the forward itself.
-  for (auto [f, b] : fwd_order_) stage(f, b, &u);
-  if (!opt_.overlap_param_gather) {
-    for (auto [f, b] : fwd_order_) start_gather(f, b);
-    for (auto [f, b] : fwd_order_) {
-      finish_gather(f, b);
-      MXDP_CHECK(buf_[f].st[b].gathered_v == version_, "stale gather: bucket ", b, " of the ",
-                 to_string(layout_.buffers[f].format), " buffer gathered version ",
-                 buf_[f].st[b].gathered_v, " right after the step that made version ", version_);
-    }
-  } else if (!fwd_order_.empty()) {
-    start_gather(fwd_order_[0].first, fwd_order_[0].second);
-  }
+  ops_.sum_into(micro_losses_.data(), opt_.micro_batches, dpart + size_t(rank_) * row + nb);
+  if (dp_ > 1) comm_.all_gather(dpart + size_t(rank_) * row, dpart, row * sizeof(double), ops_.stream());
+  ops_.step_control(dpart, dp_, row, nb, opt_.clip_grad, ctl_.data());
 }
 
 // The step's partial sums, control and micro-batch losses travel to the host
 // behind its work, into the step's pinned slot; resolve() reads them.
-void DataParallel::send_results(Launched& l) {
+void ShardedOptimizer::send_results(Launched& l) {
   l.slot = next_slot_;
   next_slot_ = (next_slot_ + 1) % kMaxStepsInFlight;
   uint8_t* h = host_slots_[l.slot].data();
-  ops_->copy_to_host_async(h, norm_partials_.data(), norm_partials_.bytes());
-  ops_->copy_to_host_async(h + norm_partials_.bytes(), ctl_.data(), sizeof(StepControl));
-  ops_->copy_to_host_async(h + norm_partials_.bytes() + sizeof(StepControl), micro_losses_.data(),
+  ops_.copy_to_host_async(h, norm_partials_.data(), norm_partials_.bytes());
+  ops_.copy_to_host_async(h + norm_partials_.bytes(), ctl_.data(), sizeof(StepControl));
+  ops_.copy_to_host_async(h + norm_partials_.bytes() + sizeof(StepControl), micro_losses_.data(),
                            micro_losses_.bytes());
-  l.mark = ops_->mark();
+  l.mark = ops_.mark();
 }
 
-int DataParallel::unresolved() const {
+int ShardedOptimizer::unresolved() const {
   int n = 0;
   for (const Launched& l : launched_) n += l.resolved ? 0 : 1;
   return n;
 }
 
-void DataParallel::resolve(Launched& l) {
+void ShardedOptimizer::resolve(Launched& l) {
   if (l.resolved) return;
-  ops_->wait(l.mark);
+  ops_.wait(l.mark);
   const uint8_t* h = host_slots_[l.slot].data();
   const int row = norm_row(), nb = row - 1;
   std::vector<double> partial(size_t(dp_) * row);
@@ -131,11 +125,11 @@ void DataParallel::resolve(Launched& l) {
   l.resolved = true;
 }
 
-void DataParallel::resolve_all() {
+void ShardedOptimizer::resolve_all() {
   for (Launched& l : launched_) resolve(l);
 }
 
-std::optional<StepResult> DataParallel::take_result(bool wait) {
+std::optional<StepResult> ShardedOptimizer::take_result(bool wait) {
   if (launched_.empty()) return std::nullopt;
   Launched& l = launched_.front();
   if (!l.resolved) {
@@ -147,36 +141,14 @@ std::optional<StepResult> DataParallel::take_result(bool wait) {
   return r;
 }
 
-StepResult DataParallel::optimizer_step() {
-  launch_step();
-  StepResult r;
-  while (auto x = take_result(true)) r = std::move(*x);
-  return r;
-}
-
-int64_t DataParallel::version() {
-  resolve_all();
-  return updates_;
-}
-
-int64_t DataParallel::skipped_steps() {
-  resolve_all();
-  return skipped_steps_;
-}
-
-void DataParallel::set_loaded_counts(int64_t updates, int64_t iteration) {
+void ShardedOptimizer::set_loaded_counts(int64_t updates, int64_t iteration) {
   resolve_all();  // results of steps before the load stay takeable
   StepControl c;
   c.updates = updates;
-  ops_->copy_from_host(ctl_.data(), &c, sizeof c);
-  version_ = updates_ = updates;
+  ops_.copy_from_host(ctl_.data(), &c, sizeof c);
+  updates_ = updates;
   iteration_ = iteration;
-}
-
-void DataParallel::close_traffic_window() {
-  last_step_gather_bytes_ = gather_bytes_;
-  last_step_reduce_bytes_ = reduce_bytes_;
-  gather_bytes_ = reduce_bytes_ = 0;
+  sync_.restart_at(updates);
 }
 
 }  // namespace mxdp
