@@ -21,7 +21,7 @@ DEV=${MXDP_LAUNCH_DEVICE:-cuda}
 D=$(mktemp -d)
 trap 'rm -rf "$D"' EXIT
 COMMON=(train --device "$DEV" --model tiny --data data/kjv.txt --batch-size 4 --seq-len 64 --eval-every 0
-        --sample-tokens 0 --progress lines --log-every 5 --seed 1 --lr-decay-steps 20)
+        --sample-tokens 0 --progress lines --log-every 5 --seed 1 --warmup-steps 4 --lr-decay-steps 20)
 BARE=(env -u OMPI_COMM_WORLD_SIZE -u OMPI_COMM_WORLD_RANK -u SLURM_PROCID -u TORCHELASTIC_RUN_ID
       RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511)
 fail=0
@@ -76,5 +76,5 @@ if [[ $DEV == cuda ]]; then
   verdict missing_rank_named $((rc == 0 || rc == 124 || named != 0 || took > 30)) \
     "rc $rc after ${took}s: $(grep -m1 -o 'rank 1 of 2 has not connected[^:]*' "$D/missing.log")"
 fi
-((fail)) && tail -20 "$D"/*.log
+((fail)) && tail -n 20 "$D"/*.log
 exit $fail
