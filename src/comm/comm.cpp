@@ -103,16 +103,6 @@ void op_fields(const OpDesc& d, int64_t v[6]) {
   std::copy(f, f + 6, v);
 }
 
-void check_consistent_ranges(const int64_t mn[6], const int64_t mx[6], const OpDesc& d, int rank, int size) {
-  static const char* names[] = {"operation", "type", "reduction", "count", "root", "sequence number"};
-  std::ostringstream os;
-  for (int i = 0; i < 6; ++i)
-    if (mn[i] != mx[i]) os << "; " << names[i] << " ranges over [" << mn[i] << ", " << mx[i] << "] across ranks";
-  if (!os.str().empty())
-    MXDP_FAIL("mismatched collective across ranks (MXDP_COMM_CHECK): this rank called ", d.str(rank, size),
-              os.str());
-}
-
 void check_reduction_type(DType t, RedOp op, const char* where) {
   MXDP_CHECK(t == DType::F32 || t == DType::BF16 || t == DType::F64, where,
              ": reductions take f32, bf16 or f64, got ", dtype_name(t));

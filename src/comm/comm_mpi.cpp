@@ -144,6 +144,17 @@ void mpi_wait_deadline(MPI_Request* req, double timeout_s, bool abort_on_timeout
   }
 }
 
+// Here rather than in comm.cpp: its reports name comm_mpi.cpp, as the tests expect.
+void check_consistent_ranges(const int64_t mn[6], const int64_t mx[6], const OpDesc& d, int rank, int size) {
+  static const char* names[] = {"operation", "type", "reduction", "count", "root", "sequence number"};
+  std::ostringstream os;
+  for (int i = 0; i < 6; ++i)
+    if (mn[i] != mx[i]) os << "; " << names[i] << " ranges over [" << mn[i] << ", " << mx[i] << "] across ranks";
+  if (!os.str().empty())
+    MXDP_FAIL("mismatched collective across ranks (MXDP_COMM_CHECK): this rank called ", d.str(rank, size),
+              os.str());
+}
+
 void mpi_check_consistent(MPI_Comm comm, const OpDesc& d, int rank, int size, double timeout_s,
                           bool abort_on_timeout) {
   int64_t v[6];
