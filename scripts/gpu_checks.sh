@@ -34,6 +34,7 @@ step racecheck_engine_ops compute-sanitizer --tool racecheck --error-exitcode 1 
 step gpu_vs_cpu bash scripts/check_gpu_vs_cpu.sh "$B"
 step torch_trajectory python3 tests/gpu_torch_trajectory.py "$B"
 step gpu_cpu_checkpoint bash scripts/check_gpu_cpu_checkpoint.sh "$B"
+step launchers bash scripts/check_launchers.sh "$B"
 step hf_export python3 scripts/check_hf_export.py --mxdp "$B/mxdp" --device cuda
 step train_124m "$B/mxdp" train --device cuda --model gpt2-124m --batch-size 16 --seq-len 1024 --steps 60 \
   --eval-every 30 --eval-batches 4 --sample-tokens 0 --progress lines --log-every 10 --save-dir "$LOGDIR/ckpt"

@@ -1,9 +1,11 @@
 // Communicator: type helpers, options, backend choice. The backends are in
 // comm_self.cpp, comm_mpi.cpp and cuda/comm_nccl.cpp.
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 
 #include "comm/comm_internal.h"
+#include "comm/launcher.h"
 #include "engine/options.h"
 
 namespace mxdp {
@@ -95,6 +97,12 @@ std::string OpDesc::str(int rank, int size) const {
   return os.str();
 }
 
+void op_fields(const OpDesc& d, int64_t v[6]) {
+  const int64_t f[6] = {int64_t(d.kind), int64_t(d.type), int64_t(d.op), int64_t(d.count), int64_t(d.root),
+                        int64_t(d.seq)};
+  std::copy(f, f + 6, v);
+}
+
 void check_reduction_type(DType t, RedOp op, const char* where) {
   MXDP_CHECK(t == DType::F32 || t == DType::BF16 || t == DType::F64, where,
              ": reductions take f32, bf16 or f64, got ", dtype_name(t));
@@ -128,17 +136,36 @@ void divide_host(void* buf, size_t count, DType t, int n) {
 
 }  // namespace comm_detail
 
+namespace {
+// The MPI world must be the one the launcher started (an Open MPI without
+// Slurm's PMI support makes every srun task a world of its own).
+void check_mpi_world(int mpi_size) {
+  const LaunchInfo& l = this_launch();
+  if (l.size <= 1 || l.size == mpi_size) return;
+  MXDP_FAIL(launcher_name(l.launcher), " started ", l.size, " ranks but MPI_Init formed a world of ", mpi_size,
+            ": this MPI cannot use the launcher's process manager (for srun: --mpi=pmix, with an MPI built for it), "
+            "so each process would train alone");
+}
+}  // namespace
+
 std::unique_ptr<Communicator> make_communicator(const Communicator::Options& in) {
   using namespace comm_detail;
   Communicator::Options opts = resolve_options(in);
   switch (opts.backend) {
     case Backend::Self: return make_self_communicator(opts);
-    case Backend::Mpi: return make_mpi_communicator(opts);
+    case Backend::Mpi: {
+      check_cpu_launch(this_launch());
+      auto c = make_mpi_communicator(opts);
+      check_mpi_world(c->size());
+      return c;
+    }
     case Backend::Auto: {
+      check_cpu_launch(this_launch());
       if (!launched_by_mpirun()) return make_self_communicator(opts);
       mpi_ensure_initialized();
       int size = 0;
       MXDP_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+      check_mpi_world(size);
       return size == 1 ? make_self_communicator(opts) : make_mpi_communicator(opts);
     }
     case Backend::Nccl:

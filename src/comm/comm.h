@@ -149,10 +149,18 @@ class Communicator {
 };
 
 // Creates the communicator for this process. MPI is initialised on first use
-// (MPI_Init_thread) and finalised at exit. Without mpirun, size() == 1.
+// (MPI_Init_thread) and finalised at exit. Without a launcher, size() == 1.
 // Auto: Self when not launched by mpirun or when the job has one rank, else
-// MPI. Nccl must be asked for (it needs GPU buffers).
+// MPI. Nccl must be asked for (it needs GPU buffers); it is bootstrapped over
+// MPI under mpirun, over a TCP rendezvous under Slurm or torchrun (comm/launcher.h).
+// Auto and Mpi refuse a job that a launcher started with several ranks but no
+// MPI world (torchrun, srun without a PMI plugin), and an MPI world whose size
+// is not the launcher's, rather than let each process train alone.
 std::unique_ptr<Communicator> make_communicator(const Communicator::Options& opts = {});
+
+// The launcher that started this process and what it said, for run headers:
+// "torchrun: rank 0 of 2 (local 0 of 2), rendezvous 10.0.0.1:29501 (...)".
+std::string launch_description();
 
 // Runs fn on rank 0 only. Then every rank returns normally, or throws the error
 // fn threw on rank 0, so that no rank goes on alone into a collective the others

@@ -76,6 +76,36 @@ std::string timeout_message(double timeout_s, const std::string& what);
 void mpi_check_consistent(MPI_Comm comm, const OpDesc& d, int rank, int size, double timeout_s,
                           bool abort_on_timeout);
 
+// The same check's verdict from the per-field minima and maxima of the six
+// values (operation, type, reduction, count, root, sequence number) over all
+// ranks: throws mxdp::Error naming the fields that differ.
+void check_consistent_ranges(const int64_t mn[6], const int64_t mx[6], const OpDesc& d, int rank, int size);
+// The six values of d, in that order.
+void op_fields(const OpDesc& d, int64_t v[6]);
+
+// The host-side group a device communicator (NCCL) is bootstrapped with and
+// runs its host collectives over: MPI (under mpirun or PMI), the TCP
+// rendezvous (Slurm, torchrun: rendezvous.h), or the process alone (one rank,
+// no launcher). Each call blocks, bounded by the options' timeout; d
+// describes it in reports. Errors: mxdp::Error (MPI: a timeout aborts the job
+// unless abort_on_timeout is false).
+class HostGroup {
+ public:
+  virtual ~HostGroup() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual int local_rank() const = 0;
+  virtual int local_size() const = 0;
+  virtual void broadcast(void* buf, size_t bytes, int root, const OpDesc& d) = 0;
+  virtual void all_gather(void* buf, size_t bytes_per_rank, const OpDesc& d) = 0;  // in place
+  virtual void barrier(const OpDesc& d) = 0;
+  virtual void check_consistent(const OpDesc& d) = 0;  // Options::check_sizes
+};
+std::unique_ptr<HostGroup> make_mpi_host_group(const Communicator::Options& opts);
+// The group this process's launcher calls for (launcher.h): MPI under Open MPI
+// and PMI, the rendezvous under Slurm and torchrun, else the process alone.
+std::unique_ptr<HostGroup> make_host_group(const Communicator::Options& opts);
+
 MPI_Datatype mpi_datatype(DType t);
 // The MPI_Op for a reduction: built-in for F32/F64, user-defined for BF16.
 MPI_Op mpi_op(DType t, RedOp op);

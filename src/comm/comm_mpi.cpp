@@ -144,25 +144,30 @@ void mpi_wait_deadline(MPI_Request* req, double timeout_s, bool abort_on_timeout
   }
 }
 
+// Here rather than in comm.cpp: its reports name comm_mpi.cpp, as the tests expect.
+void check_consistent_ranges(const int64_t mn[6], const int64_t mx[6], const OpDesc& d, int rank, int size) {
+  static const char* names[] = {"operation", "type", "reduction", "count", "root", "sequence number"};
+  std::ostringstream os;
+  for (int i = 0; i < 6; ++i)
+    if (mn[i] != mx[i]) os << "; " << names[i] << " ranges over [" << mn[i] << ", " << mx[i] << "] across ranks";
+  if (!os.str().empty())
+    MXDP_FAIL("mismatched collective across ranks (MXDP_COMM_CHECK): this rank called ", d.str(rank, size),
+              os.str());
+}
+
 void mpi_check_consistent(MPI_Comm comm, const OpDesc& d, int rank, int size, double timeout_s,
                           bool abort_on_timeout) {
-  static const char* names[] = {"operation", "type", "reduction", "count", "root", "sequence number"};
-  const int64_t v[6] = {int64_t(d.kind), int64_t(d.type), int64_t(d.op),
-                        int64_t(d.count), int64_t(d.root), int64_t(d.seq)};
+  int64_t v[6];
+  op_fields(d, v);
   int64_t buf[12];
   for (int i = 0; i < 6; ++i) buf[2 * i] = v[i], buf[2 * i + 1] = -v[i];
   MPI_Request req;
   MXDP_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, 12, MPI_INT64_T, MPI_MAX, comm, &req));
   mpi_wait_deadline(&req, timeout_s, abort_on_timeout,
                     [&] { return "size check before " + d.str(rank, size); });
-  std::ostringstream os;
-  for (int i = 0; i < 6; ++i) {
-    const int64_t mx = buf[2 * i], mn = -buf[2 * i + 1];
-    if (mn != mx) os << "; " << names[i] << " ranges over [" << mn << ", " << mx << "] across ranks";
-  }
-  if (!os.str().empty())
-    MXDP_FAIL("mismatched collective across ranks (MXDP_COMM_CHECK): this rank called ", d.str(rank, size),
-              os.str());
+  int64_t mn[6], mx[6];
+  for (int i = 0; i < 6; ++i) mx[i] = buf[2 * i], mn[i] = -buf[2 * i + 1];
+  check_consistent_ranges(mn, mx, d, rank, size);
 }
 
 MPI_Datatype mpi_datatype(DType t) {
@@ -342,6 +347,59 @@ void MpiWork::finish() {
 
 std::unique_ptr<Communicator> make_mpi_communicator(const Communicator::Options& opts) {
   return std::make_unique<MpiComm>(opts);
+}
+
+namespace {
+
+// The NCCL backend's host side under mpirun: a duplicate of MPI_COMM_WORLD.
+class MpiHostGroup final : public HostGroup {
+ public:
+  explicit MpiHostGroup(const Communicator::Options& o) : o_(o) {
+    mpi_bootstrap(&comm_, &rank_, &size_, &local_rank_, &local_size_);
+  }
+  ~MpiHostGroup() override { mpi_release(&comm_); }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
+
+  void broadcast(void* buf, size_t bytes, int root, const OpDesc& d) override {
+    for (size_t off = 0; off < bytes; off += size_t(1) << 30) {  // MPI counts are int
+      const int n = int(std::min<size_t>(size_t(1) << 30, bytes - off));
+      MPI_Request req;
+      MXDP_MPI_CHECK(MPI_Ibcast(static_cast<char*>(buf) + off, n, MPI_BYTE, root, comm_, &req));
+      wait(&req, d);
+    }
+  }
+  void all_gather(void* buf, size_t bytes_per_rank, const OpDesc& d) override {
+    MXDP_CHECK(bytes_per_rank * size_t(size_) < (size_t(1) << 31), "host_all_gather: ", bytes_per_rank,
+               " bytes per rank is too large for host values");
+    MPI_Request req;
+    MXDP_MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_BYTE, buf, int(bytes_per_rank), MPI_BYTE, comm_, &req));
+    wait(&req, d);
+  }
+  void barrier(const OpDesc& d) override {
+    MPI_Request req;
+    MXDP_MPI_CHECK(MPI_Ibarrier(comm_, &req));
+    wait(&req, d);
+  }
+  void check_consistent(const OpDesc& d) override {
+    mpi_check_consistent(comm_, d, rank_, size_, o_.timeout_s, o_.abort_on_timeout);
+  }
+
+ private:
+  void wait(MPI_Request* req, const OpDesc& d) {
+    mpi_wait_deadline(req, o_.timeout_s, o_.abort_on_timeout, [&] { return d.str(rank_, size_); });
+  }
+  Communicator::Options o_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<HostGroup> make_mpi_host_group(const Communicator::Options& opts) {
+  return std::make_unique<MpiHostGroup>(opts);
 }
 
 }  // namespace mxdp::comm_detail

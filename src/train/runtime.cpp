@@ -1,5 +1,6 @@
 #include "train/runtime.h"
 
+#include "comm/launcher.h"
 #include "util/check.h"
 
 #ifdef MXDP_HAVE_CUDA
@@ -46,6 +47,7 @@ std::unique_ptr<Communicator> make_job_communicator(Device d, Communicator::Opti
     opts.backend = Backend::Nccl;
   } else {
     MXDP_CHECK(opts.backend != Backend::Nccl, "the NCCL backend needs --device cuda");
+    check_cpu_launch(this_launch());  // several ranks without MPI: stop now, whatever the backend
   }
   return make_communicator(opts);
 }

@@ -28,8 +28,11 @@ bool cuda_available();
 // for anything else, or for "cuda" where it is not available (saying why).
 Device resolve_device(const std::string& name);
 
-// The communicator of a job on `d`: opts.backend Auto/Self/Mpi on the CPU;
-// on cuda, NCCL (opts.backend must be Auto or Nccl). Sets the process's GPU.
+// The communicator of a job on `d`: opts.backend Auto/Self/Mpi on the CPU
+// (several ranks need an MPI world: started by torchrun or a plain srun, an
+// error at once); on cuda, NCCL (opts.backend must be Auto or Nccl), over MPI
+// under mpirun, over a TCP rendezvous under Slurm or torchrun
+// (comm/launcher.h). Sets the process's GPU.
 std::unique_ptr<Communicator> make_job_communicator(Device d, Communicator::Options opts);
 
 // The engine's ops for `d` (cuda: work ordered on a new compute stream of the

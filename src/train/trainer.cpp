@@ -366,6 +366,7 @@ void Trainer::print_header() {
   else
     std::printf("mxdp train: %d rank%s (%s), %d thread%s per rank\n", dp_, dp_ > 1 ? "s" : "",
                 backend_name(comm_.backend()), cfg_.threads, cfg_.threads > 1 ? "s" : "");
+  std::printf("  %-22s = %s\n", "launcher", launch_description().c_str());
   const ModelSpec& spec = mc_.spec();
   std::printf("  %-22s = %s (%s): %lld params\n", "model", cfg_.model.c_str(), spec.describe(mc_).c_str(),
               (long long)spec.num_parameters(mc_));

@@ -1,7 +1,10 @@
 // NCCL backend: GPU buffers, one process per GPU under mpirun.
 //
-// - Bootstrap: MPI (rank, size, local rank); rank 0's ncclUniqueId is
-//   broadcast over MPI; the device is the local rank (one GPU per process).
+// - Bootstrap: a host group (comm_internal.h): MPI under mpirun, the TCP
+//   rendezvous under Slurm or torchrun (no MPI at all), or the process alone;
+//   it gives rank, size and local rank, carries rank 0's ncclUniqueId (unless
+//   NCCL_COMM_ID is set: then NCCL bootstraps itself there) and the host
+//   collectives; the device is the local rank (one GPU per process).
 // - The NCCL communicator is non-blocking (config.blocking = 0): no NCCL call
 //   can block the host indefinitely (init and lazy connection set-up included);
 //   every call is followed by polling ncclCommGetAsyncError with the deadline.
@@ -22,6 +25,7 @@
 #include <sched.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstdio>
 #include <list>
@@ -87,23 +91,32 @@ class NcclWork final : public Work {
 class NcclComm final : public Communicator {
  public:
   explicit NcclComm(const Options& o) : opts_(o) {
-    mpi_bootstrap(&mpi_, &rank_, &size_, &local_rank_, &local_size_);
+    host_ = make_host_group(opts_);
+    rank_ = host_->rank();
+    size_ = host_->size();
+    local_rank_ = host_->local_rank();
+    local_size_ = host_->local_size();
 
     int ndev = 0;
     MXDP_CUDA_CHECK(cudaGetDeviceCount(&ndev));
     MXDP_CHECK(local_size_ <= ndev, "NCCL backend: ", local_size_, " processes on this host but ", ndev,
-               " GPUs visible; run one process per GPU (mpirun -np <= GPUs per host)");
+               " GPUs visible; run one process per GPU (at most as many processes per host as GPUs)");
     device_ = local_rank_;
     MXDP_CUDA_CHECK(cudaSetDevice(device_));
     MXDP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     MXDP_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
 
+    // NCCL_COMM_ID: NCCL's own bootstrap at that address; every rank derives
+    // the same id from it. Otherwise rank 0's id travels over the host group.
     ncclUniqueId id;
-    if (rank_ == 0) MXDP_NCCL_CHECK(ncclGetUniqueId(&id));
-    MPI_Request req;
-    MXDP_MPI_CHECK(MPI_Ibcast(&id, sizeof id, MPI_BYTE, 0, mpi_, &req));
-    mpi_wait_deadline(&req, opts_.timeout_s, opts_.abort_on_timeout,
-                      [&] { return std::string("broadcast of the NCCL unique id from rank 0"); });
+    if (std::getenv("NCCL_COMM_ID")) {
+      MXDP_NCCL_CHECK(ncclGetUniqueId(&id));
+    } else {
+      if (rank_ == 0) MXDP_NCCL_CHECK(ncclGetUniqueId(&id));
+      OpDesc d{OpKind::Broadcast, DType::U8, RedOp::Sum, sizeof id, 0};
+      d.posted = clock::now();
+      host_->broadcast(&id, sizeof id, 0, d);
+    }
 
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
@@ -142,7 +155,7 @@ class NcclComm final : public Communicator {
       }
       if (ready_) cudaEventDestroy(ready_);
       if (stream_) cudaStreamDestroy(stream_);
-      mpi_release(&mpi_);
+      host_.reset();
     } catch (...) {
     }
   }
@@ -199,52 +212,27 @@ class NcclComm final : public Communicator {
     });
   }
 
-  // A host barrier over MPI: all ranks have reached this call (GPU work they
-  // enqueued before it may still be running).
+  // A host barrier over the host group (MPI or the rendezvous): all ranks
+  // have reached this call (GPU work they enqueued before it may still run).
   void barrier() override {
-    throw_if_failed();
-    OpDesc d{OpKind::Barrier};
-    d.seq = seq_++;
-    d.posted = clock::now();
-    if (opts_.check_sizes) mpi_check_consistent(mpi_, d, rank_, size_, opts_.timeout_s, opts_.abort_on_timeout);
-    MPI_Request req;
-    MXDP_MPI_CHECK(MPI_Ibarrier(mpi_, &req));
-    mpi_wait_deadline(&req, opts_.timeout_s, opts_.abort_on_timeout, [&] { return d.str(rank_, size_); });
+    OpDesc d = host_op(OpKind::Barrier, 0);
+    host_call([&] { host_->barrier(d); });
   }
 
-  // Host bytes from root to every rank, over the MPI communicator NCCL was
+  // Host bytes from root to every rank, over the host group NCCL was
   // bootstrapped with (no device memory needed, same deadline as barrier).
   void host_broadcast(void* buf, size_t bytes, int root) override {
-    throw_if_failed();
+    MXDP_CHECK(root >= 0 && root < size_, "host_broadcast: root ", root, " out of range for ", size_, " ranks");
     if (size_ == 1) return;
-    OpDesc d{OpKind::Barrier};
-    d.seq = seq_++;
-    d.posted = clock::now();
-    if (opts_.check_sizes) mpi_check_consistent(mpi_, d, rank_, size_, opts_.timeout_s, opts_.abort_on_timeout);
-    for (size_t off = 0; off < bytes || (off == 0 && bytes == 0); off += size_t(1) << 30) {
-      if (bytes == 0) break;
-      const int n = int(std::min<size_t>(size_t(1) << 30, bytes - off));
-      MPI_Request req;
-      MXDP_MPI_CHECK(MPI_Ibcast(static_cast<char*>(buf) + off, n, MPI_BYTE, root, mpi_, &req));
-      mpi_wait_deadline(&req, opts_.timeout_s, opts_.abort_on_timeout, [&] { return d.str(rank_, size_); });
-    }
+    OpDesc d = host_op(OpKind::Broadcast, bytes, root);
+    host_call([&] { host_->broadcast(buf, bytes, root, d); });
   }
 
-  // Host bytes of every rank to every rank, in place, over the same MPI
-  // communicator (small values: one MPI_Iallgather).
+  // Host bytes of every rank to every rank, in place, over the same group.
   void host_all_gather(void* buf, size_t bytes_per_rank) override {
-    throw_if_failed();
     if (size_ == 1) return;
-    MXDP_CHECK(bytes_per_rank * size_t(size_) < (size_t(1) << 31), "host_all_gather: ", bytes_per_rank,
-               " bytes per rank is too large for host values");
-    OpDesc d{OpKind::AllGather};
-    d.count = bytes_per_rank;
-    d.seq = seq_++;
-    d.posted = clock::now();
-    if (opts_.check_sizes) mpi_check_consistent(mpi_, d, rank_, size_, opts_.timeout_s, opts_.abort_on_timeout);
-    MPI_Request req;
-    MXDP_MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_BYTE, buf, int(bytes_per_rank), MPI_BYTE, mpi_, &req));
-    mpi_wait_deadline(&req, opts_.timeout_s, opts_.abort_on_timeout, [&] { return d.str(rank_, size_); });
+    OpDesc d = host_op(OpKind::AllGather, bytes_per_rank);
+    host_call([&] { host_->all_gather(buf, bytes_per_rank, d); });
   }
 
   void throw_if_failed() {
@@ -261,7 +249,7 @@ class NcclComm final : public Communicator {
     throw_if_failed();
     d.seq = seq_++;
     d.posted = clock::now();
-    if (opts_.check_sizes) mpi_check_consistent(mpi_, d, rank_, size_, opts_.timeout_s, opts_.abort_on_timeout);
+    if (opts_.check_sizes) host_->check_consistent(d);
     auto caller = static_cast<cudaStream_t>(stream);
     auto p = std::make_shared<Pending>();
     p->desc = d;
@@ -288,6 +276,28 @@ class NcclComm final : public Communicator {
     MXDP_CUDA_CHECK(cudaPointerGetAttributes(&a, p));
     MXDP_CHECK(a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged, what,
                ": the NCCL backend needs GPU memory, got a host pointer");
+  }
+
+  // A host collective's description, after the size check (Options::check_sizes).
+  OpDesc host_op(OpKind kind, size_t count, int root = -1) {
+    throw_if_failed();
+    OpDesc d{kind};
+    d.count = count;
+    d.root = root;
+    d.seq = seq_++;
+    d.posted = clock::now();
+    if (opts_.check_sizes) host_->check_consistent(d);
+    return d;
+  }
+  // A host collective whose failure (a rank gone, the deadline) ends the job
+  // like a failed NCCL operation: other ranks may wait in NCCL kernels.
+  template <class F>
+  void host_call(F&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      fail(e.what());
+    }
   }
 
   static clock::duration seconds(double s) {
@@ -380,7 +390,7 @@ class NcclComm final : public Communicator {
   }
 
   Options opts_;
-  MPI_Comm mpi_ = MPI_COMM_NULL;
+  std::unique_ptr<HostGroup> host_;  // MPI or the rendezvous: bootstrap and host collectives
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, device_ = 0;
   ncclComm_t nccl_ = nullptr;
   cudaStream_t stream_ = nullptr;
