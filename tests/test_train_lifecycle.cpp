@@ -625,3 +625,42 @@ TEST_F(TrainCli, ResumeAtAnotherDpSize) {
   EXPECT_NE(bad.res.exit_code, 0) << bad.describe();
   EXPECT_TRUE(mt::contains(bad.res.output, "global")) << bad.describe();
 }
+
+// The Llama family through the same engine: llama-tiny (GQA, RoPE, SwiGLU,
+// RMSNorm; shrunk by the same flags) in every mode of configs() at dp 2 and 3,
+// bitwise equal to its reference run, then saved at step 2 and resumed at
+// another dp size (within kDpRelTol, as for GPT-2 above).
+std::string llama_common(const std::string& common) {
+  const std::string from = "--model tiny ";
+  std::string s = common;
+  s.replace(s.find(from), from.size(), "--model llama-tiny ");
+  return s;
+}
+
+TEST_F(TrainCli, LlamaTinyBitwiseEqualToReferenceInEveryMode) {
+  const std::string args = llama_common(common) + " --steps 4 --eval-every 2";
+  for (const Config& c : configs())
+    for (int np : {2, 3}) {
+      Pair p = run_pair(tmp / ("llama_" + c.name + std::to_string(np)), c, np, args, {T(1), T(2), E(2), T(3), T(4), E(4)},
+                        4);
+      if (HasFailure()) return;
+      EXPECT_TRUE(mt::contains(p.dist.res.output, "n_kv_head 2")) << p.dist.describe();
+      expect_losses_move(p);
+    }
+}
+
+TEST_F(TrainCli, LlamaTinyResumesAtAnotherDpSize) {
+  const std::string args = without_batch(llama_common(common)) + " --steps 4 --eval-every 4";
+  Job two = mpirun_train(2, args + " --batch-size 3 --save-every 2", tmp / "two");
+  ASSERT_EQ(two.res.exit_code, 0) << two.describe();
+  Job three = mpirun_train(3, args + " --batch-size 2 --load " + quote(two.ckpt(2)), tmp / "three");
+  ASSERT_EQ(three.res.exit_code, 0) << three.describe();
+  std::vector<Line> a, b;
+  ASSERT_EQ(parse_metrics(two.metrics_path(), a), "");
+  ASSERT_EQ(parse_metrics(three.metrics_path(), b), "");
+  const auto la = train_losses(a), lb = train_losses(b);
+  ASSERT_EQ(la.size(), 4u);
+  ASSERT_EQ(lb.size(), 2u) << three.describe();
+  for (size_t s = 0; s < 2; ++s)
+    EXPECT_NEAR(lb[s], la[2 + s], kDpRelTol * la[2 + s]) << "step " << s + 3 << three.describe();
+}

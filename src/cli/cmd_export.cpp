@@ -1,6 +1,6 @@
 // mxdp export --load CKPT --output DIR [--weights trained|master] [--dtype fp32|bf16]
 // Writes a checkpoint as a Hugging Face model, through its architecture's
-// adapter (ModelSpec::hf_export; GPT-2: models/gpt2/hf_gpt2.h).
+// adapter (ModelSpec::hf_export; GPT-2: models/gpt2/hf_gpt2.h, Llama/Qwen2: models/llama/hf_llama.h).
 #include <memory>
 #include <string>
 
@@ -16,7 +16,7 @@ void add_export_command(CLI::App& app, Runner& run) {
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
-      "export", "Write a checkpoint as a Hugging Face GPT-2 directory (config.json + model.safetensors)");
+      "export", "Write a checkpoint as a Hugging Face model directory (config.json + model.safetensors): GPT-2, Llama or Qwen2");
   cmd->option_defaults()->always_capture_default();
   cmd->add_option("--load", o->load, "Checkpoint file, or a --save-dir (its latest)")->required();
   cmd->add_option("--output", o->output, "Directory to write (created if missing)")->required();

@@ -1,8 +1,11 @@
 #include "models/registry.h"
 
 #include <algorithm>
+#include <filesystem>
 
+#include "io/fileio.h"
 #include "models/gpt2/spec.h"
+#include "models/llama/spec.h"
 #include "util/check.h"
 
 namespace mxdp {
@@ -16,7 +19,7 @@ void NullHooks::after_layer_backward(int) {}
 std::span<const ModelSpec* const> all_models() {
   // The registry: one row per architecture. (The toy model of the engine's
   // tests has no logits to sample from and no Hugging Face layout: not a row.)
-  static const ModelSpec* const table[] = {&gpt2_spec()};
+  static const ModelSpec* const table[] = {&gpt2_spec(), &llama_spec()};
   return table;
 }
 
@@ -31,7 +34,30 @@ const ModelSpec& model_spec(const std::string& arch) {
 
 const ModelSpec& ModelConfig::spec() const { return model_spec(arch); }
 
+namespace {
+
+ModelConfig hf_dir_model_config(const std::string& dir, const ModelOverrides& overrides) {
+  const std::string cj = (std::filesystem::path(dir) / "config.json").string();
+  const std::vector<uint8_t> b = read_file(cj);
+  json c;
+  try {
+    c = json::parse(b.begin(), b.end());
+  } catch (const std::exception& e) {
+    MXDP_FAIL("'", cj, "' is not valid JSON: ", e.what());
+  }
+  for (const ModelSpec* s : all_models())
+    if (s->reads_hf_config && s->from_hf_dir && s->reads_hf_config(c)) return s->from_hf_dir(dir, overrides);
+  MXDP_FAIL("'", cj, "': mxdp has no architecture for model_type ", c.is_object() && c.contains("model_type")
+                                                                       ? c["model_type"].dump()
+                                                                       : std::string("(none)"));
+}
+
+}  // namespace
+
 ModelConfig model_config(const std::string& name, const ModelOverrides& overrides) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(std::filesystem::path(name) / "config.json", ec))
+    return hf_dir_model_config(name, overrides);
   const ModelSpec* owner = all_models()[0];
   for (const ModelSpec* s : all_models()) {
     const std::vector<std::string> p = s->presets();

@@ -70,6 +70,11 @@ struct ModelSpec {
   // checkpoint's inference weights as a Hugging Face directory.
   void (*hf_import)(LanguageModel& model, const std::string& path);
   void (*hf_export)(const InferenceWeights& w, const std::string& dir, bool bf16, std::FILE* log);
+  // Optional (null: the architecture reads no Hugging Face config): whether a
+  // config.json (parsed) is one of this architecture's, and the config of a
+  // Hugging Face directory (its config.json), for `--model DIR`.
+  bool (*reads_hf_config)(const nlohmann::json& config_json) = nullptr;
+  ModelConfig (*from_hf_dir)(const std::string& dir, const ModelOverrides& overrides) = nullptr;
 };
 
 // Every registered architecture, in table order (the first is the default).
@@ -79,6 +84,8 @@ const ModelSpec& model_spec(const std::string& arch);
 
 // The config preset `name` names, of whichever architecture lists it (a name
 // none lists goes to the default architecture, whose error names its presets).
+// A directory holding a config.json is a Hugging Face model: the architecture
+// whose reads_hf_config accepts it builds the config from it.
 ModelConfig model_config(const std::string& name, const ModelOverrides& overrides = {});
 // The model config a checkpoint's `extra` records (extra["arch"], default
 // gpt2; extra["model"]), validated; `what` starts every error.

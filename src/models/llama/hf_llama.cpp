@@ -1,0 +1,210 @@
+#include "models/llama/hf_llama.h"
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "formats/codec.h"
+#include "io/fileio.h"
+#include "io/safetensors.h"
+#include "models/llama/spec.h"
+#include "util/check.h"
+
+namespace mxdp {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::ostringstream o;
+  o << "[";
+  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
+  o << "]";
+  return o.str();
+}
+
+json read_json(const std::string& path) {
+  const std::vector<uint8_t> b = read_file(path);
+  try {
+    return json::parse(b.begin(), b.end());
+  } catch (const std::exception& e) {
+    MXDP_FAIL("'", path, "' is not valid JSON: ", e.what());
+  }
+}
+
+// The tensors of a Hugging Face directory: one file or the shards an index names.
+struct HfFiles {
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  std::map<std::string, std::pair<const SafetensorsFile*, const SafeTensorInfo*>> by_name;
+
+  explicit HfFiles(const std::string& path) {
+    std::error_code ec;
+    std::vector<std::string> paths;
+    if (!fs::is_directory(path, ec)) {
+      paths.push_back(path);
+    } else if (fs::is_regular_file(fs::path(path) / "model.safetensors", ec)) {
+      paths.push_back((fs::path(path) / "model.safetensors").string());
+    } else {
+      const fs::path index = fs::path(path) / "model.safetensors.index.json";
+      MXDP_CHECK(fs::is_regular_file(index, ec), "--init-from '", path,
+                 "' holds neither model.safetensors nor model.safetensors.index.json");
+      const json j = read_json(index.string());
+      MXDP_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), "'", index.string(),
+                 "' has no weight_map object");
+      std::set<std::string> shards;
+      for (const auto& [name, file] : j["weight_map"].items()) {
+        MXDP_CHECK(file.is_string(), "'", index.string(), "': the shard of '", name, "' is not a file name");
+        shards.insert(file.get<std::string>());
+      }
+      for (const std::string& s : shards) {
+        MXDP_CHECK(fs::path(s).filename() == fs::path(s), "'", index.string(), "': shard '", s,
+                   "' is not a file name in the directory");
+        paths.push_back((fs::path(path) / s).string());
+      }
+    }
+    for (const std::string& p : paths) {
+      files.push_back(std::make_unique<SafetensorsFile>(p));
+      for (const SafeTensorInfo& t : files.back()->tensors())
+        MXDP_CHECK(by_name.emplace(t.name, std::pair{files.back().get(), &t}).second, "--init-from '", path,
+                   "': tensor '", t.name, "' appears in two files");
+    }
+  }
+};
+
+}  // namespace
+
+std::vector<HfLlamaTensor> hf_llama_tensors(const LlamaConfig& c) {
+  const std::vector<ParamSpec> specs = llama_param_specs(c);
+  std::map<std::string, int> idx;
+  for (size_t p = 0; p < specs.size(); ++p) idx[specs[p].name] = int(p);
+  const int64_t C = c.d_model, Q = c.q_dim(), KV = c.kv_dim(), F = c.d_ff, V = c.vocab;
+  std::vector<HfLlamaTensor> out;
+  auto add = [&](const std::string& mx, const std::string& hf, std::vector<int64_t> shape, int64_t row0) {
+    out.push_back({idx.at(mx), hf, std::move(shape), row0});
+  };
+  add("embed", "model.embed_tokens.weight", {V, C}, 0);
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string m = "h" + std::to_string(l) + ".", h = "model.layers." + std::to_string(l) + ".";
+    add(m + "attn_norm.w", h + "input_layernorm.weight", {C}, 0);
+    add(m + "qkv.w", h + "self_attn.q_proj.weight", {Q, C}, 0);
+    add(m + "qkv.w", h + "self_attn.k_proj.weight", {KV, C}, Q);
+    add(m + "qkv.w", h + "self_attn.v_proj.weight", {KV, C}, Q + KV);
+    if (c.qkv_bias) {
+      add(m + "qkv.b", h + "self_attn.q_proj.bias", {Q}, 0);
+      add(m + "qkv.b", h + "self_attn.k_proj.bias", {KV}, Q);
+      add(m + "qkv.b", h + "self_attn.v_proj.bias", {KV}, Q + KV);
+    }
+    add(m + "o.w", h + "self_attn.o_proj.weight", {C, Q}, 0);
+    add(m + "mlp_norm.w", h + "post_attention_layernorm.weight", {C}, 0);
+    add(m + "gate_up.w", h + "mlp.gate_proj.weight", {F, C}, 0);
+    add(m + "gate_up.w", h + "mlp.up_proj.weight", {F, C}, F);
+    add(m + "down.w", h + "mlp.down_proj.weight", {C, F}, 0);
+  }
+  add("norm.w", "model.norm.weight", {C}, 0);
+  if (!c.tie_embeddings) add("lm_head", "lm_head.weight", {V, C}, 0);
+  return out;
+}
+
+LlamaConfig read_hf_llama_config(const std::string& dir) {
+  const std::string cj = (fs::path(dir) / "config.json").string();
+  std::error_code ec;
+  MXDP_CHECK(fs::is_regular_file(cj, ec), "'", dir, "' has no config.json (a Hugging Face model directory has one)");
+  return llama_from_hf_config(read_json(cj), cj);
+}
+
+void export_hf_llama(const InferenceWeights& w, const std::string& dir, bool bf16, std::FILE* log) {
+  const LlamaConfig c = llama_config_of(w.config);
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) MXDP_FAIL("--output '", dir, "' exists and is not a directory");
+  fs::create_directories(dir, ec);
+  MXDP_CHECK(!ec, "cannot create '", dir, "': ", ec.message());
+  std::vector<SafeTensorOut> tensors;
+  int64_t params = 0;
+  for (const HfLlamaTensor& t : hf_llama_tensors(c)) {
+    const ParamSpec& s = w.specs[size_t(t.param)];
+    const int64_t row = s.shape.size() == 2 ? s.shape[1] : 1;
+    const float* x = w.weights[size_t(t.param)].data() + t.row0 * row;
+    const int64_t n = t.shape[0] * (t.shape.size() == 2 ? t.shape[1] : 1);
+    params += n;
+    SafeTensorOut o{t.name, bf16 ? "BF16" : "F32", t.shape, {}};
+    if (bf16) {
+      o.bytes.resize(size_t(2 * n));
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t u = codec::bf16_from_f32(x[i]);
+        o.bytes[size_t(2 * i)] = uint8_t(u);
+        o.bytes[size_t(2 * i + 1)] = uint8_t(u >> 8);
+      }
+    } else {
+      o.bytes.resize(size_t(4 * n));
+      std::memcpy(o.bytes.data(), x, size_t(4 * n));
+    }
+    tensors.push_back(std::move(o));
+  }
+  const std::string st = (fs::path(dir) / "model.safetensors").string();
+  write_safetensors(st, tensors, {{"format", "pt"}, {"producer", "mxdp export"}});
+  nlohmann::ordered_json j = llama_to_hf_config(c);
+  j["torch_dtype"] = bf16 ? "bfloat16" : "float32";
+  j["mxdp"] = {{"checkpoint", w.path}, {"iteration", w.iteration}, {"weights", w.describe}};
+  const std::string cj = (fs::path(dir) / "config.json").string();
+  write_file_atomic(cj, j.dump(2) + "\n");
+  if (log) {
+    std::fprintf(log, "export: %s (step %lld), weights %s\n", w.path.c_str(), (long long)w.iteration,
+                 w.describe.c_str());
+    std::fprintf(log, "export: wrote %s (%zu tensors, %lld params, %s) and %s\n", st.c_str(), tensors.size(),
+                 (long long)params, bf16 ? "bf16" : "fp32", cj.c_str());
+  }
+}
+
+void init_from_hf_llama(LlamaModel& model, const std::string& path) {
+  const LlamaConfig& c = model.config();
+  std::error_code ec;
+  if (fs::is_directory(path, ec) && fs::is_regular_file(fs::path(path) / "config.json", ec)) {
+    const LlamaConfig hf = read_hf_llama_config(path);
+    MXDP_CHECK(hf == c, "--init-from '", path, "': its config.json describes ", llama_describe(hf),
+               " but the model being built is ", llama_describe(c), " (pass --model '", path,
+               "' to build the model its config.json describes)");
+  }
+  const HfFiles files(path);
+  const std::vector<HfLlamaTensor> want = hf_llama_tensors(c);
+  std::set<std::string> expected;
+  for (const auto& t : want) expected.insert(t.name);
+  const bool tied_head_in_file = c.tie_embeddings && files.by_name.count("lm_head.weight");
+  for (const auto& [n, ft] : files.by_name) {
+    if (n == "lm_head.weight" && tied_head_in_file) continue;
+    if (n.find(".rotary_emb.inv_freq") != std::string::npos) continue;  // a buffer older files carry
+    MXDP_CHECK(expected.count(n), "--init-from '", path, "': tensor '", n, "' is not part of the model (",
+               llama_describe(c), ")");
+  }
+  std::vector<std::vector<float>> values(model.params().size());
+  for (size_t p = 0; p < values.size(); ++p) values[p].assign(size_t(model.params()[p].numel()), 0.f);
+  for (const HfLlamaTensor& t : want) {
+    auto it = files.by_name.find(t.name);
+    MXDP_CHECK(it != files.by_name.end(), "--init-from '", path, "': tensor '", t.name, "' (", shape_str(t.shape),
+               ") is missing");
+    const SafeTensorInfo& info = *it->second.second;
+    MXDP_CHECK(info.shape == t.shape, "--init-from '", path, "': tensor '", t.name, "' has shape ",
+               shape_str(info.shape), " but the model (", llama_describe(c), ") needs ", shape_str(t.shape));
+    const std::vector<float> v = it->second.first->read_f32(info);
+    const ParamSpec& s = model.params()[size_t(t.param)];
+    const int64_t row = s.shape.size() == 2 ? s.shape[1] : 1;
+    std::copy(v.begin(), v.end(), values[size_t(t.param)].begin() + t.row0 * row);
+  }
+  if (tied_head_in_file) {
+    const auto& [f, info] = files.by_name.at("lm_head.weight");
+    const std::vector<float> head = f->read_f32(*info);
+    const std::vector<float>& embed = values[0];
+    MXDP_CHECK(head.size() == embed.size() && std::memcmp(head.data(), embed.data(), 4 * head.size()) == 0,
+               "--init-from '", path,
+               "': lm_head.weight differs from model.embed_tokens.weight but config.json ties them");
+  }
+  for (size_t p = 0; p < values.size(); ++p) model.set_weights(int(p), values[p].data());
+}
+
+}  // namespace mxdp

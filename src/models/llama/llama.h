@@ -1,0 +1,74 @@
+// The Llama family on the CPU: fp32 forward and backward, OpenMP, bitwise
+// deterministic for any thread count. Architecture and parameter layout:
+// llama_config.h. Layers seen by the hooks: 0 = embedding, 1..n_layer =
+// blocks, n_layer+1 = final RMSNorm and the head (embed when tied: its
+// gradient is complete after layer 0's backward).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "models/llama/llama_config.h"
+#include "models/model.h"
+
+namespace mxdp {
+
+// A Llama on any device (the CPU one below; a GPU one would derive too).
+class LlamaModel : public LanguageModel {
+ public:
+  virtual const LlamaConfig& config() const = 0;
+  int vocab() const override { return config().vocab; }
+  int max_seq() const override { return config().max_seq; }
+};
+
+class Llama : public LlamaModel {
+ public:
+  explicit Llama(const LlamaConfig& cfg);
+
+  const LlamaConfig& config() const override { return cfg_; }
+  const std::vector<ParamSpec>& params() const override { return specs_; }
+  int num_layers() const override { return cfg_.n_layer + 2; }
+  float* weights(int param) override;
+  void init_weights(uint64_t seed) override;
+  void set_weights(int param, const float* host) override;
+
+  float forward(const Batch& batch, ModelHooks& hooks) override;
+  void forward_into(const Batch& b, ModelHooks& h, float* loss) override { *loss = forward(b, h); }
+  void backward(ModelHooks& hooks) override;
+  void forward_logits(const int32_t* tokens, int B, int T, ModelHooks& hooks) override;
+  // vocab floats: the logits of sequence b, position t of the last forward.
+  const float* logits(int b, int t) const;
+  std::vector<float> logits_last(int b = 0) const override;
+
+ private:
+  struct BlockParams {
+    int attn_norm, qkvw, qkvb, ow, mlp_norm, gate_up, down;  // qkvb -1 without biases
+  };
+  void ensure_activations(int B, int T);
+  void run_forward(const int32_t* tokens, int B, int T, ModelHooks& hooks);
+  void block_backward(int l, ModelHooks& hooks);
+  float* w(int i) { return weights_.data() + offsets_[size_t(i)]; }
+
+  LlamaConfig cfg_;
+  std::vector<ParamSpec> specs_;
+  std::vector<int64_t> offsets_;
+  std::vector<float> weights_;
+  std::vector<float> inv_freq_;
+  int embed_ = 0, norm_ = 0, head_ = 0;
+  std::vector<BlockParams> blocks_;
+
+  int B_ = 0, T_ = 0;
+  std::vector<int32_t> tokens_, targets_;
+  std::vector<float> resid_;      // (L+1) x [BT, C]: the stream entering block l; last = output
+  std::vector<float> resid_mid_;  // L x [BT, C]: after the attention half
+  std::vector<float> hn1_, rstd1_, qkv_, atty_, att_;  // per block
+  std::vector<float> hn2_, rstd2_, gate_up_;           // per block
+  std::vector<float> hnf_, rstdf_;
+  std::vector<float> probs_;  // [BT, V]: logits, then dlogits
+  std::vector<float> losses_;
+  std::vector<float> wt_, tmp_, act_;  // scratch: transposed weight, [BT, C], [BT, F]
+  std::vector<float> dresid_, dln_, dqkv_, datty_, dact_, dgu_;
+  enum class State { kNone, kLogits, kLoss, kBackwardDone } state_ = State::kNone;
+};
+
+}  // namespace mxdp
