@@ -6,7 +6,16 @@ eager or torch.compile, random tokens of the given batch shape; prints one JSON
 line with ms/step (the timed steps run with each loss read one step late, as
 a training loop does; ms_synced: the median step run alone), tokens/s, peak memory.
 
+The benchmark is the fastest configuration a user would run, nanoGPT's: the
+loss over the padded 50304-entry vocabulary (no logits[..., :50257] copy;
+--loss-vocab real slices as mxdp's loss does, and is what the trajectory
+comparison tests/gpu_torch_trajectory.py uses through GPT's default), clipping
+at 1.0 on (--no-clip to drop it). --float8 tensorwise|rowwise converts every
+nn.Linear (all but the tied LM head, a matmul with wte) to torchao's float8
+training (torchao.float8, before torch.compile).
+
     python3 bench/torch_gpt.py --model gpt2-124m --batch 16 --seq 1024 --mode compile
+    python3 bench/torch_gpt.py --model gpt2-774m --batch 8 --float8 tensorwise
 """
 import argparse, json, math, statistics, time
 
@@ -38,9 +47,10 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, L, H, C, vocab=50257, padded=50304, max_seq=1024):
+    def __init__(self, L, H, C, vocab=50257, padded=50304, max_seq=1024, loss_over_padded=False):
         super().__init__()
         self.vocab = vocab
+        self.loss_over_padded = loss_over_padded  # nanoGPT's loss: softmax over all 50304 logits
         self.wte, self.wpe = nn.Embedding(padded, C), nn.Embedding(max_seq, C)
         self.blocks = nn.ModuleList(Block(C, H) for _ in range(L))
         self.lnf = nn.LayerNorm(C)
@@ -66,6 +76,8 @@ class GPT(nn.Module):
         for b in self.blocks:
             x = b(x)
         logits = self.lnf(x) @ self.wte.weight.t()
+        if self.loss_over_padded:
+            return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
         return F.cross_entropy(logits[..., : self.vocab].float().flatten(0, 1), targets.flatten())
 
 
@@ -77,12 +89,13 @@ def adamw(model, lr):
                              lr=lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
 
 
-def train_step(model, step_model, opt, x, y):
-    """One step: bf16 autocast forward, backward, clip at 1.0, AdamW. Returns the loss tensor."""
+def train_step(model, step_model, opt, x, y, clip=True):
+    """One step: bf16 autocast forward, backward, clip at 1.0 (unless clip is False), AdamW. Returns the loss."""
     with torch.autocast("cuda", dtype=torch.bfloat16):
         loss = step_model(x, y)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
     opt.zero_grad(set_to_none=True)
     return loss
@@ -96,16 +109,26 @@ def main():
     ap.add_argument("--mode", default="compile", choices=["eager", "compile"])
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--loss-vocab", default="padded", choices=["padded", "real"],
+                    help="loss over the padded 50304 logits (nanoGPT, default) or the real 50257 (a slice)")
+    ap.add_argument("--no-clip", action="store_true", help="no gradient clipping")
+    ap.add_argument("--float8", default="none", choices=["none", "tensorwise", "rowwise"],
+                    help="torchao float8 training on every nn.Linear (needs torchao)")
     a = ap.parse_args()
     torch.manual_seed(0)
     L, H, C = CONFIGS[a.model]
-    model = GPT(L, H, C).cuda()
+    model = GPT(L, H, C, loss_over_padded=a.loss_vocab == "padded").cuda()
+    if a.float8 != "none":
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+        convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(a.float8),
+                                   module_filter_fn=lambda m, fqn: isinstance(m, nn.Linear))
     opt = adamw(model, 3e-4)
+    clip = not a.no_clip
     step_model = torch.compile(model) if a.mode == "compile" else model
     x = torch.randint(0, 50257, (a.batch, a.seq), device="cuda")
     y = torch.randint(0, 50257, (a.batch, a.seq), device="cuda")
     for i in range(a.warmup):
-        train_step(model, step_model, opt, x, y).item()
+        train_step(model, step_model, opt, x, y, clip).item()
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     # Synced: each step alone, host and GPU idle in turn (the median of steps).
@@ -113,7 +136,7 @@ def main():
     for i in range(a.steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        train_step(model, step_model, opt, x, y).item()
+        train_step(model, step_model, opt, x, y, clip).item()
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     # Pipelined, as a training loop runs: each loss read one step late, so the
@@ -122,14 +145,16 @@ def main():
     t0 = time.perf_counter()
     prev = None
     for i in range(a.steps):
-        loss = train_step(model, step_model, opt, x, y).detach()
+        loss = train_step(model, step_model, opt, x, y, clip).detach()
         if prev is not None:
             prev.item()
         prev = loss
     last = prev.item()
     torch.cuda.synchronize()
     ms = (time.perf_counter() - t0) / a.steps * 1e3
-    print(json.dumps({"system": f"pytorch-{a.mode}", "model": a.model, "batch": a.batch, "seq": a.seq,
+    system = f"pytorch-{a.mode}" + ("" if a.float8 == "none" else f"-float8-{a.float8}")
+    print(json.dumps({"system": system, "model": a.model, "batch": a.batch, "seq": a.seq,
+                      "loss_vocab": a.loss_vocab, "clip": clip,
                       "ms_per_step": ms, "ms_synced": statistics.median(times) * 1e3,
                       "tokens_per_s": a.batch * a.seq / ms * 1e3,
                       "peak_gib": torch.cuda.max_memory_allocated() / 2**30,

@@ -232,4 +232,20 @@ MXDP_HD float nvfp4_dequant(uint8_t nibble, uint8_t s_b, float s_dec) {
   return canonical_nan((e2m1_to_f32(nibble) * e4m3_to_f32(s_b)) * s_dec);
 }
 
+// ---- FP8 with fp32 block scales (fp8b128 tiles, 1x128 blocks) ----------------
+// docs/fp8.md, "Format". s = amax / max (one IEEE division; E4M3 max 448,
+// E5M2 57344); an Inf amax gives FLT_MAX, and s = 0 (a zero or all-NaN block,
+// or amax below 448 * 2^-150) becomes 1. code = fp8(x / s), RNE, saturating;
+// value = fp8 * s (what cuBLASLt's VEC128_32F / BLK128x128_32F scales multiply).
+MXDP_HD float fp8_block_scale(float amax, Fp8Kind k) {
+  float s = amax / (k == Fp8Kind::E4M3 ? kE4M3Max : kE5M2Max);
+  if (f32_isinf(s)) s = FLT_MAX;
+  if (s == 0.0f) s = 1.0f;
+  return s;
+}
+MXDP_HD uint8_t fp8_block_encode(float x, float s, Fp8Kind k) { return fp8_from_f32(x / s, k); }
+MXDP_HD float fp8_block_dequant(uint8_t code, float s, Fp8Kind k) {
+  return canonical_nan(fp8_to_f32(code, k) * s);
+}
+
 }  // namespace mxdp::codec

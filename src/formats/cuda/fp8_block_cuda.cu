@@ -1,0 +1,235 @@
+// Kernels behind fp8_block_cuda.h. Written for clarity first: one CTA per
+// 128x128 tile (amax, then encode from L2), one warp per 1x128 block, a 32x32
+// shared-memory transpose for the codes. The encoder is codec.h's integer one
+// (the same function the CPU calls), and x / s is an IEEE division
+// (-prec-div=true, no fast math), so the bits match the CPU's.
+#include "formats/cuda/fp8_block_cuda.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "formats/codec.h"
+#include "util/check.h"
+#include "util/cuda_check.h"
+#include "util/cuda_launch.h"
+
+namespace mxdp::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxGrid = 1 << 16;
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+  return v;
+}
+__device__ __forceinline__ float load(const float* x, int64_t i) { return x[i]; }
+__device__ __forceinline__ float load(const uint16_t* x, int64_t i) { return codec::bf16_to_f32(x[i]); }
+
+void check_args(int64_t rows, int64_t cols, const void* a, const void* b, const void* c, const char* what) {
+  MXDP_CHECK(rows >= 0 && cols >= 0, what, ": rows and cols must be >= 0, got ", rows, " x ", cols);
+  MXDP_CHECK(rows * cols == 0 || (a && b && c), what, ": null pointer");
+  MXDP_CHECK(rows <= INT_MAX && cols <= INT_MAX, what, ": ", rows, " x ", cols, " is too large");
+}
+int grid_for(int64_t n) { return int(std::max<int64_t>(1, grid_blocks(n, kThreads, kMaxGrid))); }
+
+// ---- fp8b128 ----------------------------------------------------------------
+// One CTA per tile (blockIdx.x: tile column, blockIdx.y: tile row).
+__global__ void __launch_bounds__(kThreads)
+    tile_quant(const float* __restrict__ x, int64_t rows, int64_t cols, uint8_t* __restrict__ codes,
+               float* __restrict__ scales) {
+  const int64_t r0 = int64_t(blockIdx.y) * kFp8Tile, c0 = int64_t(blockIdx.x) * kFp8Tile;
+  const int64_t hr = rows - r0, wc = cols - c0;
+  const int h = hr < kFp8Tile ? int(hr) : kFp8Tile, w = wc < kFp8Tile ? int(wc) : kFp8Tile;
+  float am = 0.0f;
+  for (int i = threadIdx.x; i < kFp8TileElems; i += kThreads) {
+    const int r = i / kFp8Tile, c = i % kFp8Tile;
+    if (r < h && c < w) am = codec::amax_fold(am, x[(r0 + r) * cols + c0 + c]);
+  }
+  __shared__ float part[kThreads / 32];
+  am = warp_max(am);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = am;
+  __syncthreads();
+  am = part[0];
+  for (int i = 1; i < kThreads / 32; ++i) am = fmaxf(am, part[i]);
+  const float s = codec::fp8_block_scale(am, Fp8Kind::E4M3);
+  if (threadIdx.x == 0) scales[int64_t(blockIdx.y) * gridDim.x + blockIdx.x] = s;
+  for (int i = threadIdx.x; i < kFp8TileElems; i += kThreads) {
+    const int r = i / kFp8Tile, c = i % kFp8Tile;
+    if (r < h && c < w) {
+      const int64_t j = (r0 + r) * cols + c0 + c;
+      codes[j] = codec::fp8_block_encode(x[j], s, Fp8Kind::E4M3);
+    }
+  }
+}
+
+__global__ void tile_dequant(const uint8_t* __restrict__ codes, const float* __restrict__ scales, int64_t rows,
+                             int64_t cols, int64_t tc, float* __restrict__ y) {
+  const int64_t n = rows * cols, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int64_t r = i / cols, c = i % cols;
+    y[i] = codec::fp8_block_dequant(codes[i], scales[r / kFp8Tile * tc + c / kFp8Tile], Fp8Kind::E4M3);
+  }
+}
+
+// out (cols x rows) = in (rows x cols)^T, bytes, through a 32x33 shared tile.
+__global__ void transpose_bytes(const uint8_t* __restrict__ in, int64_t rows, int64_t cols,
+                                uint8_t* __restrict__ out) {
+  __shared__ uint8_t t[32][33];
+  const int64_t c0 = int64_t(blockIdx.x) * 32, r0 = int64_t(blockIdx.y) * 32;
+  for (int k = threadIdx.y; k < 32; k += blockDim.y) {
+    const int64_t r = r0 + k, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) t[k][threadIdx.x] = in[r * cols + c];
+  }
+  __syncthreads();
+  for (int k = threadIdx.y; k < 32; k += blockDim.y) {
+    const int64_t c = c0 + k, r = r0 + threadIdx.x;
+    if (r < rows && c < cols) out[c * rows + r] = t[threadIdx.x][k];
+  }
+}
+
+__global__ void transpose_scales(const float* __restrict__ s, int64_t tr, int64_t tc, float* __restrict__ st) {
+  const int64_t n = tr * tc, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    st[i % tc * tr + i / tc] = s[i];
+}
+
+__global__ void pad_gemm_scales(const float* __restrict__ s, int64_t tr, int64_t tc, int64_t ld, float* __restrict__ g) {
+  const int64_t n = tr * ld, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int64_t r = i / ld, c = i % ld;
+    g[i] = c < tc ? s[r * tc + c] : 0.0f;
+  }
+}
+
+// ---- 1x128 ------------------------------------------------------------------
+// One warp per block (r, b) of the rows x cols operand; lane l holds elements
+// c0 + l + 32 j (coalesced). at(r, c) reads the operand (x, or x^T).
+template <class T, bool kTransposed>
+__global__ void __launch_bounds__(kThreads)
+    quant_1x128(const T* __restrict__ x, int64_t rows, int64_t cols, Fp8Kind k, uint8_t* __restrict__ codes,
+                float* __restrict__ scales) {
+  const int64_t nb = (cols + kFp8Tile - 1) / kFp8Tile, ld = (rows + 3) / 4 * 4;
+  const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (warp >= rows * nb) return;  // whole warps leave together
+  const int64_t r = warp / nb, b = warp % nb, c0 = b * kFp8Tile;
+  // Operand (r, c) is x[r * cols + c], or for x^T (x is cols x rows) x[c * rows + r].
+  auto at = [&](int64_t c) { return kTransposed ? load(x, c * rows + r) : load(x, r * cols + c); };
+  float v[4];
+  float am = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int64_t c = c0 + lane + 32 * j;
+    v[j] = c < cols ? at(c) : 0.0f;
+    am = codec::amax_fold(am, v[j]);
+  }
+  am = warp_max(am);
+  const float s = codec::fp8_block_scale(am, k);
+  if (lane == 0) scales[b * ld + r] = s;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int64_t c = c0 + lane + 32 * j;
+    if (c < cols) codes[r * cols + c] = codec::fp8_block_encode(v[j], s, k);
+  }
+}
+
+__global__ void dequant_1x128(const uint8_t* __restrict__ codes, const float* __restrict__ scales, int64_t rows,
+                              int64_t cols, Fp8Kind k, float* __restrict__ y) {
+  const int64_t n = rows * cols, stride = int64_t(gridDim.x) * blockDim.x, ld = (rows + 3) / 4 * 4;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int64_t r = i / cols, c = i % cols;
+    y[i] = codec::fp8_block_dequant(codes[i], scales[c / kFp8Tile * ld + r], k);
+  }
+}
+
+// The operand is rows x cols (for the transposed quantizer: x is cols x rows).
+template <bool kTransposed, class T>
+void launch_1x128(const T* x, int64_t rows, int64_t cols, Fp8Kind k, uint8_t* codes, float* scales,
+                  cudaStream_t stream) {
+  if (rows * cols == 0) return;
+  MXDP_CUDA_CHECK(cudaMemsetAsync(scales, 0, size_t(fp8_1x128_scale_count(rows, cols)) * sizeof(float), stream));
+  const int64_t warps = rows * ceil_div(cols, kFp8Tile);
+  const int64_t blocks = ceil_div(warps * 32, kThreads);
+  MXDP_CHECK(blocks <= INT_MAX, "fp8_quantize_1x128: ", rows, " x ", cols, " is too large for one launch");
+  quant_1x128<T, kTransposed><<<int(blocks), kThreads, 0, stream>>>(x, rows, cols, k, codes, scales);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void fp8b128_quantize(const float* x, int64_t rows, int64_t cols, uint8_t* codes, float* scales,
+                      cudaStream_t stream) {
+  check_args(rows, cols, x, codes, scales, "fp8b128_quantize");
+  if (rows * cols == 0) return;
+  const int64_t tr = fp8b128_scale_rows(rows), tc = fp8b128_scale_cols(cols);
+  MXDP_CHECK(tr <= 65535, "fp8b128_quantize: ", rows, " rows is too many for one launch");
+  tile_quant<<<dim3(unsigned(tc), unsigned(tr)), kThreads, 0, stream>>>(x, rows, cols, codes, scales);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+void fp8b128_dequantize(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, float* y,
+                        cudaStream_t stream) {
+  check_args(rows, cols, codes, scales, y, "fp8b128_dequantize");
+  if (rows * cols == 0) return;
+  tile_dequant<<<grid_for(rows * cols), kThreads, 0, stream>>>(codes, scales, rows, cols, fp8b128_scale_cols(cols), y);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+void fp8b128_transpose(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, uint8_t* codes_t,
+                       float* scales_t, cudaStream_t stream) {
+  check_args(rows, cols, codes, scales, codes_t, "fp8b128_transpose");
+  MXDP_CHECK(rows * cols == 0 || scales_t, "fp8b128_transpose: null pointer");
+  if (rows * cols == 0) return;
+  const int64_t gy = ceil_div(rows, 32);
+  MXDP_CHECK(gy <= 65535, "fp8b128_transpose: ", rows, " rows is too many for one launch");
+  transpose_bytes<<<dim3(unsigned(ceil_div(cols, 32)), unsigned(gy)), dim3(32, 8), 0, stream>>>(codes, rows, cols,
+                                                                                                  codes_t);
+  MXDP_CUDA_CHECK_LAUNCH();
+  const int64_t tr = fp8b128_scale_rows(rows), tc = fp8b128_scale_cols(cols);
+  transpose_scales<<<grid_for(tr * tc), kThreads, 0, stream>>>(scales, tr, tc, scales_t);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+void fp8b128_scales_for_gemm(const float* scales, int64_t rows, int64_t cols, float* gemm_scales,
+                             cudaStream_t stream) {
+  check_args(rows, cols, scales, gemm_scales, gemm_scales, "fp8b128_scales_for_gemm");
+  if (rows * cols == 0) return;
+  const int64_t tr = fp8b128_scale_rows(rows), ld = fp8b128_gemm_scale_ld(cols);
+  pad_gemm_scales<<<grid_for(tr * ld), kThreads, 0, stream>>>(scales, tr, fp8b128_scale_cols(cols), ld, gemm_scales);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+void fp8_quantize_1x128(const float* x, int64_t rows, int64_t cols, Fp8Kind k, uint8_t* codes, float* scales,
+                        cudaStream_t stream) {
+  check_args(rows, cols, x, codes, scales, "fp8_quantize_1x128");
+  launch_1x128<false>(x, rows, cols, k, codes, scales, stream);
+}
+void fp8_quantize_1x128(const uint16_t* x, int64_t rows, int64_t cols, Fp8Kind k, uint8_t* codes, float* scales,
+                        cudaStream_t stream) {
+  check_args(rows, cols, x, codes, scales, "fp8_quantize_1x128");
+  launch_1x128<false>(x, rows, cols, k, codes, scales, stream);
+}
+void fp8_quantize_1x128_transposed(const float* x, int64_t rows, int64_t cols, Fp8Kind k, uint8_t* codes_t,
+                                   float* scales, cudaStream_t stream) {
+  check_args(rows, cols, x, codes_t, scales, "fp8_quantize_1x128_transposed");
+  launch_1x128<true>(x, cols, rows, k, codes_t, scales, stream);
+}
+void fp8_quantize_1x128_transposed(const uint16_t* x, int64_t rows, int64_t cols, Fp8Kind k, uint8_t* codes_t,
+                                   float* scales, cudaStream_t stream) {
+  check_args(rows, cols, x, codes_t, scales, "fp8_quantize_1x128_transposed");
+  launch_1x128<true>(x, cols, rows, k, codes_t, scales, stream);
+}
+
+void fp8_dequantize_1x128(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, Fp8Kind k,
+                          float* y, cudaStream_t stream) {
+  check_args(rows, cols, codes, scales, y, "fp8_dequantize_1x128");
+  if (rows * cols == 0) return;
+  dequant_1x128<<<grid_for(rows * cols), kThreads, 0, stream>>>(codes, scales, rows, cols, k, y);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace mxdp::cuda

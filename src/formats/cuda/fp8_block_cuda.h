@@ -1,0 +1,38 @@
+// CUDA kernels of FP8 with fp32 block scales: the functions of
+// formats/fp8_block.h on DEVICE pointers, enqueued on `stream` (nothing here
+// synchronizes). Same layouts, same bits as the CPU reference for every input
+// (both call codec.h's fp8_block_* functions; tests/gputest_fp8_format.cu
+// checks that bit for bit). Errors throw mxdp::Error.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "formats/fp8_block.h"
+
+namespace mxdp::cuda {
+
+// ---- fp8b128 tiles ---------------------------------------------------------
+void fp8b128_quantize(const float* x, int64_t rows, int64_t cols, uint8_t* codes, float* scales,
+                      cudaStream_t stream);
+void fp8b128_dequantize(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, float* y,
+                        cudaStream_t stream);
+void fp8b128_transpose(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, uint8_t* codes_t,
+                       float* scales_t, cudaStream_t stream);
+void fp8b128_scales_for_gemm(const float* scales, int64_t rows, int64_t cols, float* gemm_scales,
+                             cudaStream_t stream);
+
+// ---- 1x128 blocks (x fp32, or bf16 bits) -----------------------------------
+void fp8_quantize_1x128(const float* x, int64_t rows, int64_t cols, Fp8Kind k, uint8_t* codes, float* scales,
+                        cudaStream_t stream);
+void fp8_quantize_1x128(const uint16_t* x, int64_t rows, int64_t cols, Fp8Kind k, uint8_t* codes, float* scales,
+                        cudaStream_t stream);
+void fp8_quantize_1x128_transposed(const float* x, int64_t rows, int64_t cols, Fp8Kind k, uint8_t* codes_t,
+                                   float* scales, cudaStream_t stream);
+void fp8_quantize_1x128_transposed(const uint16_t* x, int64_t rows, int64_t cols, Fp8Kind k, uint8_t* codes_t,
+                                   float* scales, cudaStream_t stream);
+void fp8_dequantize_1x128(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, Fp8Kind k,
+                          float* y, cudaStream_t stream);
+
+}  // namespace mxdp::cuda

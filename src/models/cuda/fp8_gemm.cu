@@ -1,0 +1,144 @@
+// cuBLASLt behind Fp8Gemm (fp8_gemm.h). Row-major d[M,N] = a[M,K] . b[N,K]^T
+// is column-major D{N,M} = op(B_cm) * A_cm with B_cm = b as {K,N} (transposed:
+// TRANSA = T) and A_cm = a as {K,M} (TRANSB = N): cuBLASLt's "A" is our b and
+// its "B" our a, both K-major, which FP8 on Hopper requires.
+#include "models/cuda/fp8_gemm.h"
+
+#include <cublasLt.h>
+
+#include <map>
+#include <tuple>
+
+#include "util/check.h"
+#include "util/cuda_check.h"
+
+#define MXDP_FP8_CUBLAS_CHECK(call)                                                \
+  do {                                                                             \
+    cublasStatus_t mxdp_st_ = (call);                                              \
+    if (mxdp_st_ != CUBLAS_STATUS_SUCCESS)                                         \
+      MXDP_FAIL("cuBLASLt call failed: " #call ": cublasStatus_t ", int(mxdp_st_)); \
+  } while (0)
+
+namespace mxdp::cuda {
+
+namespace {
+
+constexpr size_t kWorkspace = size_t(32) << 20;
+
+struct Key {
+  int m, n, k;  // cuBLASLt's: m = N, n = M
+  Fp8Kind ka, kb;
+  Fp8Scaling sa, sb;
+  bool fp32_out;
+  auto tie() const { return std::tuple(m, n, k, int(ka), int(kb), int(sa), int(sb), fp32_out); }
+  bool operator<(const Key& o) const { return tie() < o.tie(); }
+};
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, cd = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+cudaDataType_t fp8_type(Fp8Kind k) { return k == Fp8Kind::E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
+cublasLtMatmulMatrixScale_t scale_mode(Fp8Scaling s) {
+  return s == Fp8Scaling::Rows1x128 ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
+                                    : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+}
+
+}  // namespace
+
+struct Fp8Gemm::Impl {
+  cudaStream_t stream;
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  std::map<Key, Plan> plans;
+
+  // The scale pointers are set before the heuristic too (as every later call sets them).
+  const Plan& plan(const Key& s, const float* a_scales, const float* b_scales) {
+    auto it = plans.find(s);
+    if (it != plans.end()) return it->second;
+    Plan p;
+    MXDP_FP8_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    MXDP_FP8_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    MXDP_FP8_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    const cublasLtMatmulMatrixScale_t ma = scale_mode(s.sa), mb = scale_mode(s.sb);
+    MXDP_FP8_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &ma, sizeof ma));
+    MXDP_FP8_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mb, sizeof mb));
+    MXDP_FP8_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scales, sizeof a_scales));
+    MXDP_FP8_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scales, sizeof b_scales));
+    // A {K, m} col-major (op T: m x K), B {K, n} (op N), C = D {m, n}.
+    MXDP_FP8_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, fp8_type(s.ka), s.k, s.m, s.k));
+    MXDP_FP8_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, fp8_type(s.kb), s.k, s.n, s.k));
+    MXDP_FP8_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.cd, s.fp32_out ? CUDA_R_32F : CUDA_R_16BF, s.m, s.n, s.m));
+    cublasLtMatmulPreference_t pref = nullptr;
+    MXDP_FP8_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws = kWorkspace;
+    MXDP_FP8_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    cublasLtMatmulHeuristicResult_t res{};
+    int found = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.cd, p.cd, pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    MXDP_CHECK(st == CUBLAS_STATUS_SUCCESS && found > 0,
+               "cuBLASLt has no block-scaled FP8 algorithm for m=", s.m, " n=", s.n, " k=", s.k,
+               " (scales ", s.sa == Fp8Scaling::Rows1x128 ? "1x128" : "128x128", " x ",
+               s.sb == Fp8Scaling::Rows1x128 ? "1x128" : "128x128", ", ", s.fp32_out ? "fp32" : "bf16",
+               " out): it needs an sm_90 GPU and cuBLAS 12.9 or later; cublasStatus_t ", int(st));
+    p.algo = res.algo;
+    return plans.emplace(s, p).first->second;
+  }
+
+  void run(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, void* d, bool fp32_out) {
+    MXDP_CHECK(M > 0 && N > 0 && K > 0 && M % 128 == 0 && N % 128 == 0 && K % 128 == 0,
+               "FP8 GEMM: M, N and K must be positive multiples of 128, got ", M, ", ", N, ", ", K);
+    MXDP_CHECK(a.codes && a.scales && b.codes && b.scales && d, "FP8 GEMM: null pointer");
+    MXDP_CHECK(!(a.scaling == Fp8Scaling::Tiles128 && b.scaling == Fp8Scaling::Tiles128),
+               "FP8 GEMM: 128x128 tiles on both operands is not a Hopper cuBLASLt GEMM");
+    MXDP_CHECK((a.scaling != Fp8Scaling::Tiles128 || a.kind == Fp8Kind::E4M3) &&
+                   (b.scaling != Fp8Scaling::Tiles128 || b.kind == Fp8Kind::E4M3),
+               "FP8 GEMM: 128x128 tiles are E4M3");
+    // cuBLASLt's A is our b, its B our a.
+    const Key s{N, M, K, b.kind, a.kind, b.scaling, a.scaling, fp32_out};
+    const Plan& p = plan(s, b.scales, a.scales);
+    MXDP_FP8_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b.scales, sizeof b.scales));
+    MXDP_FP8_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a.scales, sizeof a.scales));
+    const float alpha = 1.0f, beta = fp32_out ? 1.0f : 0.0f;
+    MXDP_FP8_CUBLAS_CHECK(cublasLtMatmul(handle, p.desc, &alpha, b.codes, p.a, a.codes, p.b, &beta, d, p.cd, d, p.cd,
+                                         &p.algo, workspace, kWorkspace, stream));
+  }
+};
+
+Fp8Gemm::Fp8Gemm(cudaStream_t stream) : impl_(std::make_unique<Impl>()) {
+  impl_->stream = stream;
+  MXDP_FP8_CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
+  MXDP_CUDA_CHECK(cudaMalloc(&impl_->workspace, kWorkspace));
+}
+
+Fp8Gemm::~Fp8Gemm() {
+  for (auto& [s, p] : impl_->plans) {
+    cublasLtMatrixLayoutDestroy(p.a);
+    cublasLtMatrixLayoutDestroy(p.b);
+    cublasLtMatrixLayoutDestroy(p.cd);
+    cublasLtMatmulDescDestroy(p.desc);
+  }
+  cudaStreamSynchronize(impl_->stream);
+  cudaFree(impl_->workspace);
+  cublasLtDestroy(impl_->handle);
+}
+
+size_t Fp8Gemm::cached_shapes() const { return impl_->plans.size(); }
+
+void Fp8Gemm::nt(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, uint16_t* d_bf16) {
+  impl_->run(a, b, M, N, K, d_bf16, false);
+}
+void Fp8Gemm::nt_accumulate(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, float* d_f32) {
+  impl_->run(a, b, M, N, K, d_f32, true);
+}
+
+}  // namespace mxdp::cuda

@@ -1,0 +1,55 @@
+// Block-scaled FP8 GEMMs on Hopper through cuBLASLt (CUDA 12.9+, sm_90):
+// E4M3 (or E5M2) operands with fp32 scales per 1x128 block
+// (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F) or per 128x128 tile
+// (BLK128x128_32F), fp32 accumulation, bf16 output (or fp32 accumulated into,
+// for wgrad). The operands' layouts are formats/fp8_block.h's GEMM layouts;
+// docs/fp8.md ("GEMMs") gives the cuBLASLt mapping: every FP8 GEMM on Hopper is
+// TN in column-major terms (both operands K-major), which the row-major
+// D = A . B^T below is, with A and B both rows x K.
+//
+// As models/cuda/gemm.h: the first call of a shape asks cuBLASLt's heuristic
+// once and keeps its answer, so a shape always runs one algorithm (same bits).
+// M, N, K must be multiples of 128; 2-D tiles on both operands are refused
+// (Hopper's cuBLASLt block scaling has 1-D x 1-D, 1-D x 2-D and 2-D x 1-D).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "models/fp8/fp8_operand.h"
+
+namespace mxdp::cuda {
+
+class Fp8Gemm {
+ public:
+  explicit Fp8Gemm(cudaStream_t stream);
+  ~Fp8Gemm();
+  Fp8Gemm(const Fp8Gemm&) = delete;
+  Fp8Gemm& operator=(const Fp8Gemm&) = delete;
+
+  // d[M,N] = a[M,K] . b[N,K]^T: bf16 d (overwritten), or fp32 d += (accumulate).
+  void nt(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, uint16_t* d_bf16);
+  void nt_accumulate(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, float* d_f32);
+
+  // The three GEMMs of Y = X W^T, W {N, K} (models/fp8/fp8_gemm_emulated.h has the same on the CPU):
+  //   fprop: y[M,N]   = x[M,K] (1x128) . w[N,K]^T (tiles)
+  //   dgrad: dx[M,K]  = dy[M,N] (1x128) . wt[K,N]^T (tiles of W^T)
+  //   wgrad: dw[N,K] += dyt[N,M] (1x128 of dY^T) . xt[K,M]^T (1x128 of X^T), fp32
+  void fprop(const Fp8Operand& x, const Fp8Operand& w, int M, int N, int K, uint16_t* y) { nt(x, w, M, N, K, y); }
+  void dgrad(const Fp8Operand& dy, const Fp8Operand& wt, int M, int N, int K, uint16_t* dx) {
+    nt(dy, wt, M, K, N, dx);
+  }
+  void wgrad(const Fp8Operand& dyt, const Fp8Operand& xt, int M, int N, int K, float* dw) {
+    nt_accumulate(dyt, xt, N, K, M, dw);
+  }
+
+  size_t cached_shapes() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mxdp::cuda

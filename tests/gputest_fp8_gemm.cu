@@ -1,0 +1,210 @@
+// The block-scaled FP8 GEMMs (models/cuda/fp8_gemm.h) at GPT-2 124M and 774M
+// linear-layer shapes, M = 1024 tokens, against two references computed here
+// by a naive double-accumulating kernel:
+//   exact  : the product of the dequantized operands (what the FP8 GEMM must
+//            compute, up to its fp32 accumulation and the bf16 output): relative
+//            Frobenius error <= 5e-3 (bf16 output; 1e-3 for the fp32 wgrad),
+//            and every element within 1% of the largest.
+//   fp32   : the product of the unquantized fp32 inputs (the cost of E4M3 with
+//            1x128 / 128x128 scales): relative Frobenius error <= 0.08 (printed).
+// The inputs are scaled by powers of two per row, per 128-column block and per
+// 128-row weight block, so a scale read from the wrong place is a large error.
+// Skips without a GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "formats/cuda/fp8_block_cuda.h"
+#include "formats/fp8_block.h"
+#include "gpu_test_util.h"
+#include "models/cuda/fp8_gemm.h"
+#include "util/cuda_check.h"
+
+namespace mxdp {
+namespace {
+
+template <class T>
+struct Dev {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit Dev(size_t count) : n(count) {
+    MXDP_CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
+    MXDP_CUDA_CHECK(cudaMemset(p, 0, n * sizeof(T)));
+  }
+  explicit Dev(const std::vector<T>& h) : Dev(h.size()) {
+    MXDP_CUDA_CHECK(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  ~Dev() { cudaFree(p); }
+  std::vector<T> get() const {
+    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<T> h(n);
+    MXDP_CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
+
+// d[i,j] = sum_k a[i,k] b[j,k] in double (both row-major, K innermost).
+__global__ void ref_nt(const float* a, const float* b, int M, int N, int K, double* d) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
+  if (j >= N) return;
+  double acc = 0.0;
+  for (int k = 0; k < K; ++k) acc += double(a[int64_t(i) * K + k]) * double(b[int64_t(j) * K + k]);
+  d[int64_t(i) * N + j] = acc;
+}
+std::vector<double> reference(const Dev<float>& a, const Dev<float>& b, int M, int N, int K) {
+  Dev<double> d(size_t(M) * N);
+  ref_nt<<<dim3((N + 127) / 128, M), 128>>>(a.p, b.p, M, N, K, d.p);
+  MXDP_CUDA_CHECK_LAUNCH();
+  return d.get();
+}
+
+// rows x cols, N(0, sigma) scaled by 2^(r % 5 - 2) and 2^((c / 128) % 3 - 1).
+std::vector<float> input(int rows, int cols, float sigma, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, sigma);
+  std::vector<float> x(size_t(rows) * cols);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c)
+      x[size_t(r) * cols + c] = d(g) * std::ldexp(1.0f, r % 5 - 2 + (c / 128) % 3 - 1 + (r / 128) % 2);
+  return x;
+}
+std::vector<float> transpose(const std::vector<float>& x, int rows, int cols) {
+  std::vector<float> t(x.size());
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) t[size_t(c) * rows + r] = x[size_t(r) * cols + c];
+  return t;
+}
+float bf16(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+struct Err {
+  double frob, max_elem;  // ||d - r|| / ||r||; max |d - r| / max |r|
+};
+template <class F>
+Err error_of(F got, const std::vector<double>& want) {
+  double num = 0, den = 0, mx = 0, mr = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double e = got(i) - want[i];
+    num += e * e;
+    den += want[i] * want[i];
+    mx = std::max(mx, std::fabs(e));
+    mr = std::max(mr, std::fabs(want[i]));
+  }
+  return {std::sqrt(num / den), mx / mr};
+}
+
+// A 1x128 operand (rows x K) on the device, quantized from fp32, and its dequantized fp32.
+struct Act {
+  Dev<uint8_t> q;
+  Dev<float> s, y;
+  Act(const Dev<float>& x, int rows, int K, bool transposed)
+      : q(size_t(rows) * K), s(fp8_1x128_scale_count(rows, K)), y(size_t(rows) * K) {
+    // transposed: x is K x rows, the operand its transpose.
+    if (transposed)
+      cuda::fp8_quantize_1x128_transposed(x.p, K, rows, Fp8Kind::E4M3, q.p, s.p, 0);
+    else
+      cuda::fp8_quantize_1x128(x.p, rows, K, Fp8Kind::E4M3, q.p, s.p, 0);
+    cuda::fp8_dequantize_1x128(q.p, s.p, rows, K, Fp8Kind::E4M3, y.p, 0);
+  }
+  Fp8Operand op() const { return {q.p, s.p, Fp8Kind::E4M3, Fp8Scaling::Rows1x128}; }
+};
+// A weight (rows x K) in fp8b128 tiles: compact scales, GEMM scales, dequantized fp32.
+struct Tiles {
+  Dev<uint8_t> q;
+  Dev<float> s, g, y;
+  Tiles(int rows, int K) : q(size_t(rows) * K), s(fp8b128_scale_count(rows, K)), g(fp8b128_gemm_scale_count(rows, K)),
+                           y(size_t(rows) * K) {}
+  void finish(int rows, int K) {
+    cuda::fp8b128_scales_for_gemm(s.p, rows, K, g.p, 0);
+    cuda::fp8b128_dequantize(q.p, s.p, rows, K, y.p, 0);
+  }
+  Fp8Operand op() const { return {q.p, g.p, Fp8Kind::E4M3, Fp8Scaling::Tiles128}; }
+};
+
+struct Shape {
+  const char* name;
+  int N, K;
+};
+const Shape kShapes[] = {
+    {"124m attn.qkv", 2304, 768}, {"124m attn.proj", 768, 768},   {"124m mlp.fc", 3072, 768},
+    {"124m mlp.proj", 768, 3072}, {"774m attn.qkv", 3840, 1280}, {"774m attn.proj", 1280, 1280},
+    {"774m mlp.fc", 5120, 1280},  {"774m mlp.proj", 1280, 5120},
+};
+constexpr int kM = 1024;
+
+TEST(GpuFp8Gemm, LinearLayerGemmsAgainstFp32References) {
+  if (!gputest::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  cuda::Fp8Gemm gemm(0);
+  uint32_t seed = 7;
+  for (const Shape& sh : kShapes) {
+    SCOPED_TRACE(sh.name);
+    const int M = kM, N = sh.N, K = sh.K;
+    const auto hx = input(M, K, 1.0f, seed++), hw = input(N, K, 0.02f, seed++), hdy = input(M, N, 1e-3f, seed++);
+    Dev<float> x(hx), w(hw), dy(hdy), wt(transpose(hw, N, K)), xt(transpose(hx, M, K)), dyt(transpose(hdy, M, N));
+    // Operands: X and dY 1x128 along K / N; X^T and dY^T 1x128 along M; W tiles and their transpose.
+    Act qx(x, M, K, false), qdy(dy, M, N, false), qxt(x, K, M, true), qdyt(dy, N, M, true);
+    Tiles qw(N, K), qwt(K, N);
+    cuda::fp8b128_quantize(w.p, N, K, qw.q.p, qw.s.p, 0);
+    qw.finish(N, K);
+    cuda::fp8b128_transpose(qw.q.p, qw.s.p, N, K, qwt.q.p, qwt.s.p, 0);
+    qwt.finish(K, N);
+
+    // fprop
+    Dev<uint16_t> y(size_t(M) * N), y2(size_t(M) * N);
+    gemm.fprop(qx.op(), qw.op(), M, N, K, y.p);
+    gemm.fprop(qx.op(), qw.op(), M, N, K, y2.p);
+    const auto hy = y.get();
+    EXPECT_EQ(hy, y2.get()) << "fprop is not run to run deterministic";
+    const Err fe = error_of([&](size_t i) { return double(bf16(hy[i])); }, reference(qx.y, qw.y, M, N, K));
+    const Err ff = error_of([&](size_t i) { return double(bf16(hy[i])); }, reference(x, w, M, N, K));
+    // dgrad: dX = dY W through the transposed tiles.
+    Dev<uint16_t> dx(size_t(M) * K);
+    gemm.dgrad(qdy.op(), qwt.op(), M, N, K, dx.p);
+    const auto hdx = dx.get();
+    const Err de = error_of([&](size_t i) { return double(bf16(hdx[i])); }, reference(qdy.y, qwt.y, M, K, N));
+    const Err df = error_of([&](size_t i) { return double(bf16(hdx[i])); }, reference(dy, wt, M, K, N));
+    // wgrad: dW += dY^T X into an fp32 grad holding 1.0 everywhere.
+    Dev<float> dw(std::vector<float>(size_t(N) * K, 1.0f));
+    gemm.wgrad(qdyt.op(), qxt.op(), M, N, K, dw.p);
+    const auto hdw = dw.get();
+    const Err we = error_of([&](size_t i) { return double(hdw[i]) - 1.0; }, reference(qdyt.y, qxt.y, N, K, M));
+    const Err wf = error_of([&](size_t i) { return double(hdw[i]) - 1.0; }, reference(dyt, xt, N, K, M));
+    std::printf("%-16s M %d N %5d K %5d | vs dequantized: fprop %.2e dgrad %.2e wgrad %.2e | vs fp32 inputs: "
+                "fprop %.4f dgrad %.4f wgrad %.4f\n",
+                sh.name, M, N, K, fe.frob, de.frob, we.frob, ff.frob, df.frob, wf.frob);
+    EXPECT_LE(fe.frob, 5e-3);
+    EXPECT_LE(de.frob, 5e-3);
+    EXPECT_LE(we.frob, 1e-3);
+    EXPECT_LE(fe.max_elem, 1e-2);
+    EXPECT_LE(de.max_elem, 1e-2);
+    EXPECT_LE(we.max_elem, 1e-2);
+    EXPECT_LE(ff.frob, 0.08);
+    EXPECT_LE(df.frob, 0.08);
+    EXPECT_LE(wf.frob, 0.08);
+  }
+  EXPECT_GE(gemm.cached_shapes(), 1u);
+  EXPECT_LE(gemm.cached_shapes(), 3 * std::size(kShapes));  // shapes that coincide share a plan
+}
+
+TEST(GpuFp8Gemm, BadShapesAreErrors) {
+  if (!gputest::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  cuda::Fp8Gemm gemm(0);
+  Dev<uint8_t> q(256 * 256);
+  Dev<float> s(256 * 4);
+  Dev<uint16_t> d(256 * 256);
+  const Fp8Operand a{q.p, s.p, Fp8Kind::E4M3, Fp8Scaling::Rows1x128}, t{q.p, s.p, Fp8Kind::E4M3, Fp8Scaling::Tiles128};
+  EXPECT_THROW(gemm.nt(a, t, 100, 256, 256, d.p), Error);
+  EXPECT_THROW(gemm.nt(t, t, 256, 256, 256, d.p), Error);
+}
+
+}  // namespace
+}  // namespace mxdp

@@ -1,0 +1,295 @@
+// fp8b128 (E4M3 128x128 tiles, fp32 scales) and the 1x128 blocks of
+// activations (formats/fp8_block.h) against tests/fp8_ref.h, a reference
+// written from the definitions (docs/fp8.md, "Format"), and against values
+// computed by hand below. Also the format row (formats/format.h).
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fp8_ref.h"
+#include "formats/codec.h"
+#include "formats/format.h"
+#include "formats/fp8_block.h"
+#include "util/check.h"
+
+namespace mxdp {
+namespace {
+
+using fp8ref::bits;
+
+std::vector<float> random_matrix(int64_t n, uint32_t seed, float spread = 4.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::uniform_real_distribution<float> e(-spread, spread);
+  std::vector<float> x(n);
+  for (auto& v : x) v = d(g) * std::exp2(e(g));
+  return x;
+}
+
+// Every E4M3 code, decoded by the codec, against the bit-field formula
+// (-1)^s * 2^(e-7) * (1 + m/8), subnormals 2^-6 * m/8, NaN 0x7F/0xFF.
+TEST(Fp8Codes, EveryE4M3CodeDecodesByTheFormula) {
+  for (int c = 0; c < 256; ++c) {
+    const int s = c >> 7, e = (c >> 3) & 15, m = c & 7;
+    double want = e == 0 ? m / 8.0 * std::ldexp(1.0, -6) : (1 + m / 8.0) * std::ldexp(1.0, e - 7);
+    if (s) want = -want;
+    const float got = codec::e4m3_to_f32(uint8_t(c));
+    if (e == 15 && m == 7) {
+      EXPECT_TRUE(std::isnan(got)) << c;
+      continue;
+    }
+    EXPECT_EQ(double(got), want) << "code " << c;
+    EXPECT_EQ(std::signbit(got), bool(s)) << c;
+    // Re-encoding a code's value gives the code back (the dequantizer's scale 1).
+    EXPECT_EQ(codec::fp8_block_encode(got, 1.0f, Fp8Kind::E4M3), uint8_t(c)) << c;
+  }
+  EXPECT_EQ(double(codec::e4m3_to_f32(0x7E)), 448.0);
+  EXPECT_EQ(double(codec::e4m3_to_f32(0x01)), std::ldexp(1.0, -9));
+}
+
+// The scale rule by hand: amax / 448 in fp32, Inf -> FLT_MAX, 0 -> 1.
+TEST(Fp8Codes, BlockScaleRule) {
+  EXPECT_EQ(codec::fp8_block_scale(896.0f, Fp8Kind::E4M3), 2.0f);
+  EXPECT_EQ(codec::fp8_block_scale(1.0f, Fp8Kind::E4M3), 1.0f / 448.0f);
+  EXPECT_EQ(codec::fp8_block_scale(57344.0f, Fp8Kind::E5M2), 1.0f);
+  EXPECT_EQ(codec::fp8_block_scale(0.0f, Fp8Kind::E4M3), 1.0f);
+  EXPECT_EQ(codec::fp8_block_scale(INFINITY, Fp8Kind::E4M3), FLT_MAX);
+  EXPECT_EQ(codec::fp8_block_scale(1e-44f, Fp8Kind::E4M3), 1.0f);  // amax / 448 underflows to 0
+}
+
+// One 128x128 tile whose amax is 896 (scale 2, exact), elements worked out by hand.
+TEST(Fp8b128, HandComputedTile) {
+  std::vector<float> x(128 * 128, 0.0f);
+  x[0] = 896.0f;                        // 448           -> 0x7E
+  x[1] = 3.0f;                          // 1.5 = 2^0 * 1.100b -> e 7, m 4 -> 0x3C
+  x[2] = -1.0f;                         // -0.5 -> 0x80 | e 6 m 0 -> 0xB0
+  x[3] = std::ldexp(1.0f, -8);          // 2^-9, the smallest subnormal -> 0x01
+  x[4] = std::ldexp(1.0f, -9);          // 2^-10: half the smallest subnormal, a tie -> even 0x00
+  x[5] = std::ldexp(3.0f, -9);          // 1.5 * 2^-9: a tie between 1 and 2 -> even 0x02
+  x[6] = -std::ldexp(1.0f, -11);        // below half the smallest -> -0 (0x80)
+  x[7] = 30.0f;                         // 15 = 1.111b * 2^3 -> e 10 m 7 -> 0x57
+  x[8] = 31.0f;                         // 15.5: tie between 15 and 16 -> even 16 = e 11 m 0 -> 0x58
+  x[128 * 128 - 1] = NAN;               // NaN is ignored by the amax and encodes to 0x7F
+  std::vector<uint8_t> q(x.size());
+  std::vector<float> s(1), y(x.size());
+  fp8b128_quantize(x.data(), 128, 128, q.data(), s.data());
+  EXPECT_EQ(s[0], 2.0f);
+  const uint8_t want[] = {0x7E, 0x3C, 0xB0, 0x01, 0x00, 0x02, 0x80, 0x57, 0x58};
+  for (int i = 0; i < 9; ++i) EXPECT_EQ(int(q[i]), int(want[i])) << i;
+  EXPECT_EQ(q[9], 0x00);
+  EXPECT_EQ(q.back(), 0x7F);
+  fp8b128_dequantize(q.data(), s.data(), 128, 128, y.data());
+  EXPECT_EQ(y[0], 896.0f);
+  EXPECT_EQ(y[1], 3.0f);
+  EXPECT_EQ(y[2], -1.0f);
+  EXPECT_EQ(y[5], std::ldexp(1.0f, -7));
+  EXPECT_EQ(y[8], 32.0f);
+  EXPECT_EQ(bits(y[6]), 0x80000000u);
+  EXPECT_EQ(bits(y.back()), 0x7FC00000u);
+}
+
+// Random matrices with partial edge tiles, a zero tile, an Inf and huge/tiny
+// magnitudes: codes and scales bit for bit equal the reference, dequantized
+// values equal code * scale.
+TEST(Fp8b128, MatchesReferenceOnUnevenShapes) {
+  const int64_t shapes[][2] = {{1, 1}, {128, 128}, {200, 300}, {256, 768}, {129, 127}, {384, 256}};
+  uint32_t seed = 1;
+  for (auto [rows, cols] : shapes) {
+    auto x = random_matrix(rows * cols, seed++);
+    if (rows >= 256 && cols >= 256)
+      for (int64_t r = 128; r < 256; ++r)
+        for (int64_t c = 128; c < 256; ++c) x[r * cols + c] = 0.0f;  // an all-zero tile
+    if (rows * cols > 10) {
+      x[7] = INFINITY;
+      x[rows * cols - 1] = 3e38f;
+      x[rows * cols / 2] = 1e-40f;  // fp32 subnormal
+    }
+    std::vector<uint8_t> want_q, q(rows * cols);
+    std::vector<float> want_s, s(fp8b128_scale_count(rows, cols)), y(rows * cols);
+    fp8ref::tiles(x, rows, cols, want_q, want_s);
+    fp8b128_quantize(x.data(), rows, cols, q.data(), s.data());
+    ASSERT_EQ(q, want_q) << rows << "x" << cols;
+    for (size_t i = 0; i < s.size(); ++i) ASSERT_EQ(bits(s[i]), bits(want_s[i])) << rows << "x" << cols << " " << i;
+    fp8b128_dequantize(q.data(), s.data(), rows, cols, y.data());
+    const int64_t tc = (cols + 127) / 128;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        ASSERT_EQ(bits(y[r * cols + c]), bits(fp8ref::dequant(q[r * cols + c], s[r / 128 * tc + c / 128], true)))
+            << r << "," << c;
+  }
+}
+
+// Relative error of a tile's round trip: E4M3 has 3 mantissa bits, so a
+// normal element is within 2^-4 of itself; the tile's max is exact to 2^-4 too.
+TEST(Fp8b128, RoundTripErrorBound) {
+  const auto x = random_matrix(256 * 384, 9, 1.0f);
+  std::vector<uint8_t> q(x.size());
+  std::vector<float> s(fp8b128_scale_count(256, 384)), y(x.size());
+  fp8b128_quantize(x.data(), 256, 384, q.data(), s.data());
+  fp8b128_dequantize(q.data(), s.data(), 256, 384, y.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int64_t r = i / 384, c = i % 384;
+    const double sc = s[r / 128 * 3 + c / 128];
+    const double q_over = std::fabs(x[i]) / sc;  // in [0, 448]
+    const double bound = q_over >= std::ldexp(1.0, -6) ? std::fabs(x[i]) * 0.0625 : std::ldexp(1.0, -10) * sc;
+    ASSERT_LE(std::fabs(double(y[i]) - x[i]), bound * (1 + 1e-6)) << i;
+  }
+}
+
+// dequant(transpose(q)) == transpose(dequant(q)), bit for bit: codes move, the
+// scale grid transposes. And transposing twice is the identity.
+TEST(Fp8b128, TransposeIsExact) {
+  const int64_t shapes[][2] = {{128, 128}, {256, 768}, {768, 256}, {200, 300}, {1, 130}};
+  for (auto [rows, cols] : shapes) {
+    const auto x = random_matrix(rows * cols, uint32_t(rows * 7 + cols));
+    std::vector<uint8_t> q(rows * cols), qt(rows * cols), qtt(rows * cols);
+    const int64_t ns = fp8b128_scale_count(rows, cols);
+    std::vector<float> s(ns), st(ns), stt(ns), y(rows * cols), yt(rows * cols);
+    fp8b128_quantize(x.data(), rows, cols, q.data(), s.data());
+    fp8b128_transpose(q.data(), s.data(), rows, cols, qt.data(), st.data());
+    fp8b128_dequantize(q.data(), s.data(), rows, cols, y.data());
+    fp8b128_dequantize(qt.data(), st.data(), cols, rows, yt.data());
+    const auto y_t = fp8ref::transpose(y, rows, cols);
+    for (size_t i = 0; i < y_t.size(); ++i) ASSERT_EQ(bits(yt[i]), bits(y_t[i])) << rows << "x" << cols << " " << i;
+    // Quantizing the transposed matrix gives the same tiles (each tile's amax is the same set).
+    std::vector<uint8_t> q2(rows * cols);
+    std::vector<float> s2(ns);
+    const auto xt = fp8ref::transpose(x, rows, cols);
+    fp8b128_quantize(xt.data(), cols, rows, q2.data(), s2.data());
+    EXPECT_EQ(q2, qt);
+    for (int64_t i = 0; i < ns; ++i) EXPECT_EQ(bits(s2[i]), bits(st[i]));
+    fp8b128_transpose(qt.data(), st.data(), cols, rows, qtt.data(), stt.data());
+    EXPECT_EQ(qtt, q);
+    for (int64_t i = 0; i < ns; ++i) EXPECT_EQ(bits(stt[i]), bits(s[i]));
+  }
+}
+
+// The GEMM layout of tile scales: rows of ceil(cols/128) scales padded to a multiple of 4 with 0.
+TEST(Fp8b128, GemmScaleLayoutByHand) {
+  // 256 x 768: 2 x 6 tiles; ld 8.
+  std::vector<float> s(12);
+  for (int i = 0; i < 12; ++i) s[i] = float(i + 1);
+  ASSERT_EQ(fp8b128_gemm_scale_ld(768), 8);
+  ASSERT_EQ(fp8b128_gemm_scale_count(256, 768), 16);
+  std::vector<float> g(16, -1.0f);
+  fp8b128_scales_for_gemm(s.data(), 256, 768, g.data());
+  const float want[16] = {1, 2, 3, 4, 5, 6, 0, 0, 7, 8, 9, 10, 11, 12, 0, 0};
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(g[i], want[i]) << i;
+  EXPECT_EQ(fp8b128_gemm_scale_ld(512), 4);
+  EXPECT_EQ(fp8b128_gemm_scale_ld(3072), 24);
+}
+
+// 1x128 blocks: reference codes and the GEMM scale layout (kb * ld + r, ld =
+// rows rounded to 4, padding 0), E4M3 and E5M2, fp32 and bf16 inputs, and the
+// transposed quantizer equal to quantizing the explicit transpose.
+TEST(Fp8Rows1x128, MatchesReference) {
+  const int64_t shapes[][2] = {{1, 1}, {3, 128}, {5, 300}, {64, 768}, {130, 256}};
+  for (auto [rows, cols] : shapes)
+    for (Fp8Kind k : {Fp8Kind::E4M3, Fp8Kind::E5M2}) {
+      const bool e4 = k == Fp8Kind::E4M3;
+      auto x = random_matrix(rows * cols, uint32_t(rows + cols), 6.0f);
+      // Make every value exactly bf16 so the bf16 path has the same input.
+      for (auto& v : x) v = std::bit_cast<float>(std::bit_cast<uint32_t>(v) & 0xFFFF0000u);
+      std::vector<uint16_t> xb(x.size());
+      for (size_t i = 0; i < x.size(); ++i) xb[i] = uint16_t(std::bit_cast<uint32_t>(x[i]) >> 16);
+      std::vector<uint8_t> want_q, q(rows * cols), qb(rows * cols);
+      std::vector<float> want_s, s(fp8_1x128_scale_count(rows, cols), -1.0f), sb(s.size(), -1.0f);
+      fp8ref::rows_1x128(x, rows, cols, e4, want_q, want_s);
+      fp8_quantize_1x128(x.data(), rows, cols, k, q.data(), s.data());
+      fp8_quantize_1x128(xb.data(), rows, cols, k, qb.data(), sb.data());
+      ASSERT_EQ(s.size(), want_s.size());
+      EXPECT_EQ(q, want_q) << rows << "x" << cols << " " << e4;
+      EXPECT_EQ(qb, want_q);
+      for (size_t i = 0; i < s.size(); ++i) {
+        ASSERT_EQ(bits(s[i]), bits(want_s[i])) << rows << "x" << cols << " " << i;
+        ASSERT_EQ(bits(sb[i]), bits(want_s[i]));
+      }
+      std::vector<float> y(rows * cols);
+      fp8_dequantize_1x128(q.data(), s.data(), rows, cols, k, y.data());
+      const int64_t ld = (rows + 3) / 4 * 4;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          ASSERT_EQ(bits(y[r * cols + c]), bits(fp8ref::dequant(q[r * cols + c], s[c / 128 * ld + r], e4)));
+      // Transposed: the 1x128 operand of x^T.
+      const auto xt = fp8ref::transpose(x, rows, cols);
+      fp8ref::rows_1x128(xt, cols, rows, e4, want_q, want_s);
+      std::vector<uint8_t> qt(rows * cols), qtb(rows * cols);
+      std::vector<float> st(fp8_1x128_scale_count(cols, rows), -1.0f), stb(st.size(), -1.0f);
+      fp8_quantize_1x128_transposed(x.data(), rows, cols, k, qt.data(), st.data());
+      fp8_quantize_1x128_transposed(xb.data(), rows, cols, k, qtb.data(), stb.data());
+      EXPECT_EQ(qt, want_q);
+      EXPECT_EQ(qtb, want_q);
+      ASSERT_EQ(st.size(), want_s.size());
+      for (size_t i = 0; i < st.size(); ++i) {
+        ASSERT_EQ(bits(st[i]), bits(want_s[i])) << i;
+        ASSERT_EQ(bits(stb[i]), bits(want_s[i])) << i;
+      }
+    }
+}
+
+TEST(Fp8Rows1x128, HandComputedScaleLayout) {
+  // 2 rows x 256 cols: 2 blocks a row; ld = 4. Row 0's blocks have amax 448
+  // (scale 1) and 896 (scale 2); row 1's 448 (scale 1) and 0 (scale 1).
+  std::vector<float> x(2 * 256, 0.0f);
+  x[5] = -448.0f;
+  x[200] = 896.0f;
+  x[256 + 3] = 448.0f;
+  std::vector<uint8_t> q(x.size());
+  std::vector<float> s(8, -1.0f);
+  fp8_quantize_1x128(x.data(), 2, 256, Fp8Kind::E4M3, q.data(), s.data());
+  const float want[8] = {1.0f, 1.0f, 0.0f, 0.0f, 2.0f, 1.0f, 0.0f, 0.0f};
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(s[i], want[i]) << i;
+  EXPECT_EQ(q[5], 0xFE);
+  EXPECT_EQ(q[200], 0x7E);
+  EXPECT_EQ(q[256 + 3], 0x7E);
+}
+
+TEST(Fp8FormatRow, TheRowAndItsLayoutRules) {
+  const FormatTraits& t = format_traits(WeightFormat::Fp8b128);
+  EXPECT_STREQ(t.name, "fp8b128");
+  EXPECT_EQ(t.block, 128 * 128);
+  EXPECT_EQ(t.block_rows, 128);
+  EXPECT_EQ(t.code_bits, 8);
+  EXPECT_EQ(t.scale_kind, ScaleKind::F32);
+  EXPECT_FALSE(t.tensor_amax);
+  EXPECT_FALSE(t.rounding_applies);
+  EXPECT_FALSE(t.gathered);
+  // A 128-row slab of a 768-column weight: 98304 codes, 6 fp32 scales.
+  EXPECT_EQ(t.slab_elems(768), 98304);
+  EXPECT_EQ(t.code_bytes(98304), 98304);
+  EXPECT_EQ(t.scales_bytes(98304), 6 * 4);
+  EXPECT_EQ(t.scales_bytes(98304), int64_t(fp8b128_scale_count(128, 768) * sizeof(float)));
+  // Eligibility: rows and cols multiples of 128 (GPT-2's weights and the padded 50304-row embedding).
+  EXPECT_TRUE(t.eligible(768, 768));
+  EXPECT_TRUE(t.eligible(3072, 768));
+  EXPECT_TRUE(t.eligible(50304, 768));
+  EXPECT_FALSE(t.eligible(50257, 768));
+  EXPECT_FALSE(t.eligible(128, 96));
+  // Row-block formats keep the engine's rule.
+  EXPECT_TRUE(format_traits(WeightFormat::Mxfp8).eligible(3, 64));
+  EXPECT_EQ(format_traits(WeightFormat::Mxfp8).slab_elems(768), 1);
+  // Not a --weight-format until the engine gathers it; the error says so.
+  for (const FormatTraits& g : all_formats()) EXPECT_NE(g.id, WeightFormat::Fp8b128);
+  EXPECT_EQ(all_format_rows().size(), all_formats().size() + 1);
+  try {
+    parse_weight_format("fp8b128");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not gather yet"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Fp8b128, BadArgumentsAreErrors) {
+  float s = 0;
+  uint8_t q = 0;
+  EXPECT_THROW(fp8b128_quantize(nullptr, 1, 1, &q, &s), Error);
+  EXPECT_THROW(fp8b128_quantize(&s, -1, 1, &q, &s), Error);
+  EXPECT_THROW(fp8_quantize_1x128(static_cast<const float*>(nullptr), 1, 1, Fp8Kind::E4M3, &q, &s), Error);
+}
+
+}  // namespace
+}  // namespace mxdp
