@@ -92,7 +92,8 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_option("--steps", c.steps, "Optimizer steps to train to (a resumed run continues up to this step)")->group(data);
   cmd->add_option("--batch-size", c.batch_size, "Sequences per rank per micro-batch")->group(data);
   cmd->add_option("--seq-len", c.seq_len, "Tokens per sequence (<= the model's max_seq)")->group(data);
-  cmd->add_option("--seed", c.seed, "Seed of the weights and of the data order")->group(data);
+  cmd->add_option("--seed", c.seed, "Seed of the weights and of the data order")
+      ->check(CLI::NonNegativeNumber)->group(data);
   cmd->add_option("--threads", c.threads, "OpenMP threads per rank (0 = cores / ranks on the node)")->group(data);
 
   auto ev = "Eval, checkpoints, output";
@@ -103,7 +104,11 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_option("--save-every", c.save_every, "Save a checkpoint every N steps (0 = only after the last step)")->group(ev);
   cmd->add_option("--save-dir", c.save_dir, "Directory for step_NNNNNN.ckpt checkpoints and `latest`")->group(ev);
   cmd->add_option("--keep-last", c.keep_last, "Keep only the newest N checkpoints in --save-dir (0 = all)")->group(ev);
-  cmd->add_option("--load", c.load, "Resume from a checkpoint (step_NNNNNN.ckpt), or a --save-dir (its latest)")->group(ev);
+  cmd->add_option("--load", c.load,
+                  "Resume from a checkpoint (step_NNNNNN.ckpt), a save directory (its latest), or auto (--save-dir's "
+                  "latest if it has one, else start fresh: for jobs that are requeued)")->group(ev);
+  cmd->add_flag("--start-over", c.start_over,
+                "Train from scratch into a --save-dir that holds checkpoints, removing them (else refused)")->group(ev);
   cmd->add_option("--max-skipped-steps", c.max_skipped_steps,
                   "Stop with an error after N consecutive steps skipped for non-finite gradients (0 = never)")->group(ev);
   cmd->add_option("--metrics", c.metrics, "Write JSON lines: one per train step and one per eval")->group(ev);
