@@ -7,9 +7,10 @@ each progress line ("step N/...") with this script's own clock as it arrives
 run (from --skip on, up to the last step before any eval or save), the
 tokens/s the trainer reported for each step (metrics: tokens_per_s, from its
 own timing: CUDA events on a GPU) with the tokens those steps hold divided by
-the wall time between their lines here. Passes when the median reported rate
-and the sum of the reported step times are within --tolerance of the wall
-clock's.
+the wall time between their lines here. Passes when the sum of the reported
+step times and the median reported rate are within --tolerance of the wall
+clock's (--no-median: the sum alone, for a CPU shared with other work, whose
+step times vary too much for a median to stand for the mean).
 
   python3 scripts/check_throughput.py --mxdp build/mxdp -- --device cuda \
       --model gpt2-124m --batch-size 16 --seq-len 1024 --steps 60
@@ -30,6 +31,7 @@ def main():
     ap.add_argument("--mxdp", default="build/mxdp")
     ap.add_argument("--skip", type=int, default=10, help="first steps left out (warm-up)")
     ap.add_argument("--tolerance", type=float, default=0.10)
+    ap.add_argument("--no-median", action="store_true", help="judge the sum of the step times alone")
     ap.add_argument("args", nargs=argparse.REMAINDER, help="-- then mxdp train's arguments")
     a = ap.parse_args()
     args = [x for x in a.args if x != "--"]
@@ -66,8 +68,12 @@ def main():
     step_sum = sum(train[s]["step_s"] for s in window)
     print(f"steps {lo + 1}..{hi}: {tokens_per_step:.0f} tokens/step")
     print(f"  wall clock here : {wall:.3f} s, {wall_rate:,.0f} tokens/s")
-    print(f"  mxdp reported   : median {reported:,.0f} tokens/s, step times sum to {step_sum:.3f} s")
-    ok = abs(reported / wall_rate - 1) <= a.tolerance and abs(step_sum / wall - 1) <= a.tolerance
+    mean = tokens_per_step * len(window) / step_sum
+    print(f"  mxdp reported   : {mean:,.0f} tokens/s over the step times, which sum to {step_sum:.3f} s; "
+          f"median of the steps' rates {reported:,.0f}")
+    ok = abs(step_sum / wall - 1) <= a.tolerance
+    if not a.no_median:
+        ok = ok and abs(reported / wall_rate - 1) <= a.tolerance
     print(f"PASS: within {a.tolerance:.0%}" if ok else f"FAIL: off by more than {a.tolerance:.0%}")
     sys.exit(0 if ok else 1)
 
