@@ -405,3 +405,35 @@ TEST_F(TrainJob, SigtermToOneRankStopsAllWithOneCheckpoint) {
   EXPECT_EQ(compare_params(ck + "/" + mxdp::checkpoint_name(n + 2), d / "ref" + "/" + mxdp::checkpoint_name(n + 2)),
             "");
 }
+
+// Item 8: a NaN (or Inf) in an --init-from tensor is refused at load, naming
+// the tensor, instead of a run that skips steps and calls itself diverged.
+TEST_F(TrainJob, NonFiniteInitFromTensorIsRefused) {
+  ASSERT_EQ(train("--steps 2 --eval-every 0 --save-dir " + quote(d / "ck"), "a.log").exit_code, 0);
+  auto ex = mt::run_mxdp("export --load " + quote(d / "ck") + " --output " + quote(d / "hf"), d / "ex.log");
+  ASSERT_EQ(ex.exit_code, 0) << ex.output;
+  // The safetensors layout by hand: u64 header size, JSON header, then the data.
+  std::string bytes = mt::read_file(d / "hf/model.safetensors");
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const json h = json::parse(bytes.substr(8, n));
+  const std::string name = "transformer.h.0.mlp.c_fc.weight";
+  ASSERT_TRUE(h.contains(name)) << h.dump();
+  ASSERT_EQ(h[name].at("dtype"), "F32");
+  for (const auto& [what, bits] : {std::pair{"nan", 0x7fc00000u}, {"inf", 0x7f800000u}}) {
+    std::string poked = bytes;
+    const size_t at = 8 + n + h[name]["data_offsets"][0].get<size_t>() + 4 * 5;  // its element 5
+    std::memcpy(poked.data() + at, &bits, 4);
+    const std::string file = d / (std::string(what) + ".safetensors");
+    mt::write_file(file, poked);
+    auto r = train("--steps 2 --eval-every 0 --init-from " + quote(file), std::string(what) + ".log");
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(mt::contains(r.output, "mlp.fc.w")) << r.output;
+    // HF's Conv1D stores it [d_model, 4 d_model] = [32, 128]; the model holds its
+    // transpose [128, 32]: HF element 5 (row 0, column 5) is the model's 5 * 32 + 0.
+    EXPECT_TRUE(mt::contains(r.output, "element 160 ")) << r.output;
+    EXPECT_FALSE(mt::contains(r.output, "diverged")) << r.output;
+  }
+  auto ok = train("--steps 2 --eval-every 0 --init-from " + quote(d / "hf"), "ok.log");
+  EXPECT_EQ(ok.exit_code, 0) << "the unpoked export loads\n" << ok.output;
+}

@@ -90,6 +90,7 @@ class Trainer {
   void resolve_schedule();
   bool nothing_to_train();
   void build_engine();
+  void check_finite_init();
   void resume();
   void print_header();
   void clean_save_dir();
@@ -370,8 +371,24 @@ bool Trainer::nothing_to_train() {
 void Trainer::build_engine() {
   model_ = make_model(device_, mc_, *ops_);
   model_->init_weights(cfg_.seed);
-  if (!cfg_.init_from.empty()) mc_.spec().hf_import(*model_, cfg_.init_from);
+  if (!cfg_.init_from.empty()) {
+    mc_.spec().hf_import(*model_, cfg_.init_from);
+    check_finite_init();
+  }
   engine_ = std::make_unique<DataParallel>(*model_, comm_, cfg_.dp, ops_.get());
+}
+
+// A NaN or Inf given as a weight would only show later as skipped steps.
+void Trainer::check_finite_init() {
+  std::vector<float> host;
+  const std::vector<ParamSpec>& ps = model_->params();
+  for (size_t i = 0; i < ps.size(); ++i) {
+    host.resize(size_t(ps[i].numel()));
+    ops_->copy_to_host(host.data(), model_->initial_weights(int(i)), host.size() * sizeof(float));
+    for (size_t k = 0; k < host.size(); ++k)
+      MXDP_CHECK(std::isfinite(host[k]), "--init-from '", cfg_.init_from, "': tensor '", ps[i].name, "' holds ",
+                 host[k], " at element ", k, " (of ", host.size(), "): the weights must be finite");
+  }
 }
 
 void Trainer::resume() {
