@@ -437,3 +437,20 @@ TEST_F(TrainJob, NonFiniteInitFromTensorIsRefused) {
   auto ok = train("--steps 2 --eval-every 0 --init-from " + quote(d / "hf"), "ok.log");
   EXPECT_EQ(ok.exit_code, 0) << "the unpoked export loads\n" << ok.output;
 }
+
+// Item 9: the default --data is shown as the README shows it, and found from
+// the working directory or beside the executable, not in the build's source tree.
+TEST_F(TrainJob, DefaultDataIsNotTheBuildTree) {
+  auto help = mt::run_mxdp("train --help", d / "help.log");
+  EXPECT_TRUE(std::regex_search(help.output, std::regex("--data TEXT=data/kjv.txt"))) << help.output;
+  EXPECT_FALSE(mt::contains(help.output, std::string(MXDP_SOURCE_DIR) + "/data")) << help.output;
+  // A copy of the binary in a tree of its own: bin/mxdp finds bin/../data/kjv.txt.
+  fs::create_directories(d / "tree/bin");
+  fs::create_directories(d / "tree/data");
+  fs::copy_file(MXDP_BINARY, d / "tree/bin/mxdp");
+  mt::write_file(d / "tree/data/kjv.txt", mt::read_file(d / "corpus.txt"));
+  const std::string run = "cd " + quote(d.path.string()) + " && " + quote(d / "tree/bin/mxdp") + " train " + kTiny +
+                          " --steps 1 --eval-every 0 > " + quote(d / "tree.log") + " 2>&1";
+  ASSERT_EQ(std::system(run.c_str()), 0) << mt::read_file(d / "tree.log");
+  EXPECT_TRUE(fs::exists(d / "tree/data/kjv.txt.mxdp")) << mt::read_file(d / "tree.log");
+}

@@ -1,6 +1,7 @@
 // mxdp train: the training job (train/trainer.h). Every option of the
 // data-parallel core, plus model, data, schedule, eval and checkpoint options.
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <memory>
 
@@ -15,9 +16,25 @@
 namespace mxdp::cli {
 
 namespace {
-#ifndef MXDP_DEFAULT_CORPUS
-#define MXDP_DEFAULT_CORPUS "data/kjv.txt"
-#endif
+// The corpus a run without --data trains on, as the help shows it.
+constexpr const char* kDefaultCorpus = "data/kjv.txt";
+
+// Where kDefaultCorpus is: under the working directory, else beside the
+// executable's folder (build/mxdp -> data/kjv.txt of the same tree), never the
+// path of the tree the binary was built from.
+std::string find_default_corpus() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(kDefaultCorpus, ec)) return kDefaultCorpus;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path beside = exe.parent_path().parent_path() / kDefaultCorpus;
+    if (fs::exists(beside, ec)) return beside.string();
+  }
+  MXDP_FAIL("no --data given and no ", kDefaultCorpus, " in the working directory or beside ",
+            ec ? std::string("the executable") : exe.parent_path().string(),
+            ": pass --data DIR (made by `mxdp prepare`) or a text file");
+}
 
 // Ranks the launcher started (Open MPI, MPICH/Hydra), 0 when not under one.
 int launcher_world_size() {
@@ -60,7 +77,7 @@ void add_train_command(CLI::App& app, Runner& run) {
   };
   auto o = std::make_shared<Opts>();
   TrainConfig& c = o->c;
-  c.data = MXDP_DEFAULT_CORPUS;
+  c.data = kDefaultCorpus;
   c.dp.lr_decay_steps = -1;  // = --steps
   // Defaults of the training job: the tiny GPT on the shipped corpus learns
   // clearly in a couple of minutes on two CPU ranks.
@@ -156,8 +173,10 @@ void add_train_command(CLI::App& app, Runner& run) {
     given.min_lr = cmd->count("--min-lr") > 0;
     given.warmup_steps = cmd->count("--warmup-steps") > 0;
     given.lr_decay_steps = cmd->count("--lr-decay-steps") > 0;
-    run = [o] {
+    const bool data_given = cmd->count("--data") > 0;
+    run = [o, data_given] {
       TrainConfig cfg = o->c;
+      if (!data_given) cfg.data = find_default_corpus();
       cfg.dp.weight_format = parse_weight_format(o->weight_format);
       const bool dist = o->sw.get("--distributed-optimizer");
       cfg.dp.distributed_optimizer = dist;
