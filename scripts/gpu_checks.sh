@@ -39,6 +39,9 @@ step gpu_cpu_checkpoint bash scripts/check_gpu_cpu_checkpoint.sh "$B"
 step launchers bash scripts/check_launchers.sh "$B"
 step hf_export python3 scripts/check_hf_export.py --mxdp "$B/mxdp" --device cuda
 step train_124m "$B/mxdp" train --device cuda --model gpt2-124m --batch-size 16 --seq-len 1024 --steps 60 \
-  --eval-every 30 --eval-batches 4 --sample-tokens 0 --progress lines --log-every 10 --save-dir "$LOGDIR/ckpt"
+  --eval-every 30 --eval-batches 4 --sample-tokens 0 --progress lines --log-every 10 --save-dir "$LOGDIR/ckpt" --start-over
+# The tokens/s the trainer reports (CUDA events) against this script's wall clock, steps 11-59 (issue 21).
+step throughput_124m python3 scripts/check_throughput.py --mxdp "$B/mxdp" -- --device cuda --model gpt2-124m \
+  --batch-size 16 --seq-len 1024 --steps 60
 step sample_cuda "$B/mxdp" sample --device cuda --load "$LOGDIR/ckpt" --tokens 80
 exit $fail

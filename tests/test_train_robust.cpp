@@ -280,7 +280,8 @@ TEST_F(TrainRobust, StaleTemporariesRemovedAndKeepLast) {
   auto r = train("--steps 4 --eval-every 0 --save-every 1 --keep-last 2 --save-dir " + quote(ck), "keep.log");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(mt::contains(r.output, "step_000009.ckpt.tmp.999")) << "removal should be reported\n" << r.output;
-  EXPECT_EQ(entries(ck), (std::vector<std::string>{"latest", "notes.txt", "step_000003.ckpt", "step_000004.ckpt"}))
+  EXPECT_EQ(entries(ck), (std::vector<std::string>{".mxdp-lock", "latest", "notes.txt", "step_000003.ckpt",
+                                                  "step_000004.ckpt"}))
       << r.output;
   EXPECT_EQ(latest_of(ck), "step_000004.ckpt");
 }

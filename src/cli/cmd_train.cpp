@@ -1,6 +1,7 @@
 // mxdp train: the training job (train/trainer.h). Every option of the
 // data-parallel core, plus model, data, schedule, eval and checkpoint options.
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <memory>
 
@@ -15,9 +16,25 @@
 namespace mxdp::cli {
 
 namespace {
-#ifndef MXDP_DEFAULT_CORPUS
-#define MXDP_DEFAULT_CORPUS "data/kjv.txt"
-#endif
+// The corpus a run without --data trains on, as the help shows it.
+constexpr const char* kDefaultCorpus = "data/kjv.txt";
+
+// Where kDefaultCorpus is: under the working directory, else beside the
+// executable's folder (build/mxdp -> data/kjv.txt of the same tree), never the
+// path of the tree the binary was built from.
+std::string find_default_corpus() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(kDefaultCorpus, ec)) return kDefaultCorpus;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path beside = exe.parent_path().parent_path() / kDefaultCorpus;
+    if (fs::exists(beside, ec)) return beside.string();
+  }
+  MXDP_FAIL("no --data given and no ", kDefaultCorpus, " in the working directory or beside ",
+            ec ? std::string("the executable") : exe.parent_path().string(),
+            ": pass --data DIR (made by `mxdp prepare`) or a text file");
+}
 
 // Ranks the launcher started (Open MPI, MPICH/Hydra), 0 when not under one.
 int launcher_world_size() {
@@ -60,7 +77,7 @@ void add_train_command(CLI::App& app, Runner& run) {
   };
   auto o = std::make_shared<Opts>();
   TrainConfig& c = o->c;
-  c.data = MXDP_DEFAULT_CORPUS;
+  c.data = kDefaultCorpus;
   c.dp.lr_decay_steps = -1;  // = --steps
   // Defaults of the training job: the tiny GPT on the shipped corpus learns
   // clearly in a couple of minutes on two CPU ranks.
@@ -92,7 +109,8 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_option("--steps", c.steps, "Optimizer steps to train to (a resumed run continues up to this step)")->group(data);
   cmd->add_option("--batch-size", c.batch_size, "Sequences per rank per micro-batch")->group(data);
   cmd->add_option("--seq-len", c.seq_len, "Tokens per sequence (<= the model's max_seq)")->group(data);
-  cmd->add_option("--seed", c.seed, "Seed of the weights and of the data order")->group(data);
+  cmd->add_option("--seed", c.seed, "Seed of the weights and of the data order")
+      ->check(CLI::NonNegativeNumber)->group(data);
   cmd->add_option("--threads", c.threads, "OpenMP threads per rank (0 = cores / ranks on the node)")->group(data);
 
   auto ev = "Eval, checkpoints, output";
@@ -103,7 +121,11 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_option("--save-every", c.save_every, "Save a checkpoint every N steps (0 = only after the last step)")->group(ev);
   cmd->add_option("--save-dir", c.save_dir, "Directory for step_NNNNNN.ckpt checkpoints and `latest`")->group(ev);
   cmd->add_option("--keep-last", c.keep_last, "Keep only the newest N checkpoints in --save-dir (0 = all)")->group(ev);
-  cmd->add_option("--load", c.load, "Resume from a checkpoint (step_NNNNNN.ckpt), or a --save-dir (its latest)")->group(ev);
+  cmd->add_option("--load", c.load,
+                  "Resume from a checkpoint (step_NNNNNN.ckpt), a save directory (its latest), or auto (--save-dir's "
+                  "latest if it has one, else start fresh: for jobs that are requeued)")->group(ev);
+  cmd->add_flag("--start-over", c.start_over,
+                "Train from scratch into a --save-dir that holds checkpoints, removing them (else refused)")->group(ev);
   cmd->add_option("--max-skipped-steps", c.max_skipped_steps,
                   "Stop with an error after N consecutive steps skipped for non-finite gradients (0 = never)")->group(ev);
   cmd->add_option("--metrics", c.metrics, "Write JSON lines: one per train step and one per eval")->group(ev);
@@ -151,8 +173,10 @@ void add_train_command(CLI::App& app, Runner& run) {
     given.min_lr = cmd->count("--min-lr") > 0;
     given.warmup_steps = cmd->count("--warmup-steps") > 0;
     given.lr_decay_steps = cmd->count("--lr-decay-steps") > 0;
-    run = [o] {
+    const bool data_given = cmd->count("--data") > 0;
+    run = [o, data_given] {
       TrainConfig cfg = o->c;
+      if (!data_given) cfg.data = find_default_corpus();
       cfg.dp.weight_format = parse_weight_format(o->weight_format);
       const bool dist = o->sw.get("--distributed-optimizer");
       cfg.dp.distributed_optimizer = dist;

@@ -176,3 +176,44 @@ std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes) {
 }
 
 }  // namespace mxdp
+
+namespace mxdp {
+
+uint64_t drop_partial_last_line(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return 0;
+    MXDP_FAIL("cannot open '", path, "': ", errno_text());
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  MXDP_CHECK(::fstat(fd, &st) == 0, "cannot stat '", path, "': ", errno_text());
+  if (!S_ISREG(st.st_mode) || st.st_size == 0) return 0;  // a pipe, /dev/full, ...: nothing to repair
+  const uint64_t size = uint64_t(st.st_size);
+  // Back from the end, a block at a time, to the last newline.
+  uint64_t keep = 0;
+  char buf[4096];
+  for (uint64_t end = size; end > 0;) {
+    const uint64_t begin = end > sizeof buf ? end - sizeof buf : 0;
+    const ssize_t n = ::pread(fd, buf, size_t(end - begin), off_t(begin));
+    MXDP_CHECK(n == ssize_t(end - begin), "cannot read '", path, "': ", errno_text());
+    if (end == size && buf[n - 1] == '\n') return 0;
+    bool found = false;
+    for (ssize_t i = n - 1; i >= 0; --i)
+      if (buf[i] == '\n') {
+        keep = begin + uint64_t(i) + 1;
+        found = true;
+        break;
+      }
+    if (found) break;
+    end = begin;
+  }
+  MXDP_CHECK(::ftruncate(fd, off_t(keep)) == 0 && ::fsync(fd) == 0, "cannot truncate '", path,
+             "' to its last whole line: ", errno_text());
+  return size - keep;
+}
+
+}  // namespace mxdp

@@ -73,4 +73,10 @@ void sync_directory(const std::string& dir);
 // rename(2), checked.
 void rename_path(const std::string& from, const std::string& to);
 
+// A file of lines cut short (a full disk, a kill in the middle of a write)
+// ends in a partial line; appending to it would glue the next line onto that
+// one. Truncates `path` to its last newline (to empty if it has none) and
+// returns the bytes dropped: 0 when it ends in a newline, is empty, or does not exist.
+uint64_t drop_partial_last_line(const std::string& path);
+
 }  // namespace mxdp

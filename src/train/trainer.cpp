@@ -28,6 +28,10 @@
 #include "data/llmc_shards.h"
 #include "train/runtime.h"
 #include "train/sample.h"
+#include "train/save_dir.h"
+#include "train/schedule.h"
+#include "train/shutdown.h"
+#include "train/throughput.h"
 #include "data/tokenizer.h"
 
 namespace mxdp {
@@ -70,49 +74,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The learning-rate schedule of a run, and where it came from.
-struct Schedule {
-  double lr = 0, min_lr = 0;
-  int64_t warmup_steps = 0, lr_decay_steps = 0;  // decay 0: constant after warmup
-  std::string source;                            // "command line", "checkpoint" or "override"
-
-  json to_json() const {
-    return {{"source", source}, {"lr", lr}, {"min_lr", min_lr}, {"warmup_steps", warmup_steps},
-            {"lr_decay_steps", lr_decay_steps}};
-  }
-  std::string describe(int64_t first, int64_t last) const {
-    std::string d = warmup_steps > 0 ? ::fmt::format("linear warmup over {} steps to lr {}", warmup_steps, lr)
-                                     : ::fmt::format("lr {}", lr);
-    d += lr_decay_steps > 0 ? ::fmt::format(", cosine to {} at step {}", min_lr, lr_decay_steps)
-                            : std::string(", constant after the warmup");
-    if (lr_decay_steps > 0 && last > lr_decay_steps && first <= last)
-      d += ::fmt::format(" (steps {}-{} are past its end and run at min_lr {})", std::max(first, lr_decay_steps + 1),
-                         last, min_lr);
-    return d;
-  }
-};
-
-// A schedule recorded in a checkpoint's extra, checked.
-Schedule schedule_from(const json& s, const std::string& what) {
-  auto num = [&](const char* k) {
-    MXDP_CHECK(s.is_object() && s.contains(k) && s[k].is_number(), what, ": the checkpoint's schedule has no number \"",
-               k, "\"");
-    return s[k].get<double>();
-  };
-  auto integer = [&](const char* k) {
-    MXDP_CHECK(s.is_object() && s.contains(k) && s[k].is_number_integer() && s[k].get<int64_t>() >= 0, what,
-               ": the checkpoint's schedule has no integer \"", k, "\" >= 0");
-    return s[k].get<int64_t>();
-  };
-  Schedule r;
-  r.lr = num("lr");
-  r.min_lr = num("min_lr");
-  r.warmup_steps = integer("warmup_steps");
-  r.lr_decay_steps = integer("lr_decay_steps");
-  r.source = "checkpoint";
-  return r;
-}
-
 class Trainer {
  public:
   Trainer(const TrainConfig& cfg, Communicator& comm)
@@ -122,19 +83,22 @@ class Trainer {
  private:
   // Set-up, in this order.
   void check_options();
+  void open_save_dir();
   void set_threads();
   void open_data();
   void read_resume_point();
   void resolve_schedule();
   bool nothing_to_train();
   void build_engine();
+  void check_finite_init();
   void resume();
   void print_header();
   void clean_save_dir();
   void open_metrics();
   // The run.
   void run_eval(int64_t step);
-  void train_steps();
+  int train_steps();  // 0, or 128 + the signal that stopped it
+  int stop_for_signal(int64_t done, int sig);
   void submit_step();  // the micro-batches' forward and backward, then the step, launched
   void report_step(int64_t step, int64_t first, const StepResult& r, double seconds);
   void check_divergence(int64_t step, const StepResult& r);
@@ -145,6 +109,11 @@ class Trainer {
   void lead(const std::function<void()>& fn);
   void emit(const json& j);
   void println(const std::string& s);
+  void broadcast_text(std::string& s);
+  double now() const { return cfg_.clock ? cfg_.clock() : steady_seconds(); }
+  void phase(const char* p, int64_t step) const {
+    if (cfg_.on_phase) cfg_.on_phase(p, step);
+  }
 
   TrainConfig cfg_;
   Communicator& comm_;
@@ -166,17 +135,24 @@ class Trainer {
   json ckpt_extra_ = json::object();
   Schedule schedule_;
   // Output.
+  SaveDirLock lock_;  // rank 0's, for the job's life
   File metrics_;
   bool tty_ = false, progress_open_ = false;
   // Run state.
   std::vector<OwnedBatch> eval_data_, micro_;
-  double last_eval_ = NAN, last_loss_ = NAN, ema_rate_ = 0;
+  double last_eval_ = NAN, last_loss_ = NAN;
+  std::unique_ptr<StepTimer> timer_;
+  std::optional<ThroughputMeter> meter_;
+  bool paused_ = true;      // an eval, a save or the start since the last step
+  int64_t saved_step_ = -1;  // the step of this run's last save
   int consecutive_skipped_ = 0;
   int64_t skipped_total_ = 0;  // steps of this run skipped for non-finite gradients
 };
 
 int Trainer::run() {
+  const ShutdownSignals signals(is_lead_);
   check_options();
+  open_save_dir();
   set_threads();
   device_ = resolve_device(cfg_.device);
   ops_ = make_engine_ops(device_);
@@ -189,17 +165,18 @@ int Trainer::run() {
   print_header();
   clean_save_dir();
   open_metrics();
+  int code = 0;
   if (eval_only) {
     run_eval(start_step_);
     println(::fmt::format("note: --steps {} is not beyond step {}: this run evaluates and trains nothing", cfg_.steps,
                           start_step_));
   } else {
     if (cfg_.eval_first) run_eval(start_step_);
-    train_steps();
+    code = train_steps();
   }
-  final_sample();
+  if (code == 0) final_sample();
   finish();
-  return 0;
+  return code;
 }
 
 // ---- set-up ----------------------------------------------------------------------
@@ -224,6 +201,57 @@ void Trainer::check_options() {
   MXDP_CHECK(cfg_.progress == "auto" || cfg_.progress == "bar" || cfg_.progress == "lines",
              "--progress must be auto, bar or lines, got '", cfg_.progress, "'");
   MXDP_CHECK(cfg_.log_every >= 1, "--log-every must be >= 1, got ", cfg_.log_every);
+  for (auto [name, v] : {std::pair{"--n-layer", cfg_.n_layer}, {"--n-head", cfg_.n_head}, {"--d-model", cfg_.d_model},
+                         {"--max-seq", cfg_.max_seq}, {"--vocab", cfg_.vocab}})
+    MXDP_CHECK(v >= 0, name, " must be >= 0 (0 = the named config's), got ", v);
+  MXDP_CHECK(cfg_.threads >= 0 && cfg_.threads <= 4096, "--threads must be in [0, 4096] (0 = cores / ranks), got ",
+             cfg_.threads);
+  MXDP_CHECK(cfg_.dp.lr_decay_steps >= -1, "--lr-decay-steps must be >= -1 (-1 = --steps, 0 = no decay), got ",
+             cfg_.dp.lr_decay_steps);
+  MXDP_CHECK(cfg_.load != "auto" || !cfg_.save_dir.empty(),
+             "--load auto resumes from the latest checkpoint of --save-dir: pass --save-dir");
+  MXDP_CHECK(!cfg_.start_over || cfg_.load.empty() || cfg_.load == "auto",
+             "--start-over trains from scratch, --load resumes: pass one of them");
+  MXDP_CHECK(!cfg_.start_over || !cfg_.save_dir.empty(), "--start-over needs --save-dir");
+  meter_.emplace(double(cfg_.batch_size) * cfg_.seq_len * dp_ * cfg_.dp.micro_batches);
+}
+
+void Trainer::open_save_dir() {
+  if (cfg_.save_dir.empty()) return;
+  const std::string& dir = cfg_.save_dir;
+  // Before any work: rank 0 creates, probes and locks it, then the others probe it.
+  on_every_rank(comm_, [&] {
+    if (!is_lead_) return;
+    probe_save_dir(dir);
+    lock_ = SaveDirLock::acquire(dir);
+  });
+  on_every_rank(comm_, [&] {
+    if (!is_lead_) probe_save_dir(dir);
+  });
+  std::string newest;
+  lead([&] { newest = newest_checkpoint_in(dir); });
+  broadcast_text(newest);
+  if (cfg_.load == "auto") {
+    cfg_.load = newest.empty() ? "" : dir;
+    println(newest.empty() ? ::fmt::format("--load auto: no checkpoint in {} yet: a fresh run", dir)
+                           : ::fmt::format("--load auto: resuming from {}", (fs::path(dir) / newest).string()));
+  }
+  if (!cfg_.load.empty() || newest.empty()) return;
+  MXDP_CHECK(cfg_.start_over, "--save-dir '", dir, "' already holds checkpoints (the latest: ", newest,
+             ") and this run starts from scratch, so it would replace them. Pass --load ", dir,
+             " (or --load auto) to resume from ", newest, ", or --start-over to train from scratch and remove them");
+  lead([&] {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      const std::string name = e.path().filename().string();
+      if (checkpoint_step(name) < 0 && name != "latest") continue;
+      fs::remove_all(e.path(), ec);
+      MXDP_CHECK(!ec, "--start-over: cannot remove '", e.path().string(), "': ", ec.message());
+      std::printf("removed %s (--start-over)\n", e.path().c_str());
+    }
+    sync_directory(dir);
+    std::fflush(stdout);
+  });
 }
 
 void Trainer::set_threads() {
@@ -260,6 +288,7 @@ void Trainer::open_data() {
   MXDP_CHECK(int(train_ds_->vocab_size()) <= vocab, "the data's vocab (", train_ds_->vocab_size(),
              ") is larger than the model's (", vocab, "): pass --vocab ", train_ds_->vocab_size());
   loader_ = std::make_unique<DataLoader>(*train_ds_, cfg_.batch_size, cfg_.seq_len, rank_, dp_, cfg_.seed);
+  if (cfg_.eval_every == 0 && !cfg_.eval_first) return;  // never evaluates: val.bin may be anything
   const int max_eval = EvalLoader::max_batches(val_ds_->size(), cfg_.batch_size, cfg_.seq_len, dp_);
   MXDP_CHECK(max_eval >= 1, "val.bin (", val_ds_->size(), " tokens) is too small for one eval batch of ", dp_, " x ",
              cfg_.batch_size, " x ", cfg_.seq_len + 1, " tokens");
@@ -280,12 +309,8 @@ void Trainer::read_resume_point() {
     const CheckpointInfo info = read_checkpoint_info(load_path_);
     text = json{{"path", load_path_}, {"iteration", info.iteration}, {"extra", info.extra}}.dump();
   });
-  std::vector<uint8_t> bytes(text.begin(), text.end());
-  uint64_t n = bytes.size();
-  comm_.host_broadcast(&n, sizeof n, 0);
-  bytes.resize(size_t(n));
-  comm_.host_broadcast(bytes.data(), bytes.size(), 0);
-  const json j = json::parse(bytes.begin(), bytes.end());
+  broadcast_text(text);
+  const json j = json::parse(text);
   load_path_ = j["path"].get<std::string>();
   start_step_ = j["iteration"].get<int64_t>();
   ckpt_extra_ = j["extra"];
@@ -346,8 +371,24 @@ bool Trainer::nothing_to_train() {
 void Trainer::build_engine() {
   model_ = make_model(device_, mc_, *ops_);
   model_->init_weights(cfg_.seed);
-  if (!cfg_.init_from.empty()) mc_.spec().hf_import(*model_, cfg_.init_from);
+  if (!cfg_.init_from.empty()) {
+    mc_.spec().hf_import(*model_, cfg_.init_from);
+    check_finite_init();
+  }
   engine_ = std::make_unique<DataParallel>(*model_, comm_, cfg_.dp, ops_.get());
+}
+
+// A NaN or Inf given as a weight would only show later as skipped steps.
+void Trainer::check_finite_init() {
+  std::vector<float> host;
+  const std::vector<ParamSpec>& ps = model_->params();
+  for (size_t i = 0; i < ps.size(); ++i) {
+    host.resize(size_t(ps[i].numel()));
+    ops_->copy_to_host(host.data(), model_->initial_weights(int(i)), host.size() * sizeof(float));
+    for (size_t k = 0; k < host.size(); ++k)
+      MXDP_CHECK(std::isfinite(host[k]), "--init-from '", cfg_.init_from, "': tensor '", ps[i].name, "' holds ",
+                 host[k], " at element ", k, " (of ", host.size(), "): the weights must be finite");
+  }
 }
 
 void Trainer::resume() {
@@ -401,6 +442,7 @@ void Trainer::print_header() {
          (cfg_.progress == "auto" && ::isatty(STDOUT_FILENO) && !std::getenv("OMPI_COMM_WORLD_SIZE"));
 }
 
+// Under the save directory's lock: whoever wrote these temporaries is gone.
 void Trainer::clean_save_dir() {
   if (cfg_.save_dir.empty()) return;
   lead([&] {
@@ -412,7 +454,14 @@ void Trainer::clean_save_dir() {
 
 void Trainer::open_metrics() {
   if (cfg_.metrics.empty()) return;
-  lead([&] { metrics_ = File::create(cfg_.metrics, /*append=*/!load_path_.empty()); });
+  lead([&] {
+    // A line an earlier run's end cut short would glue this run's first line onto it.
+    const uint64_t cut = load_path_.empty() ? 0 : drop_partial_last_line(cfg_.metrics);
+    if (cut > 0)
+      std::printf("note: %s ended in a partial line (%llu bytes, cut off when an earlier run ended): dropped it\n",
+                  cfg_.metrics.c_str(), (unsigned long long)cut);
+    metrics_ = File::create(cfg_.metrics, /*append=*/!load_path_.empty());
+  });
   // First line of a run (and of each resumed part): what produced the lines below.
   json opts = json::object();
   for (auto& [k, v] : cfg_.dp.describe()) opts[k] = v;
@@ -433,7 +482,8 @@ void Trainer::run_eval(int64_t step) {
     ob.take(b);
     batches.push_back(ob.batch);
   }
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = now();
+  phase("eval", step);
   double loss = 0;
   for (int p = 0; p < cfg_.eval_passes; ++p) {
     // Each pass is a full eval through the freshness chain, emitted on its own line.
@@ -444,7 +494,9 @@ void Trainer::run_eval(int64_t step) {
                " but pass 1 gave ", loss, ": the weights changed between passes");
   }
   last_eval_ = loss;
-  println(::fmt::format("eval  step {:>6} | loss {:.4f} | {:.2f}s", step, loss, seconds_since(t0)));
+  const double took = now() - t0;
+  meter_->add_eval(took);
+  println(::fmt::format("eval  step {:>6} | loss {:.4f} | {:.2f}s", step, loss, took));
 }
 
 void Trainer::submit_step() {
@@ -458,22 +510,30 @@ void Trainer::submit_step() {
   engine_->launch_step();
 }
 
-void Trainer::train_steps() {
+int Trainer::train_steps() {
   const int64_t first = start_step_ + 1;
   const auto start = std::chrono::steady_clock::now();
-  auto since = start;  // the last report (or eval, save): a step's time runs from there
+  timer_ = device_ == Device::Cuda ? make_cuda_step_timer(ops_->stream()) : make_host_step_timer(cfg_.clock);
   int64_t reported = start_step_;
   const auto report_results = [&](int keep) {
     while (engine_->results_pending() > keep) {
       const StepResult r = *engine_->take_result(true);
       ++reported;
-      report_step(reported, first, r, seconds_since(since));
-      since = std::chrono::steady_clock::now();
+      report_step(reported, first, r, timer_->seconds(reported));
       check_divergence(reported, r);
     }
   };
   for (int64_t step = first; step <= cfg_.steps; ++step) {
+    // At each step boundary the ranks agree whether any of them caught a signal.
+    if (const int sig = agreed_signal(comm_, ShutdownSignals::caught())) {
+      report_results(0);
+      return stop_for_signal(step - 1, sig);
+    }
+    timer_->begin(step, paused_);
+    paused_ = false;
+    phase("step", step);
     submit_step();
+    timer_->end(step);
     const bool last = step == cfg_.steps;
     const bool eval_now = cfg_.eval_every > 0 && (step % cfg_.eval_every == 0 || last);
     const bool save_now = !cfg_.save_dir.empty() && ((cfg_.save_every > 0 && step % cfg_.save_every == 0) || last);
@@ -482,7 +542,7 @@ void Trainer::train_steps() {
     report_results(eval_now || save_now || last ? 0 : 1);
     if (eval_now) run_eval(step);
     if (save_now) save(step);
-    if (eval_now || save_now) since = std::chrono::steady_clock::now();
+    if (eval_now || save_now) paused_ = true;
   }
   report_results(0);
   if (progress_open_) println("");
@@ -490,23 +550,43 @@ void Trainer::train_steps() {
     std::printf("done: %lld steps in %s, final train loss %.4f%s\n", (long long)(cfg_.steps - first + 1),
                 human_time(seconds_since(start)).c_str(), last_loss_,
                 std::isnan(last_eval_) ? "" : ::fmt::format(", final eval loss {:.4f}", last_eval_).c_str());
+  return 0;
+}
+
+// Every rank, at the same step boundary: step `done` is finished and reported.
+int Trainer::stop_for_signal(int64_t done, int sig) {
+  if (progress_open_) println("");
+  std::string what;
+  if (done <= start_step_) {
+    what = "no step was trained, nothing to save";
+  } else if (cfg_.save_dir.empty()) {
+    what = ::fmt::format("nothing saved (no --save-dir): the {} steps of this run are lost", done - start_step_);
+  } else {
+    if (saved_step_ != done) save(done);
+    what = ::fmt::format("saved {}; resume with --load {}", checkpoint_path(cfg_.save_dir, done), cfg_.save_dir);
+  }
+  println(::fmt::format("stopped by {} after step {}: {}", signal_name(sig), done, what));
+  return 128 + sig;
 }
 
 void Trainer::report_step(int64_t step, int64_t first, const StepResult& r, double seconds) {
-  const double tokens_per_step = double(cfg_.batch_size) * cfg_.seq_len * dp_ * cfg_.dp.micro_batches;
-  const double rate = tokens_per_step / seconds;
-  ema_rate_ = step == first ? rate : 0.9 * ema_rate_ + 0.1 * rate;
+  meter_->add_step(seconds);
+  const double rate = meter_->rate(seconds);
+  // Still to come after this report: the steps after it, and the evals and
+  // saves from its own on (an eval or save at `step` runs after its report).
+  const int64_t evals_left = cfg_.eval_every > 0 ? events_left(step - 1, cfg_.steps, cfg_.eval_every, true) : 0;
+  const int64_t saves_left = cfg_.save_dir.empty() ? 0 : events_left(step - 1, cfg_.steps, cfg_.save_every, true);
+  const double eta = meter_->eta(cfg_.steps - step, evals_left, saves_left);
   last_loss_ = r.loss;
   emit({{"kind", "train"}, {"step", step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
-        {"tokens_per_s", rate}, {"skipped", r.skipped}});
+        {"tokens_per_s", rate}, {"step_s", seconds}, {"eta_s", eta}, {"skipped", r.skipped}});
   skipped_total_ += r.skipped ? 1 : 0;
   if (r.skipped)
     println(::fmt::format("step {}: non-finite gradients (norm {}), update skipped; {} skipped so far", step,
                           r.grad_norm, skipped_total_));
-  const double eta = double(cfg_.steps - step) * tokens_per_step / std::max(ema_rate_, 1e-9);
   const std::string prog = ::fmt::format("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {} tok/s | ETA {}",
-                                         step, cfg_.steps, r.loss, r.lr, r.grad_norm, human_rate(ema_rate_),
-                                         human_time(eta));
+                                         step, cfg_.steps, r.loss, r.lr, r.grad_norm,
+                                         human_rate(meter_->smoothed_rate()), human_time(eta));
   if (!is_lead_) return;
   if (tty_) {
     std::printf("\r\033[K%s", prog.c_str());
@@ -529,6 +609,8 @@ void Trainer::check_divergence(int64_t step, const StepResult& r) {
 }
 
 void Trainer::save(int64_t step) {
+  const double t0 = now();
+  phase("save", step);
   const std::string path = checkpoint_path(cfg_.save_dir, step);
   json sched = schedule_.to_json();
   sched.erase("source");
@@ -548,6 +630,8 @@ void Trainer::save(int64_t step) {
   println("saved " + path);
   for (const std::string& name : removed)
     println(::fmt::format("removed {} (--keep-last {})", (fs::path(cfg_.save_dir) / name).string(), cfg_.keep_last));
+  saved_step_ = step;
+  meter_->add_save(now() - t0);
 }
 
 void Trainer::final_sample() {
@@ -579,6 +663,13 @@ void Trainer::emit(const json& j) {
     const std::string line = j.dump() + "\n";
     metrics_.write(line.data(), line.size());
   });
+}
+
+void Trainer::broadcast_text(std::string& s) {
+  uint64_t n = s.size();
+  comm_.host_broadcast(&n, sizeof n, 0);
+  s.resize(size_t(n));
+  comm_.host_broadcast(s.data(), s.size(), 0);
 }
 
 void Trainer::println(const std::string& s) {

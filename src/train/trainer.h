@@ -11,9 +11,16 @@
 // a run with nothing to train says so; a diverged run stops with an error and
 // never replaces a good checkpoint; interrupted saves leave nothing behind
 // after the next run; --keep-last bounds the checkpoints kept.
+//
+// And (issue 21): the save directory is probed and locked before the first
+// step (train/save_dir.h); a fresh run never replaces a directory's
+// checkpoints unless told to; SIGINT/SIGTERM stop every rank at the same step
+// boundary with a checkpoint (train/shutdown.h); throughput and ETA come from
+// each step's own time on the device, evals and saves apart (train/throughput.h).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
@@ -59,7 +66,9 @@ struct TrainConfig {
   int64_t save_every = 0;   // 0 = only at the end (when save_dir is set)
   std::string save_dir;
   int keep_last = 0;        // keep only the newest N checkpoints in save_dir (0 = all)
-  std::string load;         // step directory, single-file checkpoint, or a save_dir holding `latest`
+  std::string load;         // step directory, single-file checkpoint, a save_dir holding `latest`,
+                            // or "auto": save_dir's latest when it has one, else a fresh run
+  bool start_over = false;  // a fresh run into a save_dir holding checkpoints removes them (else refused)
   // divergence: stop with an error after this many consecutive steps skipped
   // for non-finite gradients (0 = never stop)
   int max_skipped_steps = 10;
@@ -74,6 +83,11 @@ struct TrainConfig {
   double comm_timeout = 300;
   // the data-parallel core
   DpOptions dp;
+  // Tests only (no flag sets them): the host clock that times steps (on the
+  // CPU), evals and saves (empty: the steady clock), and a call inside each
+  // timed span ("step", "eval", "save"; with the clock: work of a known duration).
+  std::function<double()> clock;
+  std::function<void(const char* phase, int64_t step)> on_phase;
 };
 
 // Runs the job on `comm`'s ranks, on cfg.device ("cpu" or "cuda"; comm must

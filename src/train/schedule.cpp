@@ -1,0 +1,48 @@
+#include "train/schedule.h"
+
+#include <algorithm>
+#include <fmt/format.h>
+
+#include "util/check.h"
+
+namespace mxdp {
+
+using nlohmann::json;
+
+json Schedule::to_json() const {
+  return {{"source", source}, {"lr", lr}, {"min_lr", min_lr}, {"warmup_steps", warmup_steps},
+          {"lr_decay_steps", lr_decay_steps}};
+}
+
+std::string Schedule::describe(int64_t first, int64_t last) const {
+  std::string d = warmup_steps > 0 ? ::fmt::format("linear warmup over {} steps to lr {}", warmup_steps, lr)
+                                   : ::fmt::format("lr {}", lr);
+  d += lr_decay_steps > 0 ? ::fmt::format(", cosine to {} at step {}", min_lr, lr_decay_steps)
+                          : std::string(", constant after the warmup");
+  if (lr_decay_steps > 0 && last > lr_decay_steps && first <= last)
+    d += ::fmt::format(" (steps {}-{} are past its end and run at min_lr {})", std::max(first, lr_decay_steps + 1),
+                       last, min_lr);
+  return d;
+}
+
+Schedule schedule_from(const json& s, const std::string& what) {
+  auto num = [&](const char* k) {
+    MXDP_CHECK(s.is_object() && s.contains(k) && s[k].is_number(), what, ": the checkpoint's schedule has no number \"",
+               k, "\"");
+    return s[k].get<double>();
+  };
+  auto integer = [&](const char* k) {
+    MXDP_CHECK(s.is_object() && s.contains(k) && s[k].is_number_integer() && s[k].get<int64_t>() >= 0, what,
+               ": the checkpoint's schedule has no integer \"", k, "\" >= 0");
+    return s[k].get<int64_t>();
+  };
+  Schedule r;
+  r.lr = num("lr");
+  r.min_lr = num("min_lr");
+  r.warmup_steps = integer("warmup_steps");
+  r.lr_decay_steps = integer("lr_decay_steps");
+  r.source = "checkpoint";
+  return r;
+}
+
+}  // namespace mxdp

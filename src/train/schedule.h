@@ -1,0 +1,25 @@
+// The learning-rate schedule of a run, and where it came from (the command
+// line, a checkpoint, or the command line over a checkpoint's), as the
+// trainer records it in checkpoints and metrics.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace mxdp {
+
+struct Schedule {
+  double lr = 0, min_lr = 0;
+  int64_t warmup_steps = 0, lr_decay_steps = 0;  // decay 0: constant after warmup
+  std::string source;                            // "command line", "checkpoint" or "override"
+
+  nlohmann::json to_json() const;
+  // In words, for the run header (steps first..last of this run).
+  std::string describe(int64_t first, int64_t last) const;
+};
+
+// A schedule recorded in a checkpoint's extra, checked (`what` names the checkpoint).
+Schedule schedule_from(const nlohmann::json& s, const std::string& what);
+
+}  // namespace mxdp
