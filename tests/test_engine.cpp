@@ -258,6 +258,29 @@ TEST(Engine, MisuseIsAClearError) {
   EXPECT_THROW(dp.load_checkpoint("/nonexistent/ckpt"), Error);
 }
 
+// Issue 21, item 8: a checkpoint of another model configuration is refused
+// with both shapes in the message.
+TEST(Engine, LoadOfAnotherShapeNamesBothShapes) {
+  auto comm = self();
+  TempDir tmp;
+  ToyModel small(64, 32, 64), wide(64, 32, 96);
+  small.init_weights(1);
+  wide.init_weights(1);
+  DataParallel a(small, *comm, DpOptions{});
+  const std::string path = tmp / "small";
+  a.save_checkpoint(path, {});
+  DataParallel b(wide, *comm, DpOptions{});
+  try {
+    b.load_checkpoint(path);
+    FAIL() << "a checkpoint of another shape was loaded";
+  } catch (const Error& e) {
+    // ToyModel's param 1 is mlp.up.w, {h, d}: [64, 32] saved, [96, 32] now.
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("[64, 32] in the checkpoint"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("[96, 32] in the model"), std::string::npos) << msg;
+  }
+}
+
 TEST(MemoryPlan, Gpt2OnEightRanks) {
   // GPT-2 124M at dp 8, Megatron's default 40M-element buckets: the payload per
   // element is 2 bytes (bf16), 1 + 1/32 (mxfp8), 1/2 + 1/16 (nvfp4), plus the

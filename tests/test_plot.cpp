@@ -14,10 +14,14 @@ using namespace mxdp::testing;
 
 namespace {
 
+// The first broken line's report (parse_metrics skips such lines), or the
+// error that stopped the parse, or "".
 std::string error_of_parse(const std::string& text) {
   std::istringstream in(text);
   try {
-    parse_metrics(in, "m.jsonl");
+    const LossCurves c = parse_metrics(in, "m.jsonl");
+    for (const std::string& w : c.broken) EXPECT_EQ(w.find("json.exception"), std::string::npos) << "library text in: " << w;
+    return c.broken.empty() ? "" : c.broken[0];
   } catch (const mxdp::Error& e) {
     const std::string w = e.what();
     EXPECT_EQ(w.find("json.exception"), std::string::npos) << "library text in: " << w;
@@ -123,10 +127,19 @@ TEST(Metrics, MalformedLinesNameTheLine) {
       {"{\"kind\": \"other\", \"o\": 53307.5e732012}", "not valid JSON"},
   };
   for (const auto& c : cases) {
-    // The bad line is line 3 (after a good line and a blank one).
-    const std::string msg = error_of_parse(ok + "\n" + c.line + "\n" + ok);
+    // The bad line is line 3 (after a good line and a blank one); it is
+    // reported and skipped, and the good lines around it still count.
+    const std::string text = ok + "\n" + c.line + "\n" + "{\"kind\": \"eval\", \"step\": 4, \"loss\": 1.5}\n";
+    const std::string msg = error_of_parse(text);
     EXPECT_TRUE(contains(msg, "m.jsonl:3: ")) << c.line << " -> " << msg;
     EXPECT_TRUE(contains(msg, c.want)) << c.line << " -> " << msg;
+    std::istringstream in(text);
+    const LossCurves got = parse_metrics(in, "m.jsonl");
+    EXPECT_EQ(got.broken.size(), 1u) << c.line;
+    ASSERT_EQ(got.train.size(), 1u) << c.line;
+    EXPECT_EQ(got.train[0].loss, 2.0);
+    ASSERT_EQ(got.eval.size(), 1u) << c.line;
+    EXPECT_EQ(got.eval[0].loss, 1.5);
   }
 }
 
@@ -217,10 +230,18 @@ TEST(PlotCli, WritesSvgAndReportsErrors) {
   EXPECT_EQ(polyline_points(svg, "eval").size(), 2u);
   EXPECT_FALSE(fs::exists(d / "m.svg.tmp"));
 
+  // A cut last line (issue 21, item 6): reported, skipped, the rest drawn.
   r = run_mxdp("plot --metrics " + q(d / "bad.jsonl") + " --output " + q(d / "b.svg"), out);
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_TRUE(contains(r.output, "bad.jsonl:2: not valid JSON")) << r.output;
-  EXPECT_FALSE(fs::exists(d / "b.svg"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "plot: skipped " + d / "bad.jsonl" + ":2: not valid JSON")) << r.output;
+  EXPECT_TRUE(contains(r.output, "1 train and 0 eval points, 1 broken lines skipped")) << r.output;
+  EXPECT_EQ(polyline_points(read_file(d / "b.svg"), "train").size(), 1u);
+  // Nothing but broken lines: an error, naming the first.
+  write_file(d / "junk.jsonl", "not json\n{\"kind\":\n");
+  r = run_mxdp("plot --metrics " + q(d / "junk.jsonl") + " --output " + q(d / "j.svg"), out);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "holds no metrics line, only 2 broken ones")) << r.output;
+  EXPECT_FALSE(fs::exists(d / "j.svg"));
   r = run_mxdp("plot --metrics " + q(d / "none.jsonl") + " --output " + q(d / "b.svg"), out);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(contains(r.output, "cannot read metrics file")) << r.output;

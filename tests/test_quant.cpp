@@ -389,7 +389,7 @@ TEST(QuantApi, RejectsBadArguments) {
   try {
     mxfp8_quantize_rowwise(x, -3, 4, {}, c, s);
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("quant.cpp:"), std::string::npos) << e.what();
+    EXPECT_NE(e.where().find("quant.cpp:"), std::string::npos) << e.where();
     EXPECT_NE(std::string(e.what()).find("-3"), std::string::npos) << e.what();
   }
   EXPECT_NO_THROW(mxfp8_quantize_rowwise(nullptr, 0, 4, {}, nullptr, nullptr));

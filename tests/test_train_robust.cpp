@@ -303,6 +303,39 @@ TEST_F(TrainRobust, BackendSelfWithSeveralRanksIsAnError) {
   EXPECT_TRUE(mt::contains(out, "2 ranks")) << out;
 }
 
+// Issue 21, item 8: an error is the user's sentence, printed once under
+// mpirun (every rank finds a bad option; rank 0 says it), without the source
+// location unless --verbose asks for it.
+TEST_F(TrainRobust, AnErrorIsOneSentenceOnce) {
+  const std::string m = MXDP_MPIEXEC;
+  if (m.empty() || ::access(m.c_str(), X_OK) != 0) GTEST_SKIP() << "mpirun not found";
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  const mt::MpiSessionDir session;
+  const auto run2 = [&](const std::string& extra, const std::string& log) {
+    const std::string cmd = session.shell_prefix() + "timeout -k 5 120 " + quote(m) +
+                            " --oversubscribe --bind-to none -np 2 " + quote(MXDP_BINARY) + " train " + common +
+                            " --steps -1 " + extra + " > " + quote(d / log) + " 2>&1";
+    const int status = std::system(cmd.c_str());
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 124);
+    return mt::read_file(d / log);
+  };
+  const auto count = [](const std::string& s, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+    return n;
+  };
+  const std::string plain = run2("", "plain.log");
+  EXPECT_EQ(count(plain, "mxdp: error: --steps must be >= 0, got -1\n"), 1u) << plain;
+  EXPECT_EQ(count(plain, "mxdp: error:"), 1u) << plain;
+  EXPECT_FALSE(mt::contains(plain, ".cpp:")) << plain;
+  EXPECT_FALSE(mt::contains(plain, "check failed")) << plain;
+  const std::string verbose = run2("--verbose", "verbose.log");
+  EXPECT_EQ(count(verbose, "mxdp: error: --steps must be >= 0, got -1\n"), 1u) << verbose;
+  EXPECT_TRUE(std::regex_search(verbose, std::regex(R"(\(at trainer\.cpp:[0-9]+ \(check failed: cfg_\.steps >= 0\)\))")))
+      << verbose;
+}
+
 // Point 8: `mxdp plan` plans with the bucket size `mxdp train` uses.
 TEST_F(TrainRobust, PlanUsesTrainsBucketSize) {
   auto help = mt::run_mxdp("train --help", d / "help.log");

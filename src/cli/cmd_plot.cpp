@@ -30,6 +30,13 @@ void add_plot_command(CLI::App& app, Runner& run) {
       MXDP_CHECK(ext == ".svg", "--output must name an .svg file, got '", o->output,
                  "' (for PNG: rsvg-convert OUT.svg -o OUT.png)");
       const LossCurves curves = read_metrics(o->metrics);
+      for (size_t i = 0; i < curves.broken.size() && i < 3; ++i)
+        std::fprintf(stderr, "plot: skipped %s\n", curves.broken[i].c_str());
+      if (curves.broken.size() > 3) std::fprintf(stderr, "plot: skipped %zu more broken lines\n", curves.broken.size() - 3);
+      MXDP_CHECK(!curves.train.empty() || !curves.eval.empty() || curves.broken.empty() ||
+                     curves.nonfinite + curves.other_kinds > 0,
+                 o->metrics, " holds no metrics line, only ", curves.broken.size(), " broken ones (the first: ",
+                 curves.broken.empty() ? "" : curves.broken[0], ")");
       PlotOptions opts;
       opts.title = o->title.empty() ? "Loss: " + std::filesystem::path(o->metrics).filename().string() : o->title;
       opts.log_y = o->log_y;
@@ -38,6 +45,7 @@ void add_plot_command(CLI::App& app, Runner& run) {
       write_file_atomic(o->output, svg);
       std::printf("plot: %zu train and %zu eval points", curves.train.size(), curves.eval.size());
       if (curves.nonfinite) std::printf(", %zu non-finite losses not drawn", curves.nonfinite);
+      if (!curves.broken.empty()) std::printf(", %zu broken lines skipped", curves.broken.size());
       std::printf(" -> %s\n", o->output.c_str());
       return 0;
     };

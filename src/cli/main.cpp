@@ -1,14 +1,40 @@
 // mxdp: data-parallel LLM training with low-precision parameter gather.
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 
-#include "util/check.h"
 #include "cli/commands.h"
+#include "comm/launcher.h"
+#include "util/check.h"
+
+namespace {
+
+// One sentence, once: an error the ranks agreed on (thrown alike on every
+// rank) is printed by rank 0 alone; its source location only when asked.
+int report(const std::exception& e, bool verbose) {
+  const auto* me = dynamic_cast<const mxdp::Error*>(&e);
+  int rank = 0;
+  try {
+    rank = mxdp::this_launch().rank;
+  } catch (...) {  // a malformed launcher environment: print from every process
+  }
+  if (me && me->every_rank() && rank != 0) return 1;
+  std::fprintf(stderr, "mxdp: error: %s\n", e.what());
+  if (verbose && me && !me->where().empty()) std::fprintf(stderr, "mxdp: (at %s)\n", me->where().c_str());
+  return 1;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"mxdp: data-parallel LLM training whose parameters travel in MXFP8 / NVFP4"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "mxdp 0.1");
+  bool verbose = false;
+  app.add_flag("-v,--verbose", verbose, "On an error, also print where in mxdp's source it was detected "
+               "(also MXDP_VERBOSE=1)");
+  app.fallthrough();  // `mxdp train ... --verbose` as well as `mxdp --verbose train ...`
   mxdp::cli::Runner run;
   mxdp::cli::add_quantize_commands(app, run);
   mxdp::cli::add_prepare_command(app, run);
@@ -22,13 +48,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  const char* env = std::getenv("MXDP_VERBOSE");
+  verbose = verbose || (env && *env && std::strcmp(env, "0") != 0);
   try {
     return run ? run() : 0;
-  } catch (const mxdp::Error& e) {
-    std::fprintf(stderr, "mxdp: error: %s\n", e.what());
-    return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "mxdp: error: %s\n", e.what());
-    return 1;
+    return report(e, verbose);
   }
 }

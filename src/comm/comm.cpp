@@ -178,16 +178,24 @@ std::unique_ptr<Communicator> make_communicator(const Communicator::Options& in)
   MXDP_FAIL("unknown Backend ", int(opts.backend));
 }
 
+namespace {
+// What an exception says, never empty, and where it came from if mxdp's.
+void caught(const std::exception& e, std::string& err, std::string& where) {
+  err = e.what();
+  if (err.empty()) err = "unknown error";
+  if (const auto* me = dynamic_cast<const Error*>(&e)) where = me->where();
+}
+}  // namespace
+
 void on_rank0(Communicator& comm, const std::function<void()>& fn,
               const std::function<void(void*, size_t)>& broadcast) {
   auto bcast = [&](void* p, size_t n) { broadcast ? broadcast(p, n) : comm.host_broadcast(p, n, 0); };
-  std::string err;
+  std::string err, where;
   if (comm.rank() == 0) {
     try {
       fn();
     } catch (const std::exception& e) {
-      err = e.what();
-      if (err.empty()) err = "unknown error";
+      caught(e, err, where);
     }
   }
   uint64_t n = err.size();
@@ -195,7 +203,30 @@ void on_rank0(Communicator& comm, const std::function<void()>& fn,
   if (!n) return;
   err.resize(n);
   bcast(err.data(), n);
-  throw Error(err);
+  throw Error(err, where, true);
+}
+
+void on_every_rank(Communicator& comm, const std::function<void()>& fn) {
+  const int rank = comm.rank(), dp = comm.size();
+  std::string err, where;
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    caught(e, err, where);
+  }
+  std::vector<uint64_t> lens(dp, 0);
+  lens[rank] = err.size();
+  comm.host_all_gather(lens.data(), sizeof(uint64_t));
+  int first = -1, failed = 0;
+  for (int r = 0; r < dp; ++r)
+    if (lens[r]) failed += 1, first = first < 0 ? r : first;
+  if (first < 0) return;
+  std::string msg(lens[first], '\0');
+  if (rank == first) msg = err;
+  comm.host_broadcast(msg.data(), msg.size(), first);
+  // Name the rank only where it matters: when some ranks did not fail.
+  if (failed < dp) msg = "on rank " + std::to_string(first) + ": " + msg;
+  throw Error(msg, rank == first ? where : "", true);
 }
 
 }  // namespace mxdp

@@ -169,4 +169,9 @@ std::string launch_description();
 void on_rank0(Communicator& comm, const std::function<void()>& fn,
               const std::function<void(void*, size_t)>& broadcast = {});
 
+// Runs fn on every rank. Then every rank returns normally, or every rank
+// throws the error of the lowest rank whose fn threw ("on rank r: ..." when
+// not every rank failed). Its where() stays with the rank that failed.
+void on_every_rank(Communicator& comm, const std::function<void()>& fn);
+
 }  // namespace mxdp

@@ -51,29 +51,6 @@ std::vector<float> ShardedCheckpoint::full_master(int p) {
 namespace {
 constexpr int64_t kStageElems = int64_t(1) << 20;  // host staging: 4 MiB of fp32
 
-// An error on any rank, thrown on every rank (the first rank's message).
-void on_every_rank(Communicator& comm, const std::function<void()>& fn) {
-  const int rank = comm.rank(), dp = comm.size();
-  std::string err;
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    err = e.what();
-    if (err.empty()) err = "unknown error";
-  }
-  std::vector<uint64_t> lens(dp, 0);
-  lens[rank] = err.size();
-  comm.host_all_gather(lens.data(), sizeof(uint64_t));
-  int first = -1;
-  for (int r = 0; r < dp && first < 0; ++r)
-    if (lens[r]) first = r;
-  if (first < 0) return;
-  std::string msg(lens[first], '\0');
-  if (rank == first) msg = err;
-  comm.host_broadcast(msg.data(), msg.size(), first);
-  throw Error(dp > 1 ? "on rank " + std::to_string(first) + ": " + msg : msg);
-}
-
 // Rank 0's bytes to every rank.
 std::vector<uint8_t> broadcast_bytes(Communicator& comm, std::vector<uint8_t> bytes) {
   uint64_t size = bytes.size();
@@ -210,7 +187,8 @@ void ShardedCheckpoint::check_params_match(const std::string& path, const std::v
              params_.size());
   for (size_t p = 0; p < params_.size(); ++p)
     MXDP_CHECK(ps[p].name == params_[p].name && ps[p].shape == params_[p].shape, path, ": param ", p, " is '",
-               ps[p].name, "' in the checkpoint but '", params_[p].name, "' in the model (or their shapes differ)");
+               ps[p].name, "' ", shape_string(ps[p].shape), " in the checkpoint but '", params_[p].name, "' ",
+               shape_string(params_[p].shape), " in the model (a checkpoint of another model configuration?)");
 }
 
 void ShardedCheckpoint::reset_state() {

@@ -50,6 +50,13 @@ struct ParamSpec {
   bool lowp_eligible() const { return shape.size() == 2 && shape[1] % 32 == 0; }
 };
 
+// "[768, 2304]", for messages.
+inline std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 // One micro-batch of next-token prediction: B sequences of T tokens.
 struct Batch {
   const int32_t* inputs = nullptr;   // B*T token ids

@@ -22,9 +22,10 @@ LossCurves parse_metrics(std::istream& in, const std::string& name) {
   std::map<int64_t, double> train, eval;  // step -> loss; later lines overwrite
   LossCurves out;
   std::string line;
-  for (size_t lineno = 1; std::getline(in, line); ++lineno) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+  // One line: its point, or an Error naming the line (the line is then
+  // skipped and reported: one cut line, e.g. after a full disk or a kill,
+  // must not make the whole file unplottable).
+  const auto parse_line = [&](size_t lineno) {
     json j;
     try {
       j = json::parse(line);
@@ -38,7 +39,7 @@ LossCurves parse_metrics(std::istream& in, const std::string& name) {
     const std::string kind = j["kind"].get<std::string>();
     if (kind != "train" && kind != "eval") {
       ++out.other_kinds;
-      continue;
+      return;
     }
     MXDP_CHECK(j.contains("step") && j["step"].is_number_integer(), name, ":", lineno,
                ": no integer \"step\"");
@@ -51,9 +52,18 @@ LossCurves parse_metrics(std::istream& in, const std::string& name) {
     if (!std::isfinite(loss)) {
       ++out.nonfinite;
       series.erase(step);
-      continue;
+      return;
     }
     series[step] = loss;
+  };
+  for (size_t lineno = 1; std::getline(in, line); ++lineno) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    try {
+      parse_line(lineno);
+    } catch (const Error& e) {
+      out.broken.push_back(e.what());
+    }
   }
   MXDP_CHECK(!in.bad(), name, ": read error");
   for (auto [s, l] : train) out.train.push_back({s, l});

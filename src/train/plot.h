@@ -33,9 +33,11 @@ struct LossCurves {
   std::vector<MetricPoint> train, eval;  // sorted by step, one point per step
   size_t nonfinite = 0;                  // train/eval lines whose loss was null/NaN/Inf
   size_t other_kinds = 0;                // lines of another kind, skipped
+  std::vector<std::string> broken;       // lines that are not a metrics line, skipped: "name:LINE: why"
 };
 
-// `name` is used in error messages ("name:LINE: ...").
+// `name` is used in messages ("name:LINE: ..."). A line that is not a metrics
+// line is skipped and listed in `broken`; only a read error throws.
 LossCurves parse_metrics(std::istream& in, const std::string& name);
 LossCurves read_metrics(const std::string& path);
 

@@ -1,5 +1,7 @@
 #include "train/sample.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cmath>
@@ -68,11 +70,22 @@ std::string generate(LanguageModel& model, const Tokenizer& tokenizer, const std
   return tokenizer.decode(std::span<const int32_t>(toks.data() + prompt_len, toks.size() - prompt_len));
 }
 
+std::string tokenizer_mismatch(const Tokenizer& tokenizer, uint32_t data_vocab) {
+  const uint32_t v = uint32_t(tokenizer.vocab_size());
+  if (data_vocab <= 256 && v == 256) return "";  // byte data, the byte tokenizer
+  if (v == data_vocab) return "";
+  if (v == 256)
+    return ::fmt::format("the data's tokens (vocab {}) need their tokenizer; put its tokenizer.json next to the "
+                         "data, or run `mxdp sample --tokenizer FILE`", data_vocab);
+  return ::fmt::format("the tokenizer {} does not match the data, whose tokens were encoded with a vocabulary of {}: "
+                       "use the tokenizer.json the data was prepared with", tokenizer.describe(), data_vocab);
+}
+
 void print_run_sample(LanguageModel& model, const Tokenizer& tokenizer, uint32_t data_vocab, const std::string& prompt,
                       const SampleOptions& so) {
-  if (uint32_t(tokenizer.vocab_size()) < data_vocab) {
-    std::printf("sample: skipped: the data's tokens (vocab %u) need their tokenizer; put its tokenizer.json next to "
-                "the data, or run `mxdp sample --tokenizer FILE`\n", data_vocab);
+  const std::string why = tokenizer_mismatch(tokenizer, data_vocab);
+  if (!why.empty()) {
+    std::printf("sample: skipped: %s\n", why.c_str());
     std::fflush(stdout);
     return;
   }

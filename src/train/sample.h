@@ -32,6 +32,11 @@ std::string generate(LanguageModel& model, const std::string& prompt, const Samp
 // prompt + generated text (invalid UTF-8 replaced, utf8.h). Skipped with a note
 // when the data's tokens (`data_vocab` ids) need a tokenizer the data does not
 // come with (llm.c shards without a tokenizer.json beside them).
+// Why `tokenizer` cannot decode tokens of data encoded with a vocabulary of
+// data_vocab (the byte tokenizer is right for data_vocab <= 256; any other
+// must have exactly that vocabulary); "" when it can.
+std::string tokenizer_mismatch(const Tokenizer& tokenizer, uint32_t data_vocab);
+
 void print_run_sample(LanguageModel& model, const Tokenizer& tokenizer, uint32_t data_vocab, const std::string& prompt,
                       const SampleOptions& opt);
 

@@ -118,25 +118,4 @@ std::string newest_checkpoint_in(const std::string& dir) {
   return best;
 }
 
-void on_every_rank(Communicator& comm, const std::function<void()>& fn) {
-  std::string msg;
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    msg = e.what();
-    if (msg.empty()) msg = "failed";
-  }
-  std::vector<uint8_t> failed(size_t(comm.size()), 0);
-  failed[size_t(comm.rank())] = msg.empty() ? 0 : 1;
-  comm.host_all_gather(failed.data(), 1);
-  for (int r = 0; r < comm.size(); ++r) {
-    if (!failed[size_t(r)]) continue;
-    uint64_t n = msg.size();
-    comm.host_broadcast(&n, sizeof n, r);
-    msg.resize(size_t(n));
-    comm.host_broadcast(msg.data(), msg.size(), r);
-    throw Error(msg);
-  }
-}
-
 }  // namespace mxdp

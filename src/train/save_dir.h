@@ -46,8 +46,4 @@ void probe_save_dir(const std::string& dir);
 // step_NNNNNN.ckpt entry, else "" (no checkpoint there, or no directory).
 std::string newest_checkpoint_in(const std::string& dir);
 
-// Collective: runs fn on every rank; when it throws on any, every rank throws
-// the lowest failing rank's message (so one rank's failure stops all of them).
-void on_every_rank(Communicator& comm, const std::function<void()>& fn);
-
 }  // namespace mxdp

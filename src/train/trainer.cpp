@@ -151,7 +151,7 @@ class Trainer {
 
 int Trainer::run() {
   const ShutdownSignals signals(is_lead_);
-  check_options();
+  on_every_rank(comm_, [&] { check_options(); });  // every rank finds the same: one reports it
   open_save_dir();
   set_threads();
   device_ = resolve_device(cfg_.device);

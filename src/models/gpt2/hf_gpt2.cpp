@@ -24,14 +24,6 @@ namespace {
 
 constexpr const char* kPrefix = "transformer.";
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::ostringstream o;
-  o << "[";
-  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
-  o << "]";
-  return o.str();
-}
-
 bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
 bool ends_with(const std::string& s, const std::string& x) {
   return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
@@ -231,12 +223,12 @@ void init_from_hf_gpt2(GptModel& model, const std::string& path) {
   std::vector<float> wte_f32;
   for (const HfGpt2Tensor& t : want) {
     auto it = by_name.find(t.name);
-    MXDP_CHECK(it != by_name.end(), "--init-from '", st, "': tensor '", kPrefix, t.name, "' (", shape_str(t.shape),
+    MXDP_CHECK(it != by_name.end(), "--init-from '", st, "': tensor '", kPrefix, t.name, "' (", shape_string(t.shape),
                ") is missing");
     const SafeTensorInfo& info = *it->second;
     MXDP_CHECK(info.shape == t.shape, "--init-from '", st, "': tensor '", info.name, "' has shape ",
-               shape_str(info.shape), " but the model (vocab ", cfg.vocab, ", max_seq ", cfg.max_seq, ", d_model ",
-               cfg.d_model, ") needs ", shape_str(t.shape), " (pass --vocab / --max-seq / --d-model to match)");
+               shape_string(info.shape), " but the model (vocab ", cfg.vocab, ", max_seq ", cfg.max_seq, ", d_model ",
+               cfg.d_model, ") needs ", shape_string(t.shape), " (pass --vocab / --max-seq / --d-model to match)");
     std::vector<float> v = f.read_f32(info);
     const ParamSpec& s = model.params()[size_t(t.param)];
     if (t.transpose) v = transposed(v.data(), t.shape[0], t.shape[1]);
@@ -250,7 +242,7 @@ void init_from_hf_gpt2(GptModel& model, const std::string& path) {
   }
   if (lm_head) {
     MXDP_CHECK(lm_head->shape == std::vector<int64_t>({cfg.vocab, cfg.d_model}), "--init-from '", st,
-               "': lm_head.weight has shape ", shape_str(lm_head->shape), ", not wte's");
+               "': lm_head.weight has shape ", shape_string(lm_head->shape), ", not wte's");
     const std::vector<float> head = f.read_f32(*lm_head);
     MXDP_CHECK(std::memcmp(head.data(), wte_f32.data(), head.size() * sizeof(float)) == 0, "--init-from '", st,
                "': lm_head.weight differs from wte.weight; mxdp's GPT-2 ties the head to the embedding");

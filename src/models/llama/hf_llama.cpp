@@ -22,14 +22,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::ostringstream o;
-  o << "[";
-  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
-  o << "]";
-  return o.str();
-}
-
 json read_json(const std::string& path) {
   const std::vector<uint8_t> b = read_file(path);
   try {
@@ -186,11 +178,11 @@ void init_from_hf_llama(LlamaModel& model, const std::string& path) {
   for (size_t p = 0; p < values.size(); ++p) values[p].assign(size_t(model.params()[p].numel()), 0.f);
   for (const HfLlamaTensor& t : want) {
     auto it = files.by_name.find(t.name);
-    MXDP_CHECK(it != files.by_name.end(), "--init-from '", path, "': tensor '", t.name, "' (", shape_str(t.shape),
+    MXDP_CHECK(it != files.by_name.end(), "--init-from '", path, "': tensor '", t.name, "' (", shape_string(t.shape),
                ") is missing");
     const SafeTensorInfo& info = *it->second.second;
     MXDP_CHECK(info.shape == t.shape, "--init-from '", path, "': tensor '", t.name, "' has shape ",
-               shape_str(info.shape), " but the model (", llama_describe(c), ") needs ", shape_str(t.shape));
+               shape_string(info.shape), " but the model (", llama_describe(c), ") needs ", shape_string(t.shape));
     const std::vector<float> v = it->second.first->read_f32(info);
     const ParamSpec& s = model.params()[size_t(t.param)];
     const int64_t row = s.shape.size() == 2 ? s.shape[1] : 1;
