@@ -223,6 +223,7 @@ def main():
     for _ in range(a.warmup):
         train_step(model, step_model, opt, x, y).item()
     torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()  # the peak of training steps (weights, optimizer state included)
     times = []
     for _ in range(a.steps):
         torch.cuda.synchronize()

@@ -1,6 +1,7 @@
 // Kernels of the GPU Llama; see llama_kernels.h for the contract of each.
 #include "models/llama/cuda/llama_kernels.h"
 
+#include <algorithm>
 #include <initializer_list>
 
 #include "formats/codec.h"
@@ -206,24 +207,26 @@ __global__ void rmsnorm_dw_final_kernel(float* dw, const float* partial, int chu
 
 // ---------------------------------------------------------------- RoPE
 
-// One thread per rotated pair (row m, head h of the NH + KV q and k heads, i < hd/2).
-__global__ void rope_kernel(uint16_t* qkv, const float* cs, const float* sn, int T, int64_t M, int NH, int KV,
-                            int hd, bool inverse) {
-  const int half = hd / 2, heads = NH + KV;
+// One block per row (grid-stride); its threads take the row's rotated pairs
+// j = (head h of the NH + KV q and k heads) * hd/2 + i, consecutive j reading
+// consecutive values. 32-bit index arithmetic inside a row.
+__global__ void rope_kernel(uint16_t* qkv, const float* cs, const float* sn, int T, int M, int NH, int KV, int hd,
+                            bool inverse) {
+  const int half = hd / 2, pairs = (NH + KV) * half;
   const int64_t S = int64_t(NH + 2 * KV) * hd;
-  const int64_t n = M * heads * half;
-  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < n; j += int64_t(gridDim.x) * blockDim.x) {
-    const int i = int(j % half);
-    const int64_t mh = j / half;
-    const int h = int(mh % heads);
-    const int64_t m = mh / heads;
-    const int t = int(m % T);
-    const float c = cs[int64_t(t) * half + i], s0 = sn[int64_t(t) * half + i];
-    const float s = inverse ? -s0 : s0;
-    uint16_t* x = qkv + m * S + int64_t(h) * hd;
-    const float x1 = ld(x, i), x2 = ld(x, i + half);
-    x[i] = bf(x1 * c - x2 * s);
-    x[i + half] = bf(x2 * c + x1 * s);
+  for (int m = blockIdx.x; m < M; m += gridDim.x) {
+    const int t = m % T;
+    const float* c = cs + int64_t(t) * half;
+    const float* sr = sn + int64_t(t) * half;
+    uint16_t* row = qkv + int64_t(m) * S;
+    for (int j = threadIdx.x; j < pairs; j += blockDim.x) {
+      const int h = j / half, i = j - h * half;
+      const float s = inverse ? -sr[i] : sr[i];
+      uint16_t* x = row + h * hd;
+      const float x1 = ld(x, i), x2 = ld(x, i + half);
+      x[i] = bf(x1 * c[i] - x2 * s);
+      x[i + half] = bf(x2 * c[i] + x1 * s);
+    }
   }
 }
 
@@ -316,7 +319,9 @@ void rope(uint16_t* qkv, const float* cs, const float* sn, int B, int T, int NH,
           cudaStream_t s) {
   MXDP_CHECK(hd % 2 == 0, "rope needs an even head dimension, got ", hd);
   const int64_t M = int64_t(B) * T;
-  rope_kernel<<<grid_for(M * (NH + KV) * (hd / 2), 256), 256, 0, s>>>(qkv, cs, sn, T, M, NH, KV, hd, inverse);
+  MXDP_CHECK(M < (int64_t(1) << 31), "rope: ", M, " rows are more than it indexes");
+  const int threads = std::min(256, ((NH + KV) * (hd / 2) + 31) / 32 * 32);
+  rope_kernel<<<int(std::min<int64_t>(M, 1 << 16)), threads, 0, s>>>(qkv, cs, sn, T, int(M), NH, KV, hd, inverse);
   MXDP_CUDA_CHECK_LAUNCH();
 }
 
