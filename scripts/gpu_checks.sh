@@ -47,4 +47,7 @@ step hf_export python3 scripts/check_hf_export.py --mxdp "$B/mxdp" --device cuda
 step train_124m "$B/mxdp" train --device cuda --model gpt2-124m --batch-size 16 --seq-len 1024 --steps 60 \
   --eval-every 30 --eval-batches 4 --sample-tokens 0 --progress lines --log-every 10 --save-dir "$LOGDIR/ckpt"
 step sample_cuda "$B/mxdp" sample --device cuda --load "$LOGDIR/ckpt" --tokens 80
+step train_llama_cuda "$B/mxdp" train --device cuda --model llama-tiny --steps 200 --eval-every 100 --eval-batches 4 \
+  --sample-tokens 0 --progress lines --log-every 50 --save-dir "$LOGDIR/ckpt_llama"
+step sample_llama_cuda "$B/mxdp" sample --device cuda --load "$LOGDIR/ckpt_llama" --tokens 80
 exit $fail
