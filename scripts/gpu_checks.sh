@@ -15,6 +15,7 @@ step() {  # name, command...
 }
 step gputest_gpt "$B/tests/gputest_gpt"
 step gputest_gpt_golden "$B/tests/gputest_gpt_golden"
+step gputest_llama "$B/tests/gputest_llama"
 step gputest_engine_ops "$B/tests/gputest_engine_ops"
 step gputest_quant "$B/tests/gputest_quant"
 step gputest_fp8_format "$B/tests/gputest_fp8_format"
@@ -24,6 +25,8 @@ step gputest_stream_graphs "$B/tests/gputest_stream_graphs"
 step mpigputest_engine "$B/tests/mpigputest_engine"
 step mpigputest_comm "$B/tests/mpigputest_comm"
 step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 "$B/tests/gputest_gpt"
+step memcheck_llama compute-sanitizer --tool memcheck --error-exitcode 1 "$B/tests/gputest_llama" \
+  --gtest_filter='GpuLlamaKernels.*:GpuLlama.LossLogits*'
 # racecheck on mxdp's own kernels only: the full-model tests (GpuGpt.*) run
 # cuDNN's attention kernels, whose wgmma/TMA code racecheck reports hazards in
 # (seen on an H200: only in sdpa_sm90_flash_bprop_wgmma), so a whole-model
@@ -32,9 +35,12 @@ step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 "$B/tests/gpu
 # dequantize, AdamW, sums: all mxdp's).
 step racecheck_kernels compute-sanitizer --tool racecheck --error-exitcode 1 "$B/tests/gputest_gpt" \
   --gtest_filter='GpuGptKernels.*-GpuGptKernels.CudnnAttention*:GpuGptKernels.Gemms*'
+step racecheck_llama_kernels compute-sanitizer --tool racecheck --error-exitcode 1 "$B/tests/gputest_llama" \
+  --gtest_filter='GpuLlamaKernels.*-GpuLlamaKernels.GroupedQueryAttention*'
 step racecheck_engine_ops compute-sanitizer --tool racecheck --error-exitcode 1 "$B/tests/gputest_engine_ops"
 step gpu_vs_cpu bash scripts/check_gpu_vs_cpu.sh "$B"
 step torch_trajectory python3 tests/gpu_torch_trajectory.py "$B"
+step llama_torch_trajectory python3 tests/gpu_llama_trajectory.py "$B"
 step gpu_cpu_checkpoint bash scripts/check_gpu_cpu_checkpoint.sh "$B"
 step launchers bash scripts/check_launchers.sh "$B"
 step hf_export python3 scripts/check_hf_export.py --mxdp "$B/mxdp" --device cuda
@@ -44,4 +50,7 @@ step train_124m "$B/mxdp" train --device cuda --model gpt2-124m --batch-size 16 
 step throughput_124m python3 scripts/check_throughput.py --mxdp "$B/mxdp" -- --device cuda --model gpt2-124m \
   --batch-size 16 --seq-len 1024 --steps 60
 step sample_cuda "$B/mxdp" sample --device cuda --load "$LOGDIR/ckpt" --tokens 80
+step train_llama_cuda "$B/mxdp" train --device cuda --model llama-tiny --steps 200 --eval-every 100 --eval-batches 4 \
+  --sample-tokens 0 --progress lines --log-every 50 --save-dir "$LOGDIR/ckpt_llama"
+step sample_llama_cuda "$B/mxdp" sample --device cuda --load "$LOGDIR/ckpt_llama" --tokens 80
 exit $fail

@@ -6,6 +6,11 @@
 #include "models/llama/llama.h"
 #include "util/check.h"
 
+#if defined(MXDP_HAVE_CUDA) && defined(MXDP_HAVE_CUDNN)
+#include "models/cuda/stream_graphs.h"
+#include "models/llama/cuda/llama_cuda.h"
+#endif
+
 namespace mxdp {
 
 using nlohmann::json;
@@ -62,6 +67,13 @@ bool reads_hf_config(const json& hf) {
 
 std::unique_ptr<LanguageModel> build_cpu(const ModelConfig& c) { return std::make_unique<Llama>(llama_config_of(c)); }
 
+#if defined(MXDP_HAVE_CUDA) && defined(MXDP_HAVE_CUDNN)
+std::unique_ptr<LanguageModel> build_cuda(const ModelConfig& c, void* stream) {
+  return cuda::make_llama(llama_config_of(c), static_cast<cudaStream_t>(stream),
+                          {.cuda_graphs = cuda::cuda_graphs_from_env()});
+}
+#endif
+
 void hf_import(LanguageModel& model, const std::string& path) {
   auto* m = dynamic_cast<LlamaModel*>(&model);
   MXDP_CHECK(m, "the Llama Hugging Face import needs a model the llama spec built");
@@ -85,7 +97,11 @@ const ModelSpec& llama_spec() {
       .max_seq = [](const ModelConfig& c) { return llama_config_of(c).max_seq; },
       .n_layer = [](const ModelConfig& c) { return llama_config_of(c).n_layer; },
       .build_cpu = build_cpu,
-      .build_cuda = nullptr,  // no CUDA Llama yet: --device cuda is an error naming the architecture
+#if defined(MXDP_HAVE_CUDA) && defined(MXDP_HAVE_CUDNN)
+      .build_cuda = build_cuda,
+#else
+      .build_cuda = nullptr,
+#endif
       .hf_import = hf_import,
       .hf_export = export_hf_llama,
       .reads_hf_config = reads_hf_config,

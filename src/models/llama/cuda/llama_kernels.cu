@@ -1,0 +1,341 @@
+// Kernels of the GPU Llama; see llama_kernels.h for the contract of each.
+#include "models/llama/cuda/llama_kernels.h"
+
+#include <algorithm>
+#include <initializer_list>
+
+#include "formats/codec.h"
+#include "util/check.h"
+#include "util/cuda_check.h"
+#include "util/cuda_launch.h"
+
+namespace mxdp::cuda::llama {
+
+namespace {
+
+__device__ __forceinline__ float ld(const uint16_t* p, int64_t i) { return codec::bf16_to_f32(p[i]); }
+__device__ __forceinline__ uint16_t bf(float x) { return codec::bf16_from_f32(x); }
+
+// Butterfly sum: every lane ends with the same bits, in the same order every run.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// 8 consecutive bf16 values: one 16-byte access.
+__device__ __forceinline__ void load8(const uint16_t* p, float (&f)[8]) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(&u);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) f[i] = codec::bf16_to_f32(h[i]);
+}
+__device__ __forceinline__ void store8(uint16_t* p, const float (&f)[8]) {
+  uint4 u;
+  uint16_t* h = reinterpret_cast<uint16_t*>(&u);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) h[i] = bf(f[i]);
+  *reinterpret_cast<uint4*>(p) = u;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+void check_rows(const char* what, int C, std::initializer_list<const void*> ptrs) {
+  MXDP_CHECK(C % 8 == 0, what, " needs rows of a multiple of 8 values, got ", C);
+  for (const void* p : ptrs) MXDP_CHECK(aligned16(p), what, " needs 16-byte aligned rows");
+}
+
+int grid_for(int64_t n, int threads) { return int(grid_blocks(n, threads, 1 << 20)); }
+
+// ---------------------------------------------------------------- embedding
+
+__global__ void embedding_forward_kernel(uint16_t* x, const int32_t* tokens, const uint16_t* embed, int M, int C) {
+  const int c8 = C / 8;
+  const int64_t n = int64_t(M) * c8;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t m = i / c8;
+    const int k = int(i % c8);
+    *reinterpret_cast<uint4*>(x + m * C + 8 * k) =
+        *reinterpret_cast<const uint4*>(embed + int64_t(tokens[m]) * C + 8 * k);
+  }
+}
+
+// One block per (token segment, 256 channels).
+__global__ void embedding_backward_kernel(float* dembed, const uint16_t* dx, const int32_t* order,
+                                          const int32_t* seg_start, const int32_t* seg_token, int C) {
+  const int seg = blockIdx.x;
+  const int c = blockIdx.y * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float s = 0.f;
+  for (int j = seg_start[seg]; j < seg_start[seg + 1]; ++j) s += ld(dx, int64_t(order[j]) * C + c);
+  dembed[int64_t(seg_token[seg]) * C + c] += s;
+}
+
+// ---------------------------------------------------------------- RMSNorm
+
+// One warp per row; lane l takes the 8-value chunks l, l+32, ... in every
+// pass, so a lane reads back only what it wrote. ss: the lane's partial sum of squares.
+__device__ __forceinline__ void rms_row(uint16_t* out, float* rstd, const uint16_t* x, const uint16_t* w, int64_t m,
+                                        int C, float eps, float ss) {
+  const int lane = threadIdx.x % 32, chunks = C / 8;
+  const float r = 1.f / sqrtf(warp_sum(ss) / float(C) + eps);
+  for (int k = lane; k < chunks; k += 32) {
+    float f[8], g[8];
+    load8(x + 8 * k, f);
+    load8(w + 8 * k, g);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f[i] = g[i] * (f[i] * r);
+    store8(out + 8 * k, f);
+  }
+  if (lane == 0) rstd[m] = r;
+}
+
+__global__ void rmsnorm_forward_kernel(uint16_t* out, float* rstd, const uint16_t* inp, const uint16_t* w, int M,
+                                       int C, float eps) {
+  const int64_t m = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
+  if (m >= M) return;
+  const uint16_t* x = inp + m * C;
+  float ss = 0.f;
+  for (int k = threadIdx.x % 32; k < C / 8; k += 32) {
+    float f[8];
+    load8(x + 8 * k, f);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) ss += f[i] * f[i];
+  }
+  rms_row(out + m * C, rstd, x, w, m, C, eps, ss);
+}
+
+__global__ void residual_rmsnorm_forward_kernel(uint16_t* res, uint16_t* out, float* rstd, const uint16_t* a,
+                                                const uint16_t* b, const uint16_t* w, int M, int C, float eps) {
+  const int64_t m = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
+  if (m >= M) return;
+  float ss = 0.f;
+  for (int k = threadIdx.x % 32; k < C / 8; k += 32) {
+    float f[8], g[8];
+    load8(a + m * C + 8 * k, f);
+    load8(b + m * C + 8 * k, g);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      f[i] = codec::bf16_to_f32(bf(f[i] + g[i]));  // the statistics see the stored (rounded) residual
+      ss += f[i] * f[i];
+    }
+    store8(res + m * C + 8 * k, f);
+  }
+  rms_row(out + m * C, rstd, res + m * C, w, m, C, eps, ss);
+}
+
+// y = w * n, n = x * r: dx = r * (w*d - n * mean(w*d*n)), as the CPU loop.
+__global__ void rmsnorm_backward_kernel(uint16_t* dinp, bool accumulate, const uint16_t* dout, const uint16_t* inp,
+                                        const uint16_t* w, const float* rstd, int M, int C) {
+  const int64_t m = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
+  if (m >= M) return;
+  const int lane = threadIdx.x % 32, chunks = C / 8;
+  const uint16_t* x = inp + m * C;
+  const uint16_t* d = dout + m * C;
+  const float r = rstd[m];
+  float dot = 0.f;
+  for (int k = lane; k < chunks; k += 32) {
+    float fx[8], fd[8], fw[8];
+    load8(x + 8 * k, fx);
+    load8(d + 8 * k, fd);
+    load8(w + 8 * k, fw);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) dot += (fw[i] * fd[i]) * (fx[i] * r);
+  }
+  dot = warp_sum(dot) / float(C);
+  uint16_t* di = dinp + m * C;
+  for (int k = lane; k < chunks; k += 32) {
+    float fx[8], fd[8], fw[8], o[8];
+    load8(x + 8 * k, fx);
+    load8(d + 8 * k, fd);
+    load8(w + 8 * k, fw);
+    if (accumulate) load8(di + 8 * k, o);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float g = (fw[i] * fd[i] - (fx[i] * r) * dot) * r;
+      o[i] = accumulate ? o[i] + g : g;
+    }
+    store8(di + 8 * k, o);
+  }
+}
+
+// dw's partial sums: a block takes 256 columns (8 per lane) of one chunk of
+// kRows rows; warp w adds rows w, w+8, ... of the chunk in order, the 8 warp
+// sums are added in warp order into partial[chunk][n].
+constexpr int kRows = 128;
+constexpr int kCols = 256;
+
+__global__ void rmsnorm_dw_partial_kernel(float* partial, const uint16_t* dout, const uint16_t* inp,
+                                          const float* rstd, int M, int C) {
+  __shared__ float sh[8][kCols];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int n0 = blockIdx.x * kCols + lane * 8;
+  const int chunk = blockIdx.y;
+  const int r0 = chunk * kRows, r1 = min(M, r0 + kRows);
+  float a[8] = {};
+  if (n0 < C) {
+#pragma unroll 4
+    for (int m = r0 + warp; m < r1; m += 8) {
+      float d[8], x[8];
+      load8(dout + int64_t(m) * C + n0, d);
+      load8(inp + int64_t(m) * C + n0, x);
+      const float r = rstd[m];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) a[i] += d[i] * (x[i] * r);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) sh[warp][lane * 8 + i] = a[i];
+  __syncthreads();
+  const int n = blockIdx.x * kCols + threadIdx.x;
+  if (n < C) {
+    float t = 0.f;
+    for (int w = 0; w < 8; ++w) t += sh[w][threadIdx.x];
+    partial[int64_t(chunk) * C + n] = t;
+  }
+}
+
+// dw[n] += the chunks' partial sums of column n, in chunk order.
+__global__ void rmsnorm_dw_final_kernel(float* dw, const float* partial, int chunks, int C) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= C) return;
+  float t = 0.f;
+#pragma unroll 8
+  for (int k = 0; k < chunks; ++k) t += partial[int64_t(k) * C + n];
+  dw[n] += t;
+}
+
+// ---------------------------------------------------------------- RoPE
+
+// One block per row (grid-stride); its threads take the row's rotated pairs
+// j = (head h of the NH + KV q and k heads) * hd/2 + i, consecutive j reading
+// consecutive values. 32-bit index arithmetic inside a row.
+__global__ void rope_kernel(uint16_t* qkv, const float* cs, const float* sn, int T, int M, int NH, int KV, int hd,
+                            bool inverse) {
+  const int half = hd / 2, pairs = (NH + KV) * half;
+  const int64_t S = int64_t(NH + 2 * KV) * hd;
+  for (int m = blockIdx.x; m < M; m += gridDim.x) {
+    const int t = m % T;
+    const float* c = cs + int64_t(t) * half;
+    const float* sr = sn + int64_t(t) * half;
+    uint16_t* row = qkv + int64_t(m) * S;
+    for (int j = threadIdx.x; j < pairs; j += blockDim.x) {
+      const int h = j / half, i = j - h * half;
+      const float s = inverse ? -sr[i] : sr[i];
+      uint16_t* x = row + h * hd;
+      const float x1 = ld(x, i), x2 = ld(x, i + half);
+      x[i] = bf(x1 * c[i] - x2 * s);
+      x[i + half] = bf(x2 * c[i] + x1 * s);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- SwiGLU
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
+
+// 8 outputs per thread.
+__global__ void swiglu_forward_kernel(uint16_t* out, const uint16_t* gu, int64_t M, int F) {
+  const int f8 = F / 8;
+  const int64_t n = M * f8;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t m = i / f8;
+    const int k = int(i % f8);
+    float g[8], u[8];
+    load8(gu + m * 2 * F + 8 * k, g);
+    load8(gu + m * 2 * F + F + 8 * k, u);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) g[e] = g[e] * sigmoid(g[e]) * u[e];
+    store8(out + m * F + 8 * k, g);
+  }
+}
+
+__global__ void swiglu_backward_kernel(uint16_t* dgu, const uint16_t* dout, const uint16_t* gu, int64_t M, int F) {
+  const int f8 = F / 8;
+  const int64_t n = M * f8;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t m = i / f8;
+    const int k = int(i % f8);
+    float g[8], u[8], d[8], dg[8], du[8];
+    load8(gu + m * 2 * F + 8 * k, g);
+    load8(gu + m * 2 * F + F + 8 * k, u);
+    load8(dout + m * F + 8 * k, d);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float s = sigmoid(g[e]);
+      const float silu = g[e] * s;
+      dg[e] = d[e] * u[e] * (s + silu * (1.f - s));
+      du[e] = d[e] * silu;
+    }
+    store8(dgu + m * 2 * F + 8 * k, dg);
+    store8(dgu + m * 2 * F + F + 8 * k, du);
+  }
+}
+
+}  // namespace
+
+void embedding_forward(uint16_t* x, const int32_t* tokens, const uint16_t* embed, int M, int C, cudaStream_t s) {
+  check_rows("embedding_forward", C, {x, embed});
+  embedding_forward_kernel<<<grid_for(int64_t(M) * C / 8, 256), 256, 0, s>>>(x, tokens, embed, M, C);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+void embedding_backward(float* dembed, const uint16_t* dx, const int32_t* order, const int32_t* seg_start,
+                        const int32_t* seg_token, int n_seg, int C, cudaStream_t s) {
+  if (n_seg == 0) return;
+  embedding_backward_kernel<<<dim3(n_seg, (C + 255) / 256), 256, 0, s>>>(dembed, dx, order, seg_start, seg_token, C);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+void rmsnorm_forward(uint16_t* out, float* rstd, const uint16_t* inp, const uint16_t* w, int M, int C, float eps,
+                     cudaStream_t s) {
+  check_rows("rmsnorm_forward", C, {out, inp, w});
+  rmsnorm_forward_kernel<<<(M + 7) / 8, 256, 0, s>>>(out, rstd, inp, w, M, C, eps);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+void residual_rmsnorm_forward(uint16_t* res, uint16_t* out, float* rstd, const uint16_t* a, const uint16_t* b,
+                              const uint16_t* w, int M, int C, float eps, cudaStream_t s) {
+  check_rows("residual_rmsnorm_forward", C, {res, out, a, b, w});
+  residual_rmsnorm_forward_kernel<<<(M + 7) / 8, 256, 0, s>>>(res, out, rstd, a, b, w, M, C, eps);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+int64_t rmsnorm_scratch_floats(int64_t M, int64_t C) { return (M + kRows - 1) / kRows * C; }
+
+void rmsnorm_backward(uint16_t* dinp, bool accumulate, float* dw, float* scratch, const uint16_t* dout,
+                      const uint16_t* inp, const uint16_t* w, const float* rstd, int M, int C, cudaStream_t s) {
+  check_rows("rmsnorm_backward", C, {dinp, dout, inp, w});
+  rmsnorm_backward_kernel<<<(M + 7) / 8, 256, 0, s>>>(dinp, accumulate, dout, inp, w, rstd, M, C);
+  MXDP_CUDA_CHECK_LAUNCH();
+  const int chunks = (M + kRows - 1) / kRows;
+  rmsnorm_dw_partial_kernel<<<dim3((C + kCols - 1) / kCols, chunks), 256, 0, s>>>(scratch, dout, inp, rstd, M, C);
+  MXDP_CUDA_CHECK_LAUNCH();
+  rmsnorm_dw_final_kernel<<<(C + 255) / 256, 256, 0, s>>>(dw, scratch, chunks, C);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+void rope(uint16_t* qkv, const float* cs, const float* sn, int B, int T, int NH, int KV, int hd, bool inverse,
+          cudaStream_t s) {
+  MXDP_CHECK(hd % 2 == 0, "rope needs an even head dimension, got ", hd);
+  const int64_t M = int64_t(B) * T;
+  MXDP_CHECK(M < (int64_t(1) << 31), "rope: ", M, " rows are more than it indexes");
+  const int threads = std::min(256, ((NH + KV) * (hd / 2) + 31) / 32 * 32);
+  rope_kernel<<<int(std::min<int64_t>(M, 1 << 16)), threads, 0, s>>>(qkv, cs, sn, T, int(M), NH, KV, hd, inverse);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+void swiglu_forward(uint16_t* out, const uint16_t* gate_up, int M, int F, cudaStream_t s) {
+  check_rows("swiglu_forward", F, {out, gate_up});
+  swiglu_forward_kernel<<<grid_for(int64_t(M) * F / 8, 256), 256, 0, s>>>(out, gate_up, M, F);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+void swiglu_backward(uint16_t* dgate_up, const uint16_t* dout, const uint16_t* gate_up, int M, int F,
+                     cudaStream_t s) {
+  check_rows("swiglu_backward", F, {dgate_up, dout, gate_up});
+  swiglu_backward_kernel<<<grid_for(int64_t(M) * F / 8, 256), 256, 0, s>>>(dgate_up, dout, gate_up, M, F);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace mxdp::cuda::llama
