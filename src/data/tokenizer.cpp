@@ -63,7 +63,7 @@ PrepareResult prepare_with_tokenizer(const std::string& input_path, const std::s
              "val fraction must be in (0, 1), got ", val_fraction);
   const BpeTokenizer tok(tokenizer_path);
   MXDP_CHECK(tok.vocab_size() <= 65536, "tokenizer '", tokenizer_path, "' has ", tok.vocab_size(),
-             " ids; token shards hold uint16 tokens");
+             " ids, and mxdp's token shards hold ids below 65536 (uint16): its ids cannot be written yet");
   const std::string text = read_all(input_path);
   MXDP_CHECK(!text.empty(), "input '", input_path, "' is empty");
   const std::vector<int32_t> ids = tok.encode(text);

@@ -3,7 +3,7 @@
 //
 //   bytes : token = byte value, vocabulary 256 (data.h's ByteTokenizer); the default.
 //   bpe   : a byte-level BPE tokenizer given as a Hugging Face tokenizer.json
-//           of GPT-2's kind (bpe.h).
+//           (GPT-2, Llama 3, Qwen2, SmolLM2; bpe.h).
 //
 // decode() returns bytes: a sequence of tokens can cut a UTF-8 character in
 // two, so text printed to a terminal goes through utf8.h.
