@@ -8,7 +8,8 @@
 // the package's ids for them. Checked: those golden ids; the package itself,
 // live, on the same strings and on the whole shipped corpus; the pattern
 // matchers by hand; NFC against Python's unicodedata; refusals;
-// `mxdp prepare --tokenizer` with each fixture.
+// `mxdp prepare --tokenizer` with each fixture; llama-tiny trained on Llama 3
+// tokens and `mxdp sample --tokenizer`.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -141,6 +142,25 @@ TEST(Tokenizers, PatternSplitsByHand) {
   EXPECT_EQ(split(SplitPattern::kGpt2, "I'M 1234"), (V{"I", "'", "M", " 1234"}));
 }
 
+TEST(Tokenizers, DigitsAndSequencesByHand) {
+  using V = std::vector<std::string>;
+  auto pieces = [](const json& config, const std::string& text) {
+    std::vector<std::string> out;
+    PreTokenizer(config, "t.json").split(text, out);
+    return out;
+  };
+  auto seq = [](bool individual, bool prefix, bool regex) {
+    return json{{"type", "Sequence"},
+                {"pretokenizers", json::array({{{"type", "Digits"}, {"individual_digits", individual}},
+                                               {{"type", "ByteLevel"}, {"add_prefix_space", prefix}, {"use_regex", regex}}})}};
+  };
+  const std::string text = "ab 123c\xD9\xA3\xD9\xA4 x";  // U+0663 U+0664: Arabic-Indic digits
+  EXPECT_EQ(pieces(seq(true, false, false), text), (V{"ab ", "1", "2", "3", "c", "\xD9\xA3", "\xD9\xA4", " x"}));
+  EXPECT_EQ(pieces(seq(false, false, false), text), (V{"ab ", "123", "c", "\xD9\xA3\xD9\xA4", " x"}));
+  // ByteLevel's prefix space goes on every piece it is given, then GPT-2's regex splits each.
+  EXPECT_EQ(pieces(seq(true, true, true), "ab 12 x"), (V{" ab", " ", " 1", " 2", " x"}));
+}
+
 TEST(Tokenizers, NfcAgainstPythonUnicodedata) {
   // By hand first: composition, a singleton, Hangul, reordering by class.
   EXPECT_EQ(unicode::nfc("e\xCC\x81"), "\xC3\xA9");                       // e + U+0301 -> U+00E9
@@ -251,4 +271,30 @@ TEST(Tokenizers, PrepareWithEachFamily) {
                                d / "big.log");
   EXPECT_NE(p.exit_code, 0);
   EXPECT_TRUE(contains(p.output, "128256 ids, and mxdp's token shards hold ids below 65536")) << p.output;
+}
+
+TEST(Tokenizers, LlamaTinyTrainsAndSamplesWithTheLlama3Tokenizer) {
+  TempDir d;
+  write_file(d / "in.txt", read_file(source_path("data/kjv.txt")).substr(0, 100000));
+  const std::string tj = fixture("llama3");
+  const RunResult p = run_mxdp("prepare --input " + quote(d / "in.txt") + " --output " + quote(d / "data") +
+                                   " --tokenizer " + quote(tj),
+                               d / "prepare.log");
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  EXPECT_TRUE(contains(p.output, "Llama 3 split + ByteLevel")) << p.output;
+  const RunResult t = run_mxdp("train --device cpu --data " + quote(d / "data") + " --model llama-tiny --vocab 1008 "
+                               "--seq-len 32 --batch-size 4 --steps 10 --lr 1e-2 --warmup-steps 2 --eval-every 0 "
+                               "--threads 1 --progress lines --sample-tokens 20 --sample-prompt 'And God said' --save-dir " +
+                                   quote(d / "ck"),
+                               d / "train.log");
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  const size_t h = t.output.find("sample (20 tokens");
+  ASSERT_NE(h, std::string::npos) << t.output;
+  const std::string want = t.output.substr(t.output.find('\n', h) + 1);
+  EXPECT_EQ(want.rfind("And God said", 0), 0u) << want;
+  const RunResult s = run_mxdp("sample --device cpu --load " + quote(d / "ck") + " --tokenizer " + quote(tj) +
+                                   " --prompt 'And God said' --tokens 20 --seed 1337 --threads 1",
+                               d / "s.log");
+  ASSERT_EQ(s.exit_code, 0) << s.output;
+  EXPECT_EQ(s.output, want) << "mxdp sample decodes with the tokenizer, as the end-of-run sample (from data/tokenizer.json) did";
 }
