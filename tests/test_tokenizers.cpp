@@ -257,20 +257,53 @@ TEST(Tokenizers, PrepareWithEachFamily) {
     EXPECT_EQ(all, tok.encode(text)) << family << ": train.bin + val.bin = the ids of the text";
     EXPECT_EQ(read_file(out + "/tokenizer.json"), read_file(fixture(family)));
   }
-  // A real Llama 3 / Qwen2 vocabulary (ids past 65535) loads and encodes, but
-  // mxdp's uint16 shards cannot hold its ids: prepare says so.
+  // A real Llama 3 / Qwen2 vocabulary (ids past 65535): the shards hold 4-byte tokens.
   json big = json::parse(read_file(fixture("llama3")));
   big["added_tokens"].push_back({{"id", 128255}, {"content", "<|reserved_special_token_250|>"}, {"special", true}});
   write_file(d / "big.json", big.dump());
   const BpeTokenizer t(d / "big.json");
   EXPECT_EQ(t.vocab_size(), 128256);
-  EXPECT_EQ(t.encode("<|reserved_special_token_250|>"), (std::vector<int32_t>{128255}));
+  const std::string big_text = text + "<|reserved_special_token_250|>x";
+  const std::vector<int32_t> ids = t.encode(big_text);
+  ASSERT_EQ(ids.end()[-2], 128255);
   EXPECT_EQ(t.decode(std::vector<int32_t>{128255}), "<|reserved_special_token_250|>");
-  const RunResult p = run_mxdp("prepare --input " + quote(d / "in.txt") + " --output " + quote(d / "big") + " --tokenizer " +
-                                   quote(d / "big.json"),
+  write_file(d / "big.txt", big_text);
+  const RunResult p = run_mxdp("prepare --input " + quote(d / "big.txt") + " --output " + quote(d / "big") +
+                                   " --tokenizer " + quote(d / "big.json") + " --val-fraction 0.5",
                                d / "big.log");
-  EXPECT_NE(p.exit_code, 0);
-  EXPECT_TRUE(contains(p.output, "128256 ids, and mxdp's token shards hold ids below 65536")) << p.output;
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  // The format by hand: token_bytes 4 at offset 16, 64 + 4*count bytes, little-endian uint32 tokens.
+  const std::string raw = read_file(d / "big/val.bin");
+  auto u32 = [&](size_t at) {
+    uint32_t v = 0;
+    for (int k = 0; k < 4; ++k) v |= uint32_t(uint8_t(raw[at + k])) << (8 * k);
+    return v;
+  };
+  const size_t n_val = ids.size() / 2, n_train = ids.size() - n_val;
+  EXPECT_EQ(u32(12), 128256u);
+  EXPECT_EQ(u32(16), 4u);
+  ASSERT_EQ(raw.size(), 64 + 4 * n_val);
+  for (size_t i = 0; i < n_val; ++i) ASSERT_EQ(int32_t(u32(64 + 4 * i)), ids[n_train + i]) << i;
+  const TokenDataset tr(d / "big/train.bin"), va(d / "big/val.bin");
+  EXPECT_EQ(va.token_bytes(), 4u);
+  std::vector<int32_t> got(n_train);
+  tr.read(0, n_train, got.data());
+  EXPECT_EQ(got, std::vector<int32_t>(ids.begin(), ids.begin() + long(n_train)));
+  EXPECT_TRUE(contains(error_of([&] { (void)va.tokens(); }), "holds 4-byte tokens"));
+  // Read as one dataset of two files, a window across both.
+  const TokenDataset both(std::vector<std::string>{d / "big/train.bin", d / "big/val.bin"});
+  std::vector<int32_t> across(10);
+  both.read(n_train - 5, 10, across.data());
+  EXPECT_EQ(across, std::vector<int32_t>(ids.begin() + long(n_train) - 5, ids.begin() + long(n_train) + 5));
+  // The loader's batches: inputs and targets are the ids at the window's start.
+  DataLoader loader(va, 2, 8, 0, 1, 7);
+  Batch b;
+  loader.next(b);
+  const size_t s0 = loader.window_start(0);
+  for (int k = 0; k < 8; ++k) {
+    EXPECT_EQ(b.inputs[k], ids[n_train + s0 + size_t(k)]);
+    EXPECT_EQ(b.targets[k], ids[n_train + s0 + size_t(k) + 1]);
+  }
 }
 
 TEST(Tokenizers, LlamaTinyTrainsAndSamplesWithTheLlama3Tokenizer) {
