@@ -90,9 +90,14 @@ TEST(Tokenizers, GoldenIdsOfEachFamily) {
 TEST(Tokenizers, SameIdsAsTheTokenizersPackageLive) {
   TempDir d;
   MXDP_REQUIRE_PYTHON(d, "tokenizers");
-  const std::string corpus_path = source_path("data/kjv.txt");
-  const std::string corpus = read_file(corpus_path);
+  // The shipped corpus, then every case and newlines between visible characters, spaces and
+  // letters (where a long text may be cut in chunks, bpe.cpp): 2.5 MB as one text.
   const json& g = golden();
+  std::string corpus = read_file(source_path("data/kjv.txt"));
+  for (int r = 0; r < 3; ++r)
+    for (const json& t : g["texts"]) corpus += t.get<std::string>() + (r == 0 ? "\nAnd" : r == 1 ? "  \nA" : "!\n\nb");
+  const std::string corpus_path = d / "corpus.txt";
+  write_file(corpus_path, corpus);
   for (const char* family : kFamilies) {
     const std::string out = d / (std::string(family) + ".json"), bin = d / (std::string(family) + ".bin");
     const RunResult r = run_python(quote(source_path("tests/py/tokenizers_encode.py")) + " " + quote(fixture(family)) +
@@ -110,7 +115,8 @@ TEST(Tokenizers, SameIdsAsTheTokenizersPackageLive) {
       if (got[i] != want[i]) first = i;
     EXPECT_EQ(first, got.size()) << family << ": corpus ids differ from position " << first;
     EXPECT_LT(want.size(), corpus.size() / 2) << "the merges must compress the corpus";
-    EXPECT_EQ(tok.decode(got), corpus) << family;
+    EXPECT_GT(corpus.size(), size_t(2) << 20);
+    EXPECT_EQ(tok.decode(got), read_file(bin + ".txt")) << family;
   }
 }
 
@@ -330,4 +336,37 @@ TEST(Tokenizers, LlamaTinyTrainsAndSamplesWithTheLlama3Tokenizer) {
                                d / "s.log");
   ASSERT_EQ(s.exit_code, 0) << s.output;
   EXPECT_EQ(s.output, want) << "mxdp sample decodes with the tokenizer, as the end-of-run sample (from data/tokenizer.json) did";
+}
+
+// bpe.cpp encodes a long text in chunks, cut at newlines where every pattern
+// ends a piece. With merges over white space and a newline ("ĠĠ", "ĠĠĊ"), a
+// cut after "  \n" would change the ids (GPT-2's pattern splits "x  \nA" as
+// "x", "  ", "\n", "A", but the chunk "x  \n" as "x", "  \n"): the package
+// encodes a 300 kB text of such lines as mxdp does.
+TEST(Tokenizers, LongTextsInChunksAsThePackage) {
+  TempDir d;
+  MXDP_REQUIRE_PYTHON(d, "tokenizers");
+  json j = json::parse(read_file(fixture("smollm2")));
+  const std::string sp = "\xC4\xA0", nl = "\xC4\x8A";  // the byte characters of ' ' and '\n'
+  j["model"]["vocab"][sp + sp] = 1000;
+  j["model"]["vocab"][sp + sp + nl] = 1001;
+  j["model"]["merges"].push_back({sp, sp});
+  j["model"]["merges"].push_back({sp + sp, nl});
+  write_file(d / "t.json", j.dump());
+  std::string text;
+  while (text.size() < 300000) text += "And it was so  \nAnd God saw  \nthat it was good.  \n";
+  write_file(d / "long.txt", text);
+  write_file(d / "cases.json", json{{"texts", {"x  \nA", "x  \n"}}}.dump());
+  const RunResult r = run_python(quote(source_path("tests/py/tokenizers_encode.py")) + " " + quote(d / "t.json") + " " +
+                                     quote(d / "cases.json") + " " + quote(d / "out.json") + " " + quote(d / "long.txt") +
+                                     " " + quote(d / "long.bin"),
+                                 d / "py.log");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const BpeTokenizer tok(d / "t.json");
+  const json live = json::parse(read_file(d / "out.json"));
+  EXPECT_EQ(live["ids"][0].size(), 4u) << "x, ĠĠ, Ċ, A: " << live["ids"][0].dump();
+  EXPECT_EQ(live["ids"][1].size(), 2u) << "x, ĠĠĊ: " << live["ids"][1].dump();
+  EXPECT_EQ(tok.encode("x  \nA"), live["ids"][0].get<std::vector<int32_t>>());
+  EXPECT_EQ(tok.encode("x  \n"), live["ids"][1].get<std::vector<int32_t>>());
+  EXPECT_EQ(tok.encode(text), read_ids(d / "long.bin"));
 }

@@ -296,6 +296,28 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out)
 }
 
 void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
+  // A long text goes in chunks of about kChunk bytes, so that its pre-tokens are
+  // never all in memory at once. A chunk ends at a newline between a visible
+  // ASCII character and an ASCII letter: every known pattern ends a piece on
+  // both sides of such a newline (nothing joins a newline to a letter after it,
+  // and the newline stands alone or ends the piece before it, in a chunk as in
+  // the whole text), Digits does, and NFC composes nothing across it. Only
+  // ByteLevel's prefix space would change, so such a text is kept whole.
+  constexpr size_t kChunk = size_t(1) << 16;
+  auto visible = [](char c) { return c >= 0x21 && c <= 0x7E; };
+  auto letter = [](char c) { return (c | 0x20) >= 'a' && (c | 0x20) <= 'z'; };
+  while (piece.size() > 2 * kChunk && !pre_tokenizer_->adds_prefix_space()) {
+    size_t cut = piece.find('\n', kChunk);
+    while (cut != std::string_view::npos && cut + 1 < piece.size() && !(visible(piece[cut - 1]) && letter(piece[cut + 1])))
+      cut = piece.find('\n', cut + 1);
+    if (cut == std::string_view::npos || cut + 1 >= piece.size()) break;
+    encode_chunk(piece.substr(0, cut + 1), out);
+    piece.remove_prefix(cut + 1);
+  }
+  encode_chunk(piece, out);
+}
+
+void BpeTokenizer::encode_chunk(std::string_view piece, std::vector<int32_t>& out) const {
   if (piece.empty()) return;
   std::vector<std::string> pieces;
   pre_tokenizer_->split(nfc_ ? unicode::nfc(piece) : std::string(piece), pieces);

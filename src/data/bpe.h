@@ -70,6 +70,7 @@ class BpeTokenizer final : public Tokenizer {
   };
   void parse(const std::string& json_text);
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
+  void encode_chunk(std::string_view piece, std::vector<int32_t>& out) const;
   void encode_word(std::string_view word_bytes, std::vector<int32_t>& out) const;
 
   std::string what_;

@@ -240,6 +240,12 @@ void PreTokenizer::split(std::string_view text, std::vector<std::string>& out) c
   for (std::string& p : cur) out.push_back(std::move(p));
 }
 
+bool PreTokenizer::adds_prefix_space() const {
+  for (const Step& s : steps_)
+    if (s.kind == Step::kByteLevel && s.add_prefix_space) return true;
+  return false;
+}
+
 std::string PreTokenizer::describe() const {
   std::string d;
   for (const Step& s : steps_) {

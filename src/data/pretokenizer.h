@@ -40,6 +40,9 @@ class PreTokenizer {
   // Appends the pieces of `text` (valid UTF-8) to `out`.
   void split(std::string_view text, std::vector<std::string>& out) const;
   std::string describe() const;  // "Llama 3 split + ByteLevel", for logs
+  // Whether ByteLevel prepends a space to its pieces (then a text cannot be
+  // split in chunks without changing the pieces).
+  bool adds_prefix_space() const;
 
  private:
   struct Step {

@@ -6,7 +6,8 @@
 encodes every string of CASES_JSON's "texts" with TOKENIZER_JSON
 (encode(text, add_special_tokens=False)) into OUT_JSON ({"ids": [...],
 "decoded": [...]}), and the whole CORPUS file as one string into OUT_BIN
-(int32 little-endian), checking that it decodes back to the corpus.
+(int32 little-endian), and what that decodes to into OUT_BIN.txt (the corpus,
+normalized where the tokenizer normalizes).
 """
 import array
 import json
@@ -23,9 +24,12 @@ def main():
     ids = [tok.encode(t, add_special_tokens=False).ids for t in texts]
     with open(sys.argv[3], "w", encoding="utf-8") as f:
         json.dump({"ids": ids, "decoded": [tok.decode(e, skip_special_tokens=False) for e in ids]}, f, ensure_ascii=True)
-    corpus = open(sys.argv[4], encoding="utf-8").read()
+    corpus = open(sys.argv[4], encoding="utf-8", newline="").read()
     a = array.array("i", tok.encode(corpus, add_special_tokens=False).ids)
-    assert tok.decode(a.tolist(), skip_special_tokens=False) == corpus
+    decoded = tok.decode(a.tolist(), skip_special_tokens=False)
+    assert decoded == (tok.normalizer.normalize_str(corpus) if tok.normalizer else corpus)
+    with open(sys.argv[5] + ".txt", "w", encoding="utf-8", newline="") as f:
+        f.write(decoded)
     if sys.byteorder != "little":
         a.byteswap()
     with open(sys.argv[5], "wb") as f:
