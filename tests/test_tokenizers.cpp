@@ -264,7 +264,10 @@ TEST(Tokenizers, PrepareWithEachFamily) {
     EXPECT_EQ(read_file(out + "/tokenizer.json"), read_file(fixture(family)));
   }
   // A real Llama 3 / Qwen2 vocabulary (ids past 65535): the shards hold 4-byte tokens.
+  // (Filler vocabulary entries up to 128254, as the real file's added tokens follow 128000 entries.)
   json big = json::parse(read_file(fixture("llama3")));
+  big["added_tokens"] = json::array();
+  for (int id = 1000; id < 128255; ++id) big["model"]["vocab"]["\xC2\xA7" + std::to_string(id)] = id;
   big["added_tokens"].push_back({{"id", 128255}, {"content", "<|reserved_special_token_250|>"}, {"special", true}});
   write_file(d / "big.json", big.dump());
   const BpeTokenizer t(d / "big.json");
@@ -336,6 +339,40 @@ TEST(Tokenizers, LlamaTinyTrainsAndSamplesWithTheLlama3Tokenizer) {
                                d / "s.log");
   ASSERT_EQ(s.exit_code, 0) << s.output;
   EXPECT_EQ(s.output, want) << "mxdp sample decodes with the tokenizer, as the end-of-run sample (from data/tokenizer.json) did";
+}
+
+// tokenizers gives added tokens their ids itself when it loads a file: the
+// vocabulary's id for a token in it, else the next id after the vocabulary
+// and the added tokens before it, whatever "id" the file says.
+TEST(Tokenizers, AddedTokenIdsAsThePackageGivesThem) {
+  TempDir d;
+  MXDP_REQUIRE_PYTHON(d, "tokenizers");
+  json j = json::parse(read_file(fixture("llama3")));
+  const json flags = {{"single_word", false}, {"lstrip", false}, {"rstrip", false}, {"normalized", false}, {"special", true}};
+  json gap = flags, known = flags;
+  gap["id"] = 128255, gap["content"] = "<|reserved_special_token_250|>";
+  known["id"] = 5, known["content"] = "and";  // a vocabulary token, with another id in the file
+  ASSERT_TRUE(j["model"]["vocab"].contains("and"));
+  const int32_t and_id = j["model"]["vocab"]["and"].get<int32_t>();
+  ASSERT_NE(and_id, 5);
+  j["added_tokens"].push_back(gap);
+  j["added_tokens"].push_back(known);
+  write_file(d / "t.json", j.dump());
+  const std::vector<std::string> texts = {"x<|reserved_special_token_250|>y", "sand and <|eot_id|>"};
+  write_file(d / "cases.json", json{{"texts", texts}}.dump());
+  write_file(d / "c.txt", texts[0] + texts[1]);
+  const RunResult r = run_python(quote(source_path("tests/py/tokenizers_encode.py")) + " " + quote(d / "t.json") + " " +
+                                     quote(d / "cases.json") + " " + quote(d / "out.json") + " " + quote(d / "c.txt") +
+                                     " " + quote(d / "c.bin"),
+                                 d / "py.log");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json live = json::parse(read_file(d / "out.json"));
+  const BpeTokenizer tok(d / "t.json");
+  for (size_t i = 0; i < texts.size(); ++i)
+    EXPECT_EQ(tok.encode(texts[i]), live["ids"][i].get<std::vector<int32_t>>()) << texts[i];
+  EXPECT_EQ(tok.encode("<|reserved_special_token_250|>"), (std::vector<int32_t>{1008})) << "after 1000..1007";
+  EXPECT_EQ(tok.encode("and"), (std::vector<int32_t>{and_id}));
+  EXPECT_EQ(tok.vocab_size(), 1009);
 }
 
 // bpe.cpp encodes a long text in chunks, cut at newlines where every pattern

@@ -159,8 +159,32 @@ void BpeTokenizer::parse(const std::string& text) {
       MXDP_CHECK(!nfc_ || json_false_or_missing(a, "normalized"), "tokenizer '", w, "': added token '", content,
                  "' is matched in normalized text (\"normalized\": true), which mxdp does not support");
       added.emplace_back(content, int32_t(id));
-      max_id = std::max(max_id, id);
     }
+  }
+  // The ids as `tokenizers` gives them when it loads the file (the "id" written
+  // there is not read back): a token of the vocabulary keeps its id; another
+  // gets the vocabulary's size, or one past the largest added id once that is
+  // at least the size. For the published files this is the id in the file.
+  const int64_t vocab_len = int64_t(vocab_.size());
+  int64_t max_added = -1;
+  std::unordered_map<std::string, int32_t> added_id;
+  auto vocab_has_id = [&](int64_t id) {  // only asked for a vocabulary with gaps in its ids
+    return std::any_of(vocab_.begin(), vocab_.end(), [&](const auto& e) { return e.second == id; });
+  };
+  for (auto& [content, id] : added) {
+    if (auto v = vocab_.find(content); v != vocab_.end()) {
+      id = v->second;
+    } else if (auto a = added_id.find(content); a != added_id.end()) {
+      id = a->second;
+    } else {
+      const int64_t next = max_added < 0 || max_added < vocab_len ? vocab_len : max_added + 1;
+      MXDP_CHECK(next < kMaxTokenizerId && (next > max_id || !vocab_has_id(next)), "tokenizer '", w,
+                 "': added token '", content, "' would get id ", next, ", which the vocabulary uses already");
+      id = int32_t(next);
+    }
+    added_id.emplace(content, id);
+    max_added = std::max(max_added, int64_t(id));
+    max_id = std::max(max_id, int64_t(id));
   }
   vocab_size_ = int(max_id + 1);
   id_to_token_.assign(vocab_size_, std::string());

@@ -6,7 +6,9 @@
 //
 //   1. added tokens (added_tokens, e.g. <|endoftext|>, <|begin_of_text|>,
 //      <|im_start|>) are cut out of the raw text first, leftmost-longest, and
-//      become their own ids;
+//      become their own ids (numbered as `tokenizers` numbers them on loading:
+//      a vocabulary token's id, else the next id after the vocabulary and the
+//      added tokens before it; the published files say the same ids);
 //   2. every other piece is normalized (NFC where the normalizer says so,
 //      unicode_nfc.h), then split by the pre-tokenizer (pretokenizer.h: GPT-2's
 //      ByteLevel regex, Llama 3's or Qwen2's Split regex, SmolLM2's Digits +
