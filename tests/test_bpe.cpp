@@ -76,7 +76,7 @@ TEST(Bpe, SameIdsAsTheTokenizersPackage) {
 TEST(Bpe, Gpt2PreTokenizerSplits) {
   auto split = [](const std::string& s) {
     std::vector<std::string> out;
-    for (auto [b, e] : BpeTokenizer::split_gpt2(s)) out.push_back(s.substr(b, e - b));
+    for (auto [b, e] : split_pattern(SplitPattern::kGpt2, s)) out.push_back(s.substr(b, e - b));
     return out;
   };
   using V = std::vector<std::string>;
@@ -98,14 +98,14 @@ TEST(Bpe, UnsupportedTokenizersAreRefused) {
     return error_of([&] { BpeTokenizer t(j.dump(), "t.json"); });
   };
   EXPECT_EQ(err([](json&) {}), "");
-  EXPECT_TRUE(contains(err([](json& j) { j["normalizer"] = {{"type", "NFC"}}; }), "normalizer"));
-  EXPECT_TRUE(contains(err([](json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}}; }), "only GPT-2's ByteLevel"));
+  EXPECT_TRUE(contains(err([](json& j) { j["normalizer"] = {{"type", "NFKC"}}; }), "normalizer"));
+  EXPECT_TRUE(contains(err([](json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}}; }), "pre-tokenizer {\"type\":\"Metaspace\"} is not supported"));
   EXPECT_TRUE(contains(err([](json& j) { j["model"]["type"] = "WordPiece"; }), "model type 'WordPiece'"));
   EXPECT_TRUE(contains(err([](json& j) { j["model"]["dropout"] = 0.1; }), "dropout"));
   EXPECT_TRUE(contains(err([](json& j) { j["model"]["merges"].push_back({"zz", "qq"}); }), "not in the vocabulary"));
   EXPECT_TRUE(contains(err([](json& j) { j["added_tokens"][0]["lstrip"] = true; }), "lstrip"));
   EXPECT_TRUE(contains(err([](json& j) { j["model"]["vocab"]["dup"] = 5; }), "id 5 is given to two"));
-  EXPECT_TRUE(contains(err([](json& j) { j["post_processor"] = {{"type", "TemplateProcessing"}}; }), "post_processor"));
+  EXPECT_TRUE(contains(err([](json& j) { j["post_processor"] = {{"type", "RobertaProcessing"}}; }), "post_processor"));
   EXPECT_TRUE(contains(error_of([] { BpeTokenizer t("{", "t.json"); }), "not valid JSON"));
   // Merges in the older "a b" string form read the same.
   json old = good;

@@ -136,8 +136,10 @@ TEST(Shard, CorruptOrTruncatedFilesAreClearErrors) {
   version[8] = 2;
   EXPECT_ERROR(TokenDataset(variant("version.bin", version)), "has version 2");
   std::string dtype = bytes;
-  dtype[16] = 4;
-  EXPECT_ERROR(TokenDataset(variant("dtype.bin", dtype)), "token_bytes 4");
+  dtype[16] = 3;
+  EXPECT_ERROR(TokenDataset(variant("dtype.bin", dtype)), "token_bytes 3, this build reads 2 (uint16) and 4 (uint32)");
+  dtype[16] = 4;  // 4-byte tokens are read (larger vocabularies), but this payload is 2 bytes a token
+  EXPECT_ERROR(TokenDataset(variant("dtype4.bin", dtype)), "tokens = 64 + 4*");
   EXPECT_ERROR(TokenDataset(d / "missing.bin"), "cannot open token shard");
   EXPECT_ERROR(TokenDataset(d.path.string()), "not a regular file");
 

@@ -24,7 +24,7 @@ void add_prepare_command(CLI::App& app, Runner& run) {
                   "Fraction of the text, taken from its end, that becomes val.bin; in (0, 1)")
       ->capture_default_str();
   cmd->add_option("--tokenizer", o->tokenizer,
-                  "Encode with this Hugging Face tokenizer.json (byte-level BPE, GPT-2's kind) instead of bytes; "
+                  "Encode with this Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3, Qwen2, SmolLM2) instead of bytes; "
                   "a copy goes next to the shards (src/data/tokenizer.h)");
   cmd->callback([o, &run] {
     run = [o] {

@@ -9,6 +9,7 @@
 
 #include "util/check.h"
 #include "data/unicode_class.h"
+#include "data/unicode_nfc.h"
 #include "data/utf8.h"
 
 namespace mxdp {
@@ -63,6 +64,20 @@ bool json_empty_or_missing(const json& j, const char* key) {
   return !j.contains(key) || j[key].is_null() || (j[key].is_string() && j[key].get<std::string>().empty());
 }
 
+// The post-processor only acts when `tokenizers` is asked to add special
+// tokens (a BOS template); mxdp encodes as encode(text, add_special_tokens=False),
+// so ByteLevel, TemplateProcessing and a Sequence of them are accepted and have no effect.
+void check_post_processor(const json& p, const std::string& w) {
+  if (p.is_null()) return;
+  const std::string type = p.is_object() ? p.value("type", std::string()) : std::string();
+  if (type == "Sequence" && p.contains("processors") && p["processors"].is_array()) {
+    for (const json& q : p["processors"]) check_post_processor(q, w);
+    return;
+  }
+  MXDP_CHECK(type == "ByteLevel" || type == "TemplateProcessing", "tokenizer '", w, "': post_processor ", p.dump(),
+             " is not supported (only ByteLevel, TemplateProcessing, a Sequence of them, or none)");
+}
+
 std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   MXDP_CHECK(in.good(), "cannot open tokenizer '", path, "'");
@@ -97,21 +112,20 @@ void BpeTokenizer::parse(const std::string& text) {
   ignore_merges_ = m.contains("ignore_merges") && m["ignore_merges"].is_boolean() && m["ignore_merges"].get<bool>();
   fuse_unk_ = m.contains("fuse_unk") && m["fuse_unk"].is_boolean() && m["fuse_unk"].get<bool>();
 
+  MXDP_CHECK(!m.contains("byte_fallback") || json_false_or_missing(m, "byte_fallback"), "tokenizer '", w,
+             "': byte_fallback is not supported (a byte-level BPE has every byte in its vocabulary)");
+
   // Normalizer, pre-tokenizer, post-processor, decoder.
-  MXDP_CHECK(!j.contains("normalizer") || j["normalizer"].is_null(), "tokenizer '", w, "': normalizer ",
-             j.value("normalizer", json()).dump(), " is not supported (GPT-2's tokenizer has none)");
-  MXDP_CHECK(j.contains("pre_tokenizer") && j["pre_tokenizer"].is_object() &&
-                 j["pre_tokenizer"].value("type", std::string()) == "ByteLevel",
-             "tokenizer '", w, "': pre_tokenizer ", j.value("pre_tokenizer", json()).dump(),
-             " is not supported (only GPT-2's ByteLevel)");
-  const json& pt = j["pre_tokenizer"];
-  add_prefix_space_ = pt.value("add_prefix_space", false);
-  use_regex_ = pt.value("use_regex", true);
-  for (const char* k : {"decoder", "post_processor"}) {
-    if (!j.contains(k) || j[k].is_null()) continue;
-    MXDP_CHECK(j[k].is_object() && j[k].value("type", std::string()) == "ByteLevel", "tokenizer '", w, "': ", k, " ",
-               j[k].dump(), " is not supported (only ByteLevel or none)");
-  }
+  const json norm = j.value("normalizer", json());
+  nfc_ = norm.is_object() && norm.value("type", std::string()) == "NFC";
+  MXDP_CHECK(norm.is_null() || nfc_, "tokenizer '", w, "': normalizer ", norm.dump(),
+             " is not supported (only NFC or none)");
+  MXDP_CHECK(j.contains("pre_tokenizer"), "tokenizer '", w, "' has no pre_tokenizer");
+  pre_tokenizer_.emplace(j["pre_tokenizer"], w);
+  check_post_processor(j.value("post_processor", json()), w);
+  if (j.contains("decoder") && !j["decoder"].is_null())
+    MXDP_CHECK(j["decoder"].is_object() && j["decoder"].value("type", std::string()) == "ByteLevel", "tokenizer '", w,
+               "': decoder ", j["decoder"].dump(), " is not supported (only ByteLevel or none)");
 
   // Vocabulary.
   MXDP_CHECK(m.contains("vocab") && m["vocab"].is_object(), "tokenizer '", w, "': model.vocab is not an object");
@@ -120,8 +134,8 @@ void BpeTokenizer::parse(const std::string& text) {
     MXDP_CHECK(it.value().is_number_integer(), "tokenizer '", w, "': vocab entry '", it.key(), "' has id ",
                it.value().dump(), ", not an integer");
     const int64_t id = it.value().get<int64_t>();
-    MXDP_CHECK(id >= 0 && id < 65536, "tokenizer '", w, "': vocab entry '", it.key(), "' has id ", id,
-               " (mxdp's token shards hold ids below 65536)");
+    MXDP_CHECK(id >= 0 && id < kMaxTokenizerId, "tokenizer '", w, "': vocab entry '", it.key(), "' has id ", id,
+               " (at most ", kMaxTokenizerId - 1, ")");
     vocab_[it.key()] = int32_t(id);
     max_id = std::max(max_id, id);
   }
@@ -137,14 +151,40 @@ void BpeTokenizer::parse(const std::string& text) {
                  "tokenizer '", w, "': added token ", a.dump(), " needs an integer id and a string content");
       const int64_t id = a["id"].get<int64_t>();
       const std::string content = a["content"].get<std::string>();
-      MXDP_CHECK(id >= 0 && id < 65536, "tokenizer '", w, "': added token '", content, "' has id ", id);
+      MXDP_CHECK(id >= 0 && id < kMaxTokenizerId, "tokenizer '", w, "': added token '", content, "' has id ", id);
       MXDP_CHECK(!content.empty(), "tokenizer '", w, "': added token ", id, " is empty");
       for (const char* k : {"single_word", "lstrip", "rstrip"})
         MXDP_CHECK(json_false_or_missing(a, k), "tokenizer '", w, "': added token '", content, "' has ", k,
                    " set, which is not supported");
+      MXDP_CHECK(!nfc_ || json_false_or_missing(a, "normalized"), "tokenizer '", w, "': added token '", content,
+                 "' is matched in normalized text (\"normalized\": true), which mxdp does not support");
       added.emplace_back(content, int32_t(id));
-      max_id = std::max(max_id, id);
     }
+  }
+  // The ids as `tokenizers` gives them when it loads the file (the "id" written
+  // there is not read back): a token of the vocabulary keeps its id; another
+  // gets the vocabulary's size, or one past the largest added id once that is
+  // at least the size. For the published files this is the id in the file.
+  const int64_t vocab_len = int64_t(vocab_.size());
+  int64_t max_added = -1;
+  std::unordered_map<std::string, int32_t> added_id;
+  auto vocab_has_id = [&](int64_t id) {  // only asked for a vocabulary with gaps in its ids
+    return std::any_of(vocab_.begin(), vocab_.end(), [&](const auto& e) { return e.second == id; });
+  };
+  for (auto& [content, id] : added) {
+    if (auto v = vocab_.find(content); v != vocab_.end()) {
+      id = v->second;
+    } else if (auto a = added_id.find(content); a != added_id.end()) {
+      id = a->second;
+    } else {
+      const int64_t next = max_added < 0 || max_added < vocab_len ? vocab_len : max_added + 1;
+      MXDP_CHECK(next < kMaxTokenizerId && (next > max_id || !vocab_has_id(next)), "tokenizer '", w,
+                 "': added token '", content, "' would get id ", next, ", which the vocabulary uses already");
+      id = int32_t(next);
+    }
+    added_id.emplace(content, id);
+    max_added = std::max(max_added, int64_t(id));
+    max_id = std::max(max_id, int64_t(id));
   }
   vocab_size_ = int(max_id + 1);
   id_to_token_.assign(vocab_size_, std::string());
@@ -204,53 +244,11 @@ void BpeTokenizer::parse(const std::string& text) {
 }
 
 std::string BpeTokenizer::describe() const {
-  return "bpe " + what_ + " (vocab " + std::to_string(vocab_size_) + ", " + std::to_string(merges_.size()) + " merges)";
+  return "bpe " + what_ + " (vocab " + std::to_string(vocab_size_) + ", " + std::to_string(merges_.size()) + " merges, " +
+         (nfc_ ? "NFC, " : "") + pre_tokenizer_->describe() + ")";
 }
 
 // ---- pre-tokenizer -----------------------------------------------------------
-
-std::vector<std::pair<size_t, size_t>> BpeTokenizer::split_gpt2(std::string_view text) {
-  std::vector<char32_t> cp;
-  std::vector<size_t> at;  // byte offset of each code point, and of the end
-  for (size_t i = 0; i < text.size();) {
-    at.push_back(i);
-    cp.push_back(unicode::next_code_point(text.data(), text.size(), i));
-  }
-  at.push_back(text.size());
-  const size_t n = cp.size();
-  auto L = [&](size_t k) { return k < n && unicode::is_letter(cp[k]); };
-  auto N = [&](size_t k) { return k < n && unicode::is_number(cp[k]); };
-  auto S = [&](size_t k) { return k < n && unicode::is_white_space(cp[k]); };
-  auto other = [&](size_t k) { return k < n && !S(k) && !unicode::is_letter(cp[k]) && !unicode::is_number(cp[k]); };
-  std::vector<std::pair<size_t, size_t>> out;
-  size_t i = 0;
-  while (i < n) {
-    size_t e = i;
-    // 's|'t|'re|'ve|'m|'ll|'d
-    if (cp[i] == '\'' && i + 1 < n) {
-      const char32_t c1 = cp[i + 1], c2 = i + 2 < n ? cp[i + 2] : 0;
-      if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd')
-        e = i + 2;
-      else if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l'))
-        e = i + 3;
-    }
-    const size_t s = cp[i] == ' ' ? i + 1 : i;  // the optional leading space of the next three
-    if (e == i && L(s)) {                        //  ?\p{L}+
-      for (e = s; L(e); ++e) {}
-    } else if (e == i && N(s)) {                 //  ?\p{N}+
-      for (e = s; N(e); ++e) {}
-    } else if (e == i && other(s)) {             //  ?[^\s\p{L}\p{N}]+
-      for (e = s; other(e); ++e) {}
-    } else if (e == i) {                         // \s+(?!\S) | \s+   (cp[i] is white space here)
-      size_t k = i;
-      while (S(k)) ++k;
-      e = (k == n || k - 1 == i) ? k : k - 1;  // leave the last space to the word after it
-    }
-    out.emplace_back(at[i], at[e]);
-    i = e;
-  }
-  return out;
-}
 
 // ---- BPE ---------------------------------------------------------------------
 
@@ -322,19 +320,32 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out)
 }
 
 void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
+  // A long text goes in chunks of about kChunk bytes, so that its pre-tokens are
+  // never all in memory at once. A chunk ends at a newline between a visible
+  // ASCII character and an ASCII letter: every known pattern ends a piece on
+  // both sides of such a newline (nothing joins a newline to a letter after it,
+  // and the newline stands alone or ends the piece before it, in a chunk as in
+  // the whole text), Digits does, and NFC composes nothing across it. Only
+  // ByteLevel's prefix space would change, so such a text is kept whole.
+  constexpr size_t kChunk = size_t(1) << 16;
+  auto visible = [](char c) { return c >= 0x21 && c <= 0x7E; };
+  auto letter = [](char c) { return (c | 0x20) >= 'a' && (c | 0x20) <= 'z'; };
+  while (piece.size() > 2 * kChunk && !pre_tokenizer_->adds_prefix_space()) {
+    size_t cut = piece.find('\n', kChunk);
+    while (cut != std::string_view::npos && cut + 1 < piece.size() && !(visible(piece[cut - 1]) && letter(piece[cut + 1])))
+      cut = piece.find('\n', cut + 1);
+    if (cut == std::string_view::npos || cut + 1 >= piece.size()) break;
+    encode_chunk(piece.substr(0, cut + 1), out);
+    piece.remove_prefix(cut + 1);
+  }
+  encode_chunk(piece, out);
+}
+
+void BpeTokenizer::encode_chunk(std::string_view piece, std::vector<int32_t>& out) const {
   if (piece.empty()) return;
-  std::string with_space;
-  if (add_prefix_space_ && piece[0] != ' ') {
-    with_space.reserve(piece.size() + 1);
-    with_space.push_back(' ');
-    with_space.append(piece);
-    piece = with_space;
-  }
-  if (!use_regex_) {
-    encode_word(piece, out);
-    return;
-  }
-  for (auto [b, e] : split_gpt2(piece)) encode_word(piece.substr(b, e - b), out);
+  std::vector<std::string> pieces;
+  pre_tokenizer_->split(nfc_ ? unicode::nfc(piece) : std::string(piece), pieces);
+  for (const std::string& p : pieces) encode_word(p, out);
 }
 
 std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
@@ -345,18 +356,23 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
     MXDP_FAIL("tokenizer '", what_, "': the text is not valid UTF-8 (first bad byte near offset ", i, ")");
   }
   std::vector<int32_t> out;
+  // next[k]: where added token k next occurs at or after pos (npos: nowhere), found again only once passed.
+  std::vector<size_t> next(added_.size(), 0);
+  for (size_t k = 0; k < added_.size(); ++k) next[k] = text.find(added_[k].first);
   size_t pos = 0;
   while (pos < text.size()) {
     // The next added token: leftmost, then longest.
     size_t best = std::string_view::npos, best_len = 0;
     int32_t best_id = -1;
-    for (const auto& [content, id] : added_) {
-      const size_t f = text.find(content, pos);
+    for (size_t k = 0; k < added_.size(); ++k) {
+      const std::string& content = added_[k].first;
+      if (next[k] != std::string_view::npos && next[k] < pos) next[k] = text.find(content, pos);
+      const size_t f = next[k];
       if (f == std::string_view::npos) continue;
       if (f < best || (f == best && content.size() > best_len)) {
         best = f;
         best_len = content.size();
-        best_id = id;
+        best_id = added_[k].second;
       }
     }
     const size_t end = best == std::string_view::npos ? text.size() : best;

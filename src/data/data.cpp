@@ -78,20 +78,34 @@ uint64_t get_u64(const unsigned char* p) {
 
 }  // namespace
 
-void write_shard(const std::string& path, std::span<const uint16_t> tokens, uint32_t vocab_size) {
-  MXDP_CHECK(vocab_size >= 1 && vocab_size <= 65536, "shard vocab_size must be in [1, 65536], got ", vocab_size);
+namespace {
+
+template <typename T>
+void write_shard_of(const std::string& path, std::span<const T> tokens, uint32_t vocab_size, uint32_t max_vocab) {
+  MXDP_CHECK(vocab_size >= 1 && vocab_size <= max_vocab, "shard vocab_size must be in [1, ", max_vocab,
+             "] for ", sizeof(T), "-byte tokens, got ", vocab_size);
   for (size_t i = 0; i < tokens.size(); ++i)
     MXDP_CHECK(tokens[i] < vocab_size, "token ", tokens[i], " at position ", i, " is >= vocab_size ", vocab_size);
-  const size_t payload = tokens.size() * sizeof(uint16_t);
+  const size_t payload = tokens.size() * sizeof(T);
   unsigned char header[kShardHeaderBytes] = {};
   std::memcpy(header, kShardMagic, 8);
   put_u32(header + 8, kShardVersion);
   put_u32(header + 12, vocab_size);
-  put_u32(header + 16, sizeof(uint16_t));
+  put_u32(header + 16, sizeof(T));
   put_u64(header + 24, tokens.size());
   put_u64(header + 32, fnv1a64(tokens.data(), payload));
   write_file_atomic(path, {std::span<const uint8_t>(header, sizeof header),
                            std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(tokens.data()), payload)});
+}
+
+}  // namespace
+
+void write_shard(const std::string& path, std::span<const uint16_t> tokens, uint32_t vocab_size) {
+  write_shard_of(path, tokens, vocab_size, 65536);
+}
+
+void write_shard(const std::string& path, std::span<const uint32_t> tokens, uint32_t vocab_size) {
+  write_shard_of(path, tokens, vocab_size, kMaxShardVocab);
 }
 
 ShardInfo check_shard_bytes(std::span<const uint8_t> bytes, const std::string& path) {
@@ -105,14 +119,17 @@ ShardInfo check_shard_bytes(std::span<const uint8_t> bytes, const std::string& p
              kShardVersion);
   ShardInfo info;
   info.vocab_size = get_u32(h + 12);
-  MXDP_CHECK(info.vocab_size >= 1 && info.vocab_size <= 65536, "token shard '", path, "' has vocab_size ",
-             info.vocab_size, ", expected 1..65536");
   const uint32_t token_bytes = get_u32(h + 16);
-  MXDP_CHECK(token_bytes == 2, "token shard '", path, "' has token_bytes ", token_bytes, ", this build reads 2 (uint16)");
+  MXDP_CHECK(token_bytes == 2 || token_bytes == 4, "token shard '", path, "' has token_bytes ", token_bytes,
+             ", this build reads 2 (uint16) and 4 (uint32)");
+  info.token_bytes = token_bytes;
+  const uint32_t max_vocab = token_bytes == 2 ? 65536 : kMaxShardVocab;
+  MXDP_CHECK(info.vocab_size >= 1 && info.vocab_size <= max_vocab, "token shard '", path, "' has vocab_size ",
+             info.vocab_size, ", expected 1..", max_vocab, " for ", token_bytes, "-byte tokens");
   const uint64_t count = get_u64(h + 24);
   const uint64_t payload = size - kShardHeaderBytes;
-  MXDP_CHECK(count <= payload / 2 && payload == 2 * count, "token shard '", path, "' is ", size,
-             " bytes, but its header says ", count, " tokens = ", kShardHeaderBytes, " + 2*", count,
+  MXDP_CHECK(count <= payload / token_bytes && payload == token_bytes * count, "token shard '", path, "' is ", size,
+             " bytes, but its header says ", count, " tokens = ", kShardHeaderBytes, " + ", token_bytes, "*", count,
              " bytes (truncated or padded file)");
   info.count = count;
   const unsigned char* tokens = h + kShardHeaderBytes;
@@ -124,7 +141,8 @@ ShardInfo check_shard_bytes(std::span<const uint8_t> bytes, const std::string& p
     MXDP_FAIL("token shard '", path, "' is corrupt: payload checksum is ", os.str());
   }
   for (size_t i = 0; i < count; ++i) {
-    const uint16_t t = uint16_t(tokens[2 * i] | (tokens[2 * i + 1] << 8));
+    const uint32_t t = token_bytes == 2 ? uint32_t(tokens[2 * i] | (tokens[2 * i + 1] << 8))
+                                        : get_u32(tokens + 4 * i);
     MXDP_CHECK(t < info.vocab_size, "token shard '", path, "': token ", t, " at position ", i, " is >= vocab_size ",
                info.vocab_size);
   }
@@ -162,17 +180,19 @@ TokenDataset::TokenDataset(const std::string& path) : path_(path) {
     const auto* h = static_cast<const unsigned char*>(map_);
     if (has_llmc_magic(h, size)) {  // an llm.c shard (llmc_shards.h): GPT-2 tokens
       count_ = parse_llmc_header(h, size, path).count;
-      tokens_ = reinterpret_cast<const uint16_t*>(h + kLlmcHeaderBytes);
+      const auto* t = reinterpret_cast<const uint16_t*>(h + kLlmcHeaderBytes);
+      payload_ = t;
       vocab_size_ = kGpt2VocabSize;
       for (size_t i = 0; i < count_; ++i)
-        MXDP_CHECK(tokens_[i] < vocab_size_, "llm.c shard '", path, "': token ", tokens_[i], " at position ", i,
+        MXDP_CHECK(t[i] < vocab_size_, "llm.c shard '", path, "': token ", t[i], " at position ", i,
                    " is >= GPT-2's vocab_size ", vocab_size_);
       return;
     }
     const ShardInfo info = check_shard_bytes(std::span(static_cast<const uint8_t*>(map_), size), path);
     vocab_size_ = info.vocab_size;
     count_ = size_t(info.count);
-    tokens_ = reinterpret_cast<const uint16_t*>(static_cast<const unsigned char*>(map_) + kShardHeaderBytes);
+    token_bytes_ = info.token_bytes;
+    payload_ = static_cast<const unsigned char*>(map_) + kShardHeaderBytes;
   } catch (...) {
     release();
     throw;
@@ -183,6 +203,10 @@ TokenDataset::TokenDataset(const std::vector<std::string>& paths) {
   MXDP_CHECK(!paths.empty(), "a token dataset needs at least one shard");
   for (const auto& p : paths) {
     parts_.emplace_back(p);
+    MXDP_CHECK(parts_.size() == 1 || parts_.back().token_bytes() == parts_.front().token_bytes(), "token shards '",
+               paths.front(), "' and '", p, "' hold tokens of different widths (", parts_.front().token_bytes(),
+               " and ", parts_.back().token_bytes(), " bytes); prepare them with the same tokenizer");
+    token_bytes_ = parts_.back().token_bytes();
     part_start_.push_back(count_);
     count_ += parts_.back().size();
     vocab_size_ = std::max(vocab_size_, parts_.back().vocab_size());
@@ -193,30 +217,55 @@ TokenDataset::TokenDataset(const std::vector<std::string>& paths) {
 std::span<const uint16_t> TokenDataset::tokens() const {
   MXDP_CHECK(parts_.empty(), "token dataset '", path_, "' is made of ", parts_.size(),
              " files; read it with window()");
-  return {tokens_, count_};
+  MXDP_CHECK(token_bytes_ == 2, "token shard '", path_, "' holds 4-byte tokens; read it with read()");
+  return {static_cast<const uint16_t*>(payload_), count_};
 }
 
 const uint16_t* TokenDataset::window(size_t start, size_t n, std::vector<uint16_t>& scratch) const {
   MXDP_CHECK(start <= count_ && n <= count_ - start, "token window [", start, ", ", start + n,
              ") is outside the ", count_, " tokens of '", path_, "'");
-  if (parts_.empty()) return tokens_ + start;
+  MXDP_CHECK(token_bytes_ == 2, "token dataset '", path_, "' holds 4-byte tokens; read it with read()");
+  if (parts_.empty()) return static_cast<const uint16_t*>(payload_) + start;
   size_t k = size_t(std::upper_bound(part_start_.begin(), part_start_.end(), start) - part_start_.begin()) - 1;
-  if (start + n <= part_start_[k] + parts_[k].size()) return parts_[k].tokens_ + (start - part_start_[k]);
+  if (start + n <= part_start_[k] + parts_[k].size())
+    return static_cast<const uint16_t*>(parts_[k].payload_) + (start - part_start_[k]);
   scratch.resize(n);
   for (size_t done = 0; done < n; ++k) {
     const size_t from = start + done - part_start_[k];
     const size_t take = std::min(n - done, parts_[k].size() - from);
-    std::memcpy(scratch.data() + done, parts_[k].tokens_ + from, take * sizeof(uint16_t));
+    std::memcpy(scratch.data() + done, static_cast<const uint16_t*>(parts_[k].payload_) + from, take * sizeof(uint16_t));
     done += take;
   }
   return scratch.data();
+}
+
+void TokenDataset::read(size_t start, size_t n, int32_t* out) const {
+  MXDP_CHECK(start <= count_ && n <= count_ - start, "token window [", start, ", ", start + n,
+             ") is outside the ", count_, " tokens of '", path_, "'");
+  if (parts_.empty()) {
+    if (token_bytes_ == 2) {
+      const uint16_t* t = static_cast<const uint16_t*>(payload_) + start;
+      for (size_t i = 0; i < n; ++i) out[i] = t[i];
+    } else {
+      const uint32_t* t = static_cast<const uint32_t*>(payload_) + start;
+      for (size_t i = 0; i < n; ++i) out[i] = int32_t(t[i]);
+    }
+    return;
+  }
+  size_t k = size_t(std::upper_bound(part_start_.begin(), part_start_.end(), start) - part_start_.begin()) - 1;
+  for (size_t done = 0; done < n; ++k) {
+    const size_t from = start + done - part_start_[k];
+    const size_t take = std::min(n - done, parts_[k].size() - from);
+    parts_[k].read(from, take, out + done);
+    done += take;
+  }
 }
 
 void TokenDataset::release() {
   if (map_) ::munmap(map_, map_bytes_);
   map_ = nullptr;
   map_bytes_ = 0;
-  tokens_ = nullptr;
+  payload_ = nullptr;
   count_ = 0;
 }
 
@@ -226,8 +275,9 @@ TokenDataset::TokenDataset(TokenDataset&& o) noexcept
     : path_(std::move(o.path_)),
       map_(std::exchange(o.map_, nullptr)),
       map_bytes_(std::exchange(o.map_bytes_, 0)),
-      tokens_(std::exchange(o.tokens_, nullptr)),
+      payload_(std::exchange(o.payload_, nullptr)),
       count_(std::exchange(o.count_, 0)),
+      token_bytes_(o.token_bytes_),
       vocab_size_(o.vocab_size_),
       parts_(std::move(o.parts_)),
       part_start_(std::move(o.part_start_)) {}
@@ -238,8 +288,9 @@ TokenDataset& TokenDataset::operator=(TokenDataset&& o) noexcept {
     path_ = std::move(o.path_);
     map_ = std::exchange(o.map_, nullptr);
     map_bytes_ = std::exchange(o.map_bytes_, 0);
-    tokens_ = std::exchange(o.tokens_, nullptr);
+    payload_ = std::exchange(o.payload_, nullptr);
     count_ = std::exchange(o.count_, 0);
+    token_bytes_ = o.token_bytes_;
     vocab_size_ = o.vocab_size_;
     parts_ = std::move(o.parts_);
     part_start_ = std::move(o.part_start_);
@@ -389,12 +440,8 @@ void fill_row(const TokenDataset& tok, size_t start, int T, int b, std::vector<i
               std::vector<int32_t>& targets) {
   int32_t* in = inputs.data() + size_t(b) * T;
   int32_t* tg = targets.data() + size_t(b) * T;
-  std::vector<uint16_t> scratch;  // only for a window across two files
-  const uint16_t* src = tok.window(start, size_t(T) + 1, scratch);
-  for (int t = 0; t < T; ++t) {
-    in[t] = src[t];
-    tg[t] = src[t + 1];
-  }
+  tok.read(start, size_t(T), in);
+  tok.read(start + 1, size_t(T), tg);
 }
 
 }  // namespace

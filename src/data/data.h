@@ -10,14 +10,15 @@
 //        0     8  magic       "MXDPTOK1" (ASCII, no terminator)
 //        8     4  version     uint32, = 1
 //       12     4  vocab_size  uint32, every token is < vocab_size (256 here)
-//       16     4  token_bytes uint32, = 2: tokens are uint16
+//       16     4  token_bytes uint32, 2: tokens are uint16 (vocab_size <= 65536);
+//                             4: uint32 (larger vocabularies, up to 2^24)
 //       20     4  reserved    uint32, = 0
 //       24     8  count       uint64, number of tokens
 //       32     8  checksum    uint64, FNV-1a 64 over the payload bytes
 //       40    24  reserved    zero
-//       64   2*count  payload tokens, uint16 each
+//       64   token_bytes*count  payload tokens
 //
-// The file size must be exactly 64 + 2*count. Opening a shard checks magic,
+// The file size must be exactly 64 + token_bytes*count. Opening a shard checks magic,
 // version, token_bytes, size, checksum and every token < vocab_size, and fails
 // with a message naming the file and what is wrong.
 //
@@ -76,11 +77,15 @@ inline constexpr size_t kShardHeaderBytes = 64;
 // Writes a shard atomically (fileio.h, write_file_atomic): every write checked.
 void write_shard(const std::string& path, std::span<const uint16_t> tokens,
                  uint32_t vocab_size = ByteTokenizer::kVocabSize);
+// The same with 4-byte tokens, for a vocabulary past 65536 (at most kMaxShardVocab).
+void write_shard(const std::string& path, std::span<const uint32_t> tokens, uint32_t vocab_size);
+inline constexpr uint32_t kMaxShardVocab = uint32_t(1) << 24;
 
 // Validates a whole shard file's bytes, as TokenDataset does on open (`what`
 // names the file in errors).
 struct ShardInfo {
   uint32_t vocab_size = 0;
+  uint32_t token_bytes = 2;
   uint64_t count = 0;
 };
 ShardInfo check_shard_bytes(std::span<const uint8_t> bytes, const std::string& what);
@@ -103,19 +108,24 @@ class TokenDataset {
   const std::string& path() const { return path_; }
   uint32_t vocab_size() const { return vocab_size_; }
   size_t size() const { return count_; }
-  // All tokens, for a dataset of one file (throws for several: use window()).
+  // 2 (uint16) or 4 (uint32; then for every file of a dataset of several).
+  uint32_t token_bytes() const { return token_bytes_; }
+  // All tokens, for a dataset of one file of 2-byte tokens (throws otherwise: use window() or read()).
   std::span<const uint16_t> tokens() const;
-  // Tokens [start, start + n): in place when they lie in one file, else
-  // copied into `scratch`. Requires start + n <= size().
+  // Tokens [start, start + n) of 2-byte shards: in place when they lie in one
+  // file, else copied into `scratch`. Requires start + n <= size().
   const uint16_t* window(size_t start, size_t n, std::vector<uint16_t>& scratch) const;
+  // Tokens [start, start + n) of shards of either width, into out[0, n).
+  void read(size_t start, size_t n, int32_t* out) const;
 
  private:
   void release();
   std::string path_;
   void* map_ = nullptr;
   size_t map_bytes_ = 0;
-  const uint16_t* tokens_ = nullptr;
+  const void* payload_ = nullptr;  // count_ tokens of token_bytes_ each
   size_t count_ = 0;
+  uint32_t token_bytes_ = 2;
   uint32_t vocab_size_ = 0;
   std::vector<TokenDataset> parts_;  // several files: each part, and where it starts
   std::vector<size_t> part_start_;

@@ -62,8 +62,8 @@ PrepareResult prepare_with_tokenizer(const std::string& input_path, const std::s
   MXDP_CHECK(std::isfinite(val_fraction) && val_fraction > 0.0 && val_fraction < 1.0,
              "val fraction must be in (0, 1), got ", val_fraction);
   const BpeTokenizer tok(tokenizer_path);
-  MXDP_CHECK(tok.vocab_size() <= 65536, "tokenizer '", tokenizer_path, "' has ", tok.vocab_size(),
-             " ids; token shards hold uint16 tokens");
+  MXDP_CHECK(uint32_t(tok.vocab_size()) <= kMaxShardVocab, "tokenizer '", tokenizer_path, "' has ", tok.vocab_size(),
+             " ids, more than token shards hold (", kMaxShardVocab, ")");
   const std::string text = read_all(input_path);
   MXDP_CHECK(!text.empty(), "input '", input_path, "' is empty");
   const std::vector<int32_t> ids = tok.encode(text);
@@ -79,8 +79,6 @@ PrepareResult prepare_with_tokenizer(const std::string& input_path, const std::s
   fs::create_directories(output_dir, ec);
   if (ec) MXDP_FAIL("cannot create output directory '", output_dir, "': ", ec.message());
 
-  std::vector<uint16_t> tokens(n);
-  for (size_t i = 0; i < n; ++i) tokens[i] = uint16_t(ids[i]);
   PrepareResult r;
   r.bytes_read = text.size();
   r.train_tokens = n - n_val;
@@ -88,8 +86,15 @@ PrepareResult prepare_with_tokenizer(const std::string& input_path, const std::s
   r.train_path = (fs::path(output_dir) / "train.bin").string();
   r.val_path = (fs::path(output_dir) / "val.bin").string();
   const uint32_t vocab = uint32_t(tok.vocab_size());
-  write_shard(r.train_path, std::span(tokens).first(r.train_tokens), vocab);
-  write_shard(r.val_path, std::span(tokens).subspan(r.train_tokens), vocab);
+  // 2-byte tokens where the vocabulary fits (GPT-2, SmolLM2), else 4 (Llama 3, Qwen2).
+  auto write_both = [&](const auto& tokens) {
+    write_shard(r.train_path, std::span(tokens).first(r.train_tokens), vocab);
+    write_shard(r.val_path, std::span(tokens).subspan(r.train_tokens), vocab);
+  };
+  if (vocab <= 65536)
+    write_both(std::vector<uint16_t>(ids.begin(), ids.end()));
+  else
+    write_both(std::vector<uint32_t>(ids.begin(), ids.end()));
   const std::vector<uint8_t> tj = read_file(tokenizer_path);
   const std::string copy = (fs::path(output_dir) / kDataTokenizerFile).string();
   if (fs::weakly_canonical(copy, ec) != fs::weakly_canonical(tokenizer_path, ec)) write_file_atomic(copy, tj);

@@ -3,7 +3,7 @@
 //
 //   bytes : token = byte value, vocabulary 256 (data.h's ByteTokenizer); the default.
 //   bpe   : a byte-level BPE tokenizer given as a Hugging Face tokenizer.json
-//           of GPT-2's kind (bpe.h).
+//           (GPT-2, Llama 3, Qwen2, SmolLM2; bpe.h).
 //
 // decode() returns bytes: a sequence of tokens can cut a UTF-8 character in
 // two, so text printed to a terminal goes through utf8.h.
@@ -46,7 +46,8 @@ std::unique_ptr<Tokenizer> data_tokenizer(const std::string& dir);
 // `mxdp prepare --tokenizer FILE`: encodes the whole text file `input_path`
 // with the tokenizer at `tokenizer_path` and writes output_dir/train.bin (the
 // first tokens) and output_dir/val.bin (the last floor(val_fraction * count)
-// tokens), shards whose vocab_size is the tokenizer's, plus a copy of the
+// tokens), shards whose vocab_size is the tokenizer's (2-byte tokens up to
+// 65536 ids, 4-byte past that), plus a copy of the
 // tokenizer as output_dir/tokenizer.json. Same checks as prepare() (data.h).
 PrepareResult prepare_with_tokenizer(const std::string& input_path, const std::string& output_dir,
                                      double val_fraction, const std::string& tokenizer_path,
