@@ -37,6 +37,10 @@ struct DevHooks final : ModelHooks {
       g.push_back(d);
       n.push_back(p.numel());
     }
+    // The zeros (legacy default stream) land before a model's non-blocking
+    // stream adds to them. Zero again between steps with cudaMemsetAsync on
+    // the model's stream, never with cudaMemset.
+    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
   }
   ~DevHooks() override {
     for (float* d : g) cudaFree(d);
