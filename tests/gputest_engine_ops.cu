@@ -388,7 +388,7 @@ TEST(GpuEngineOps, Fp8b128OpsBitwiseEqualToCpu) {
     auto p = random_floats(size_t(n), 3, 0.02f), m = random_floats(size_t(n), 4, 0.01f), v = random_floats(size_t(n), 5, 1e-4f);
     for (auto& x : v) x = x * x;
     auto g = random_floats(size_t(n), 6, 1.0f);
-    std::vector<uint8_t> pay(size_t(n + 4 * sc));
+    std::vector<uint8_t> pay(static_cast<size_t>(n + 4 * sc));
     Dev<float> dp(*gpu, p), dm(*gpu, m), dv(*gpu, v), dg(*gpu, g);
     Dev<StepControl> dc(*gpu, std::vector<StepControl>{c});
     Dev<uint8_t> dpay(*gpu, pay);
@@ -419,8 +419,8 @@ TEST(GpuEngineOps, Fp8b128OpsBitwiseEqualToCpu) {
       gpu->dequantize_pieces(WeightFormat::Fp8b128, tab.a.data(), 2, 256 * cols, dt);
       EXPECT_EQ(mismatches(out2.get(), want), 0u) << cols << " " << to_string(dt) << ": pieces";
     }
-    std::vector<uint8_t> ct(size_t(n));
-    std::vector<float> st(size_t(sc)), gm(size_t(fp8b128_gemm_scale_count(cols, rows)));
+    std::vector<uint8_t> ct(static_cast<size_t>(n));
+    std::vector<float> st(static_cast<size_t>(sc)), gm(static_cast<size_t>(fp8b128_gemm_scale_count(cols, rows)));
     const float* scales = reinterpret_cast<const float*>(pay.data() + n);
     cpu->fp8b128_transpose(pay.data(), scales, rows, cols, ct.data(), st.data());
     cpu->fp8b128_scales_for_gemm(st.data(), cols, rows, gm.data());
