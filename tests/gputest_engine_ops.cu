@@ -14,6 +14,7 @@
 #include "util/cuda_check.h"
 #include "engine/engine_ops.h"
 #include "engine/layout.h"
+#include "formats/fp8_block.h"
 #include "formats/quant.h"
 #include "compare_util.h"
 #include "flat_payload.h"
@@ -371,4 +372,65 @@ TEST(GpuEngineOps, DequantizePiecesBitwiseEqualToCpuDequantizeEach) {
         EXPECT_EQ(mismatches(g, want[i]), 0u) << to_string(f) << " " << to_string(dt) << " piece " << i;
       }
     }
+}
+
+// fp8b128 (slab ranges, the ops take cols): the fused AdamW + tile quantize,
+// dequantize (fp32, bf16), dequantize_pieces, the transpose and the GEMM scale
+// layout, bitwise equal to the CPU ops.
+TEST(GpuEngineOps, Fp8b128OpsBitwiseEqualToCpu) {
+  REQUIRE_GPU();
+  auto cpu = make_cpu_ops();
+  auto gpu = cuda::make_cuda_ops();
+  const AdamWChoice ch = adamw_choice(AdamWParams{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1});
+  const StepControl c = step_ctl(1, 0.5f);
+  for (int64_t cols : {int64_t(128), int64_t(768)}) {
+    const int64_t rows = 384, n = rows * cols, sc = fp8b128_scale_count(rows, cols);
+    auto p = random_floats(size_t(n), 3, 0.02f), m = random_floats(size_t(n), 4, 0.01f), v = random_floats(size_t(n), 5, 1e-4f);
+    for (auto& x : v) x = x * x;
+    auto g = random_floats(size_t(n), 6, 1.0f);
+    std::vector<uint8_t> pay(static_cast<size_t>(n + 4 * sc));
+    Dev<float> dp(*gpu, p), dm(*gpu, m), dv(*gpu, v), dg(*gpu, g);
+    Dev<StepControl> dc(*gpu, std::vector<StepControl>{c});
+    Dev<uint8_t> dpay(*gpu, pay);
+    cpu->adamw_quantize(WeightFormat::Fp8b128, ScaleRounding::RCeil, p.data(), m.data(), v.data(), g.data(), n, &c, ch,
+                        pay.data(), pay.data() + n, cols);
+    gpu->adamw_quantize(WeightFormat::Fp8b128, ScaleRounding::RCeil, dp.a.data(), dm.a.data(), dv.a.data(), dg.a.data(),
+                        n, dc.a.data(), ch, dpay.a.data(), dpay.a.data() + n, cols);
+    EXPECT_EQ(mismatches(dp.get(), p), 0u) << cols;
+    EXPECT_EQ(mismatches(dpay.get(), pay), 0u) << cols << ": payload";
+    for (ComputeDType dt : {ComputeDType::F32, ComputeDType::BF16}) {
+      const size_t es = dt == ComputeDType::F32 ? 4 : 2;
+      std::vector<uint8_t> want(size_t(n) * es);
+      cpu->dequantize(WeightFormat::Fp8b128, pay.data(), pay.data() + n, n, nullptr, want.data(), dt, cols);
+      Dev<uint8_t> out(*gpu, std::vector<uint8_t>(want.size(), 0)), out2(*gpu, std::vector<uint8_t>(want.size(), 0));
+      gpu->dequantize(WeightFormat::Fp8b128, dpay.a.data(), dpay.a.data() + n, n, nullptr, out.a.data(), dt, cols);
+      EXPECT_EQ(mismatches(out.get(), want), 0u) << cols << " " << to_string(dt);
+      // Two pieces of 128 rows and 256 rows, as the unpack hands them out.
+      std::vector<UnpackPiece> t(2);
+      for (int i = 0; i < 2; ++i) {
+        const int64_t r0 = i == 0 ? 0 : 128, len = (i == 0 ? 128 : 256) * cols;
+        t[i].codes = dpay.a.data() + r0 * cols;
+        t[i].scales = dpay.a.data() + n + 4 * (r0 / 128) * (cols / 128);
+        t[i].dst = out2.a.data() + r0 * cols * int64_t(es);
+        t[i].len = len;
+        t[i].cols = cols;
+      }
+      Dev<UnpackPiece> tab(*gpu, t);
+      gpu->dequantize_pieces(WeightFormat::Fp8b128, tab.a.data(), 2, 256 * cols, dt);
+      EXPECT_EQ(mismatches(out2.get(), want), 0u) << cols << " " << to_string(dt) << ": pieces";
+    }
+    std::vector<uint8_t> ct(static_cast<size_t>(n));
+    std::vector<float> st(static_cast<size_t>(sc)), gm(static_cast<size_t>(fp8b128_gemm_scale_count(cols, rows)));
+    const float* scales = reinterpret_cast<const float*>(pay.data() + n);
+    cpu->fp8b128_transpose(pay.data(), scales, rows, cols, ct.data(), st.data());
+    cpu->fp8b128_scales_for_gemm(st.data(), cols, rows, gm.data());
+    Dev<uint8_t> dct(*gpu, std::vector<uint8_t>(ct.size(), 0));
+    Dev<float> dst(*gpu, std::vector<float>(st.size(), 0)), dgm(*gpu, std::vector<float>(gm.size(), -1));
+    gpu->fp8b128_transpose(dpay.a.data(), reinterpret_cast<const float*>(dpay.a.data() + n), rows, cols, dct.a.data(),
+                           dst.a.data());
+    gpu->fp8b128_scales_for_gemm(dst.a.data(), cols, rows, dgm.a.data());
+    EXPECT_EQ(mismatches(dct.get(), ct), 0u) << cols << ": transposed codes";
+    EXPECT_EQ(mismatches(dst.get(), st), 0u) << cols << ": transposed scales";
+    EXPECT_EQ(mismatches(dgm.get(), gm), 0u) << cols << ": GEMM layout";
+  }
 }

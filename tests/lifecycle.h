@@ -5,6 +5,10 @@
 // contract"). Every read of the weights is held to the oracle (oracle.h), which
 // also sees bugs both modes share. Failures are agreed across ranks after every
 // op, so every rank stops at the same op and reports the same thing.
+// FP8 compute: the model wrapper reads W and W^T through the hooks for the
+// toy's linear layers and holds them to the oracle too.
+// One file (over 500 lines): the runner, its model wrapper and the config
+// matrix are one harness that every lifecycle test (CPU and GPU) includes.
 #pragma once
 
 #include <algorithm>
@@ -18,6 +22,7 @@
 #include "util/check.h"
 #include "comm/comm.h"
 #include "engine/engine.h"
+#include "fp8_ref.h"
 #include "oracle.h"
 #include "models/toy/toy_model.h"
 
@@ -101,10 +106,19 @@ inline std::string summarize(const std::vector<std::string>& per_rank) {
 // forward is done. Everything else passes through.
 class OracleModel final : public Model {
  public:
-  OracleModel(std::unique_ptr<Model> inner, std::function<void(int)> on_read)
-      : in_(std::move(inner)), on_read_(std::move(on_read)) {}
+  // FP8 compute: on_fp8(p, w, transposed) sees every W the forward reads
+  // (params with fp8[p], after their before_layer) and every W^T at the
+  // start of backward, which is when the model's dgrads would read them.
+  using Fp8Read = std::function<void(int, const Fp8Weight&, bool)>;
+  OracleModel(std::unique_ptr<Model> inner, std::function<void(int)> on_read, std::vector<bool> fp8 = {},
+              Fp8Read on_fp8 = nullptr)
+      : in_(std::move(inner)), on_read_(std::move(on_read)), fp8_(std::move(fp8)), on_fp8_(std::move(on_fp8)) {
+    fp8_.resize(in_->params().size(), false);
+    specs_ = in_->params();
+    for (size_t p = 0; p < specs_.size(); ++p) specs_[p].fp8_linear = fp8_[p];  // what the wrapper reads as FP8
+  }
   Model& inner() { return *in_; }
-  const std::vector<ParamSpec>& params() const override { return in_->params(); }
+  const std::vector<ParamSpec>& params() const override { return specs_; }
   int num_layers() const override { return in_->num_layers(); }
   float* weights(int p) override { return in_->weights(p); }
   ComputeDType compute_dtype() const override { return in_->compute_dtype(); }
@@ -113,32 +127,44 @@ class OracleModel final : public Model {
   void release_initial_weights() override { in_->release_initial_weights(); }
   void init_weights(uint64_t seed) override { in_->init_weights(seed); }
   float forward(const Batch& b, ModelHooks& hooks) override {
-    Tap tap(hooks, on_read_);
+    Tap tap(hooks, *this);
     const float loss = in_->forward(b, tap);
     on_read_(-1);
     return loss;
   }
   void forward_into(const Batch& b, ModelHooks& hooks, float* loss) override {
-    Tap tap(hooks, on_read_);
+    Tap tap(hooks, *this);
     in_->forward_into(b, tap, loss);  // loss: the inner model's memory space
     on_read_(-1);
   }
-  void backward(ModelHooks& hooks) override { in_->backward(hooks); }
+  void backward(ModelHooks& hooks) override {
+    for (int p = 0; p < int(fp8_.size()); ++p)
+      if (fp8_[p]) on_fp8_(p, hooks.fp8_weight_transposed(p), true);
+    in_->backward(hooks);
+  }
+  bool reads_fp8_weights() const override { return bool(on_fp8_); }
+  bool fp8(int p) const { return fp8_[p]; }
+  void read_fp8(int p, const Fp8Weight& w) { on_fp8_(p, w, false); }
 
  private:
   struct Tap final : ModelHooks {
     ModelHooks& in;
-    std::function<void(int)>& on_read;
-    Tap(ModelHooks& h, std::function<void(int)>& f) : in(h), on_read(f) {}
+    OracleModel& m;
+    Tap(ModelHooks& h, OracleModel& om) : in(h), m(om) {}
     void before_layer(int l) override {
       in.before_layer(l);
-      on_read(l);
+      for (int p = 0; p < int(m.fp8_.size()); ++p)
+        if (m.fp8_[p] && m.params()[p].layer == l) m.on_fp8_(p, in.fp8_weight(p), false);
+      m.on_read_(l);
     }
     float* grad(int p) override { return in.grad(p); }
     void after_layer_backward(int l) override { in.after_layer_backward(l); }
   };
   std::unique_ptr<Model> in_;
   std::function<void(int)> on_read_;
+  std::vector<ParamSpec> specs_;
+  std::vector<bool> fp8_;
+  Fp8Read on_fp8_;
 };
 
 // ---- sequences ------------------------------------------------------------------
@@ -163,6 +189,7 @@ struct SequenceResult {
   std::string error;
   std::string oracle;
   int64_t oracle_checks = 0;  // param comparisons the oracle made (this rank)
+  int64_t fp8_checks = 0;     // FP8 W and W^T comparisons (FP8 compute)
 };
 
 // Param comparisons a clean run of `ops` makes: every forward compares every
@@ -180,6 +207,25 @@ inline int64_t expected_oracle_checks(const std::string& ops, int micro_batches,
   return num_params * (2 * forwards + syncs);
 }
 
+// The toy model of a format: the default one (d 32, h 64), or for fp8b128,
+// whose tiles need rows and cols that are multiples of 128, d 128, h 256 and
+// vocab 128 (every 2-D weight in fp8b128, two of them 2 tiles long).
+inline std::unique_ptr<Model> toy_for(WeightFormat f) {
+  if (f == WeightFormat::Fp8b128) return std::make_unique<ToyModel>(128, 128, 256);
+  return std::make_unique<ToyModel>();
+}
+
+// FP8 compute: the params read as FP8 W / W^T: the toy's linear layers
+// (mlp.up.w, mlp.down.w) when they travel in fp8b128; the embedding and the
+// LM head keep dequantized weights (as GPT-2's do).
+inline std::vector<bool> toy_fp8_linear(const std::vector<ParamSpec>& specs, const DpOptions& o) {
+  std::vector<bool> out(specs.size(), false);
+  for (size_t p = 0; p < specs.size(); ++p)
+    out[p] = o.compute_dtype == LinearCompute::Fp8 && oracle_format(specs[p], o.weight_format) == WeightFormat::Fp8b128 &&
+             (specs[p].name == "mlp.up.w" || specs[p].name == "mlp.down.w");
+  return out;
+}
+
 struct Runner {
   Communicator& comm;
   DpOptions opt;
@@ -189,7 +235,8 @@ struct Runner {
   EngineOps* engine_ops = nullptr;  // the engine's memory work (nullptr: CPU)
   // The model, and a host copy of param p's compute weights (compute_dtype
   // bytes; a model on a GPU keeps them in device memory).
-  std::function<std::unique_ptr<Model>()> make_model = [] { return std::make_unique<ToyModel>(); };
+  // (nullptr: toy_for(opt.weight_format))
+  std::function<std::unique_ptr<Model>()> make_model = nullptr;
   std::function<std::vector<uint8_t>(Model&, int)> read_compute = [](Model& m, int p) {
     const auto* b = static_cast<const uint8_t*>(m.compute_weights(p));
     return std::vector<uint8_t>(b, b + m.params()[p].numel() * compute_dtype_bytes(m.compute_dtype()));
@@ -221,11 +268,31 @@ struct Runner {
       for (int p = 0; p < int(m.params().size()); ++p)
         if (layer < 0 || m.params()[p].layer == layer) oracle.check(p, read_compute(m, p), where + at);
     };
+    // FP8 compute: which params the model reads as FP8 W (the oracle's rule),
+    // each read checked bit for bit; W is then dequantized into the toy's
+    // fp32 weights, as if the toy's GEMMs read it (host memory: the CPU ops).
+    const bool fp8c = opt.compute_dtype == LinearCompute::Fp8;
+    auto on_fp8 = [&](int p, const Fp8Weight& w, bool transposed) {
+      const ParamSpec& s = model->params()[p];
+      const int64_t n = s.numel();
+      const int64_t ld = ((w.cols + 127) / 128 + 3) / 4 * 4;
+      std::vector<uint8_t> codes(w.codes, w.codes + n);
+      std::vector<float> scales(w.scales, w.scales + (w.rows + 127) / 128 * ld);
+      oracle.check_fp8(p, codes, scales, transposed, where + (transposed ? " backward" : " forward"));
+      if (transposed) return;
+      float* dst = model->inner().weights(p);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t r = i / w.cols, c = i % w.cols;
+        dst[i] = fp8ref::dequant(codes[size_t(i)], scales[size_t(r / 128 * ld + c / 128)], true);
+      }
+    };
     auto new_job = [&](uint64_t init_seed) {
       dp.reset();
-      auto inner = make_model();
+      auto inner = make_model ? make_model() : toy_for(opt.weight_format);
       inner->init_weights(init_seed);
-      model = std::make_unique<OracleModel>(std::move(inner), check);
+      const std::vector<bool> fp8 = toy_fp8_linear(inner->params(), opt);
+      model = fp8c ? std::make_unique<OracleModel>(std::move(inner), check, fp8, on_fp8)
+                   : std::make_unique<OracleModel>(std::move(inner), check);
       dp = std::make_unique<DataParallel>(*model, comm, opt, engine_ops);
     };
     // Runs one part on every rank, then every rank learns whether any failed.
@@ -268,7 +335,7 @@ struct Runner {
           std::vector<std::vector<float>> masters;
           for (int p = 0; p < int(model->params().size()); ++p) masters.push_back(dp->full_master(p));
           oracle.expect(model->params(), masters, opt.weight_format, opt.mxfp8_scale_rounding,
-                        model->compute_dtype());
+                        model->compute_dtype(), fp8c);
           masters_moved = false;
         }
         if (!reads_weights(op)) oracle.disarm();
@@ -308,6 +375,8 @@ struct Runner {
             break;
           case 'Y':
             dp->sync_weights();
+            for (int p = 0; p < int(model->params().size()); ++p)
+              if (model->fp8(p)) model->read_fp8(p, dp->fp8_weight(p));
             check(-2);
             break;
           case 'S':
@@ -335,6 +404,7 @@ struct Runner {
         r.weights_dtype = model->compute_dtype();
       });
     r.oracle_checks = oracle.checks();
+    r.fp8_checks = oracle.fp8_checks();
     return r;
   }
 };
@@ -368,7 +438,8 @@ inline std::vector<Config> configs() {
   for (F fm : {F{"bf16", WeightFormat::Bf16, ScaleRounding::RCeil},
                F{"mxfp8", WeightFormat::Mxfp8, ScaleRounding::RCeil},
                F{"mxfp8-floor", WeightFormat::Mxfp8, ScaleRounding::Floor},
-               F{"nvfp4", WeightFormat::Nvfp4, ScaleRounding::RCeil}})
+               F{"nvfp4", WeightFormat::Nvfp4, ScaleRounding::RCeil},
+               F{"fp8b128", WeightFormat::Fp8b128, ScaleRounding::RCeil}})
     for (bool ovl : {false, true})
       for (bool reuse : {false, true}) {
         if (reuse && fm.f != WeightFormat::Mxfp8) continue;
@@ -384,6 +455,15 @@ inline std::vector<Config> configs() {
                                       : GradReduceDType::Fp32;
         out.push_back(c);
       }
+  // FP8 compute: the model reads the fp8b128 codes (W, W^T), not dequantized weights.
+  for (bool ovl : {false, true}) {
+    Config c{std::string("fp8b128+fp8") + (ovl ? "+overlap" : ""), base_options()};
+    c.opt.weight_format = WeightFormat::Fp8b128;
+    c.opt.compute_dtype = LinearCompute::Fp8;
+    c.opt.overlap_param_gather = ovl;
+    c.opt.overlap_grad_reduce = ovl;
+    out.push_back(c);
+  }
   return out;
 }
 

@@ -243,6 +243,61 @@ TEST_P(Faults, EveryAffectedRunIsCaught) {
 }
 INSTANTIATE_TEST_SUITE_P(Lifecycle, Faults, ::testing::Values(0, 1, 2));
 
+TEST(Lifecycle, Fp8ComputeReadsAreAllChecked) {
+  // FP8 compute: every forward reads each fp8b128 param as W (before its
+  // layer) and every backward as W^T; the oracle compared each of them.
+  for (const Config& cfg : configs()) {
+    if (cfg.opt.compute_dtype != LinearCompute::Fp8) continue;
+    for (const Sequence& s : sequences()) {
+      const std::string key = cfg.name + "/" + s.name;
+      int64_t forwards = 0, backwards = 0, syncs = 0;
+      for (char op : s.ops) {
+        forwards += op == 'T' ? s.micro_batches : op == 'M' ? 1 : (op == 'E' || op == 'X') ? 2 : 0;
+        backwards += op == 'T' ? s.micro_batches : op == 'M' ? 1 : 0;
+        syncs += op == 'Y';
+      }
+      // ToyModel(128, 128, 256): mlp.up.w and mlp.down.w are read as FP8.
+      for (const auto* mode : {&clean().dist, &clean().ref})
+        EXPECT_EQ(mode->at(key).fp8_checks, 2 * (forwards + backwards + syncs)) << key;
+    }
+  }
+}
+
+TEST(Lifecycle, StaleTransposeIsCaught) {
+  // TransformerEngine's stale-transpose bugs (docs/fp8.md), in every FP8
+  // compute config and sequence where they change what the engine does:
+  // backward's dgrad without a refreshed W^T is refused by the version check;
+  // W^T made from the codes before the unpack but labelled with the new
+  // version keeps the bookkeeping consistent, and the oracle must see it.
+  int64_t skipped = 0, previous = 0;
+  for (const Config& cfg : configs()) {
+    if (cfg.opt.compute_dtype != LinearCompute::Fp8) continue;
+    for (const Sequence& s : sequences()) {
+      const std::string key = cfg.name + "/" + s.name;
+      for (int which : {0, 1}) {
+        Runner faulty{world(), for_sequence(cfg.opt, s), scratch() + "/faulty.ckpt", ckpt(cfg.name, false)};
+        faulty.seed = s.seed;
+        faults::Switches sw;
+        sw.skip_transpose_refresh = which == 0;
+        sw.transpose_from_previous = which == 1;
+        int64_t fired = 0;
+        const SequenceResult r = run_faulty(faulty, s.ops, sw, &fired);
+        if (fired == 0) continue;
+        if (which == 0) {
+          ++skipped;
+          EXPECT_NE(r.error.find("stale transpose"), std::string::npos) << key << ": " << r.error << r.oracle;
+        } else {
+          ++previous;
+          EXPECT_EQ(r.error, "") << key;
+          EXPECT_NE(r.oracle.find("transposed FP8 weight codes"), std::string::npos) << key << ": " << r.oracle;
+        }
+      }
+    }
+  }
+  EXPECT_GT(skipped, 0) << "the skipped refresh never fired: the test proves nothing";
+  EXPECT_GT(previous, 0) << "the transpose from the previous version never fired";
+}
+
 TEST(Lifecycle, SharedChainBugFailsTheOracleInBothModes) {
   // The same bookkeeping-consistent bug (fault 1: the unpack recorded but not
   // done) in the sharded run AND in its reference: parity compares two equally
@@ -391,11 +446,15 @@ TEST(Lifecycle, MemoryAndTrafficMatchThePlan) {
   std::map<std::string, MemoryPlan> seen;
   for (const Config& c : configs())
     for (const DpOptions& o : {c.opt, c.opt.reference()}) {
-      ToyModel m;
-      m.init_weights(1);
-      DataParallel dp(m, world(), o);
+      std::unique_ptr<Model> m = toy_for(o.weight_format);
+      m->init_weights(1);
+      if (o.compute_dtype == LinearCompute::Fp8) {  // a wrapper that reads W and W^T (unchecked here)
+        const std::vector<bool> fp8 = toy_fp8_linear(m->params(), o);
+        m = std::make_unique<OracleModel>(std::move(m), [](int) {}, fp8, [](int, const Fp8Weight&, bool) {});
+      }
+      DataParallel dp(*m, world(), o);
       for (int s = 0; s < 3; ++s) dp.train_step({make_batch(s, 0, world().rank(), false).batch});
-      const MemoryPlan plan = plan_memory(m.params(), dp.layout(), o);
+      const MemoryPlan plan = plan_memory(m->params(), dp.layout(), o);
       const MemoryPlan got = dp.allocated();
       EXPECT_EQ(got.master_bytes, plan.master_bytes) << c.name;
       EXPECT_EQ(got.adam_bytes, plan.adam_bytes) << c.name;
@@ -403,6 +462,11 @@ TEST(Lifecycle, MemoryAndTrafficMatchThePlan) {
       EXPECT_EQ(got.grad_bytes, plan.grad_bytes) << c.name;
       EXPECT_EQ(got.grad_reduce_bytes, plan.grad_reduce_bytes) << c.name;
       EXPECT_EQ(got.payload_bytes, plan.payload_bytes) << c.name;
+      EXPECT_EQ(got.fp8_weight_bytes, plan.fp8_weight_bytes) << c.name;
+      // By hand for ToyModel(128, 128, 256)'s FP8 linears mlp.up.w 256x128 and
+      // mlp.down.w 128x256: W and W^T codes (2 bytes an element) and 2 compact
+      // + 2 GEMM-layout scale grids (rows padded to 4 scales): 65536 + 4 * (2 + 2 + 8 + 4).
+      EXPECT_EQ(got.fp8_weight_bytes, o.compute_dtype == LinearCompute::Fp8 ? 2 * 65600 : 0) << c.name;
       EXPECT_EQ(got.gather_bytes, plan.gather_bytes) << c.name << (o.distributed_optimizer ? "" : " (reference)");
       EXPECT_EQ(got.reduce_bytes, plan.reduce_bytes) << c.name;
       if (o.distributed_optimizer) seen[c.name] = got;

@@ -4,7 +4,8 @@
 // the full fp32 masters with one quantize per param. Every format and
 // rounding, with one bucket per buffer and with small buckets whose shards cut
 // through params (so MXFP8 blocks and NVFP4 tensor scales of a param are
-// computed on different ranks). This is what lets `mxdp sample` and
+// computed on different ranks; fp8b128's tiles on the rank owning their slab).
+// This is what lets `mxdp sample` and
 // `mxdp export` rebuild the weights training computed with.
 // mpi-ranks: 1 2 3
 #include <gtest/gtest.h>
@@ -49,6 +50,7 @@ struct Case {
   WeightFormat format;
   ScaleRounding rounding;
   int64_t bucket;
+  int d_model = 64;  // fp8b128: 128, so that every weight is whole 128x128 tiles
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -62,7 +64,7 @@ TEST_P(TrainedWeights, EqualTheEnginesComputeWeights) {
   g.vocab = 200;  // padding rows 200..255 stay zero
   g.padded_vocab = 256;
   g.n_layer = 2;
-  g.d_model = 64;
+  g.d_model = c.d_model;
   g.n_head = 4;
   g.max_seq = 32;
   Gpt model(g);
@@ -110,7 +112,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"mxfp8_floor_small_buckets", WeightFormat::Mxfp8, ScaleRounding::Floor, 3000},
                       Case{"nvfp4", WeightFormat::Nvfp4, ScaleRounding::RCeil, 1 << 20},
                       Case{"nvfp4_small_buckets", WeightFormat::Nvfp4, ScaleRounding::RCeil, 3000},
-                      Case{"bf16_small_buckets", WeightFormat::Bf16, ScaleRounding::RCeil, 1000}),
+                      Case{"bf16_small_buckets", WeightFormat::Bf16, ScaleRounding::RCeil, 1000},
+                      Case{"fp8b128", WeightFormat::Fp8b128, ScaleRounding::RCeil, 1 << 20, 128},
+                      Case{"fp8b128_small_buckets", WeightFormat::Fp8b128, ScaleRounding::RCeil, 20000, 128}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -28,6 +28,7 @@
 #include "formats/codec.h"
 #include "models/model.h"
 #include "engine/options.h"
+#include "formats/fp8_block.h"
 #include "formats/quant.h"
 
 namespace mxdp::testing {
@@ -74,10 +75,12 @@ inline std::string bit_mismatch(const std::vector<uint8_t>& got, const std::vect
 // ---- the oracle's values ---------------------------------------------------------
 
 // The gather format of a param (docs/engine.md, "Buffers and layout"): a 2-D weight
-// whose rows hold whole 32-element blocks travels in the chosen format,
-// everything else in BF16.
+// whose rows hold whole 32-element blocks travels in the chosen format (for
+// fp8b128's 128x128 tiles: rows and cols multiples of 128), everything else in BF16.
 inline WeightFormat oracle_format(const ParamSpec& s, WeightFormat chosen) {
-  const bool blocks = s.shape.size() == 2 && s.shape[1] % 32 == 0;
+  if (s.shape.size() != 2) return WeightFormat::Bf16;
+  const bool blocks = chosen == WeightFormat::Fp8b128 ? s.shape[0] % 128 == 0 && s.shape[1] % 128 == 0
+                                                      : s.shape[1] % 32 == 0;
   return blocks ? chosen : WeightFormat::Bf16;
 }
 
@@ -93,6 +96,13 @@ inline std::vector<float> oracle_dequantized(const ParamSpec& s, const std::vect
     return out;
   }
   const int64_t rows = s.shape[0], cols = s.shape[1];
+  if (f == WeightFormat::Fp8b128) {
+    std::vector<uint8_t> codes(size_t(rows * cols));
+    std::vector<float> scales(size_t(fp8b128_scale_count(rows, cols)));
+    fp8b128_quantize(master.data(), rows, cols, codes.data(), scales.data());
+    fp8b128_dequantize(codes.data(), scales.data(), rows, cols, out.data());
+    return out;
+  }
   if (f == WeightFormat::Mxfp8) {
     std::vector<uint8_t> codes(mxfp8_code_bytes(rows, cols)), scales(mxfp8_scale_bytes_rowwise(rows, cols));
     mxfp8_quantize_rowwise(master.data(), rows, cols, {Fp8Kind::E4M3, rounding}, codes.data(), scales.data());
@@ -122,6 +132,39 @@ inline std::vector<uint8_t> oracle_compute_bytes(const ParamSpec& s, const std::
   return out;
 }
 
+// FP8 compute (docs/fp8.md): W and W^T as the GEMMs read them: E4M3 codes and
+// the tile scales in cuBLASLt's layout (each row of tiles padded to a multiple
+// of 4 scales with 0), from the full fp32 master. W^T is the quantization of
+// the transposed master (equal, bit for bit, to the transpose of q(W): the
+// identity test_fp8_format proves), so the engine's transpose is compared
+// with something it did not compute; the GEMM layout is written out here.
+struct OracleFp8 {
+  std::vector<uint8_t> codes, codes_t;
+  std::vector<float> scales, scales_t;  // GEMM layout
+};
+inline std::vector<float> oracle_gemm_scales(const std::vector<float>& compact, int64_t rows, int64_t cols) {
+  const int64_t tr = (rows + 127) / 128, tc = (cols + 127) / 128, ld = (tc + 3) / 4 * 4;
+  std::vector<float> g(size_t(tr * ld), 0.0f);
+  for (int64_t i = 0; i < tr; ++i)
+    for (int64_t j = 0; j < tc; ++j) g[size_t(i * ld + j)] = compact[size_t(i * tc + j)];
+  return g;
+}
+inline OracleFp8 oracle_fp8(const ParamSpec& s, const std::vector<float>& master) {
+  const int64_t rows = s.shape[0], cols = s.shape[1];
+  std::vector<float> mt(master.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) mt[size_t(c * rows + r)] = master[size_t(r * cols + c)];
+  OracleFp8 o;
+  std::vector<float> compact(size_t(fp8b128_scale_count(rows, cols))), compact_t(compact.size());
+  o.codes.resize(master.size());
+  o.codes_t.resize(master.size());
+  fp8b128_quantize(master.data(), rows, cols, o.codes.data(), compact.data());
+  fp8b128_quantize(mt.data(), cols, rows, o.codes_t.data(), compact_t.data());
+  o.scales = oracle_gemm_scales(compact, rows, cols);
+  o.scales_t = oracle_gemm_scales(compact_t, cols, rows);
+  return o;
+}
+
 // ---- the check ------------------------------------------------------------------
 
 // What every param's compute weights must hold right now, and the comparisons.
@@ -132,8 +175,9 @@ class Oracle {
  public:
   // Sets the expected bytes of every param from its full fp32 master
   // (masters[p] = DataParallel::full_master(p)).
+  // fp8_compute: the fp8b128 params are also read as FP8 W and W^T (check_fp8).
   void expect(const std::vector<ParamSpec>& specs, const std::vector<std::vector<float>>& masters,
-              WeightFormat chosen, ScaleRounding rounding, ComputeDType t) {
+              WeightFormat chosen, ScaleRounding rounding, ComputeDType t, bool fp8_compute = false) {
     MXDP_CHECK(specs.size() == masters.size(), "oracle: ", specs.size(), " params, ", masters.size(), " masters");
     dtype_ = t;
     names_.clear();
@@ -142,7 +186,39 @@ class Oracle {
       names_.push_back(specs[p].name);
       want_.push_back(oracle_compute_bytes(specs[p], masters[p], chosen, rounding, t));
     }
+    fp8_.assign(specs.size(), {});
+    if (fp8_compute)
+      for (size_t p = 0; p < specs.size(); ++p)
+        if (oracle_format(specs[p], chosen) == WeightFormat::Fp8b128) fp8_[p] = oracle_fp8(specs[p], masters[p]);
     armed_ = true;
+  }
+
+  // FP8 compute: param p's W (or W^T) as the engine hands it to the model
+  // (host copies of its codes and GEMM-layout scales), bit for bit.
+  void check_fp8(int p, const std::vector<uint8_t>& codes, const std::vector<float>& scales, bool transposed,
+                 const std::string& where) {
+    if (!armed_) {
+      note(where + ": the model read FP8 weights while the oracle expected nothing");
+      return;
+    }
+    ++fp8_checks_;
+    const OracleFp8& o = fp8_.at(p);
+    const char* what = transposed ? "transposed FP8 weight" : "FP8 weight";
+    if (o.codes.empty()) {
+      note(where + ": '" + names_[p] + "' handed out as an " + what + " but it is not an fp8b128 param");
+      return;
+    }
+    const std::vector<uint8_t>& wc = transposed ? o.codes_t : o.codes;
+    const std::vector<float>& ws = transposed ? o.scales_t : o.scales;
+    if (codes != wc) {
+      size_t n = 0, first = 0;
+      for (size_t i = 0; i < std::min(codes.size(), wc.size()); ++i)
+        if (codes[i] != wc[i] && n++ == 0) first = i;
+      note(where + ": " + what + " codes of '" + names_[p] + "' are not fp8b128 of its fp32 master: " +
+           std::to_string(n) + " of " + std::to_string(wc.size()) + " differ, first at [" + std::to_string(first) + "]");
+    } else if (!same_bits(scales, ws)) {
+      note(where + ": " + what + " tile scales (GEMM layout) of '" + names_[p] + "' are not those of its fp32 master");
+    }
   }
   // Nothing is expected until the next expect() (between ops that read weights).
   void disarm() { armed_ = false; }
@@ -162,6 +238,7 @@ class Oracle {
 
   const std::string& failure() const { return failure_; }
   int64_t checks() const { return checks_; }  // param comparisons done
+  int64_t fp8_checks() const { return fp8_checks_; }  // FP8 W and W^T comparisons done
   size_t num_params() const { return want_.size(); }
 
  private:
@@ -171,8 +248,9 @@ class Oracle {
   ComputeDType dtype_ = ComputeDType::F32;
   std::vector<std::string> names_;
   std::vector<std::vector<uint8_t>> want_;
+  std::vector<OracleFp8> fp8_;  // per param (empty unless an FP8 compute weight)
   std::string failure_;
-  int64_t checks_ = 0;
+  int64_t checks_ = 0, fp8_checks_ = 0;
   bool armed_ = false;
 };
 

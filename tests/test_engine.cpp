@@ -281,6 +281,32 @@ TEST(Engine, LoadOfAnotherShapeNamesBothShapes) {
   }
 }
 
+TEST(Engine, Fp8ComputeNeedsFp8b128AndAModelThatReadsIt) {
+  auto comm = self();
+  ToyModel m(128, 128, 256);
+  m.init_weights(1);
+  DpOptions o;
+  o.compute_dtype = LinearCompute::Fp8;
+  o.weight_format = WeightFormat::Mxfp8;
+  try {
+    DataParallel x(m, *comm, o);
+    FAIL() << "compute_dtype fp8 with mxfp8 was accepted";
+  } catch (const Error& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("--compute-dtype fp8"), std::string::npos) << w;
+    EXPECT_NE(w.find("--weight-format fp8b128"), std::string::npos) << w;
+  }
+  o.weight_format = WeightFormat::Fp8b128;
+  try {
+    DataParallel x(m, *comm, o);  // the toy computes with its own fp32 weights only
+    FAIL() << "a model that never reads FP8 weights was given FP8 compute";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not compute with FP8 weights"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(parse_compute_dtype("fp8"), LinearCompute::Fp8);
+  EXPECT_THROW(parse_compute_dtype("fp16"), Error);
+}
+
 TEST(MemoryPlan, Gpt2OnEightRanks) {
   // GPT-2 124M at dp 8, Megatron's default 40M-element buckets: the payload per
   // element is 2 bytes (bf16), 1 + 1/32 (mxfp8), 1/2 + 1/16 (nvfp4), plus the
@@ -300,7 +326,14 @@ TEST(MemoryPlan, Gpt2OnEightRanks) {
   const MemoryPlan mx = plan(WeightFormat::Mxfp8, true, false);
   const MemoryPlan mx_reuse = plan(WeightFormat::Mxfp8, true, true);
   const MemoryPlan nv = plan(WeightFormat::Nvfp4, true, false);
+  const MemoryPlan fp8 = plan(WeightFormat::Fp8b128, true, false);
   EXPECT_EQ(ref.params, 124475904);
+  // fp8b128: 1 byte an element and 4 per 16384, at least half of bf16's bytes;
+  // the shard unit of 128 * lcm(768, 3072) elements pads each bucket by at most
+  // 8 * 393216 elements (GPT-2's block weights all travel in fp8b128).
+  EXPECT_GT(double(fp8.gather_bytes) / bf16.gather_bytes, 0.5);
+  EXPECT_LT(double(fp8.gather_bytes) / bf16.gather_bytes, 0.5 + 4.0 * 8 * 393216 / ref.params);
+  EXPECT_EQ(fp8.fp8_weight_bytes, 0) << "bf16 compute: no FP8 W or W^T";
   EXPECT_LT(double(ref.laid_out) / ref.params, 1.01) << "padding stays small";
   EXPECT_NEAR(double(bf16.master_bytes + bf16.adam_bytes) / (ref.master_bytes + ref.adam_bytes), 1.0 / 8, 1e-3);
   EXPECT_NEAR(double(mx.gather_bytes) / bf16.gather_bytes, (1 + 1.0 / 32) / 2, 0.01);
@@ -314,7 +347,8 @@ TEST(MemoryPlan, CliPrintsEveryModeAndRefusesBadInput) {
   mxdp::testing::TempDir d;
   auto ok = mxdp::testing::run_mxdp("plan --model gpt2-124m --dp 8", d / "plan.txt");
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
-  for (const char* row : {"reference", "bf16 gather", "mxfp8 gather", "mxfp8 + grad-buf reuse", "nvfp4 gather"})
+  for (const char* row :
+       {"reference", "bf16 gather", "mxfp8 gather", "mxfp8 + grad-buf reuse", "nvfp4 gather", "fp8b128 gather"})
     EXPECT_TRUE(mxdp::testing::contains(ok.output, row)) << row << "\n" << ok.output;
   EXPECT_TRUE(mxdp::testing::contains(ok.output, "0.516x")) << "mxfp8 moves (1 + 1/32) / 2 of bf16\n" << ok.output;
   auto bad = mxdp::testing::run_mxdp("plan --model gpt9", d / "bad.txt");

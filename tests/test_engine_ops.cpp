@@ -12,9 +12,11 @@
 #include "util/check.h"
 #include "engine/engine_ops.h"
 #include "engine/layout.h"
+#include "formats/codec.h"
 #include "formats/quant.h"
 #include "compare_util.h"
 #include "flat_payload.h"
+#include "fp8_ref.h"
 
 using namespace mxdp;
 using mxdp::testing::FlatShape;
@@ -158,6 +160,55 @@ TEST(CpuEngineOps, FusedAdamWPicksTheControlsCountAndSkips) {
   ops->adamw_amax(c.p.data(), c.m.data(), c.v.data(), g.data(), n, &skip, ch, &am);
   EXPECT_TRUE(same_bits(c.p, before.p));
   EXPECT_EQ(am, amax(before.p.data(), n));
+}
+
+// fp8b128 through the ops (a slab range: a (n / cols) x cols matrix): the
+// payload is the independent reference's tiles of that matrix (codes, then the
+// compact scales), the fused pass is adamw then those tiles, dequantize is
+// code * scale per tile (fp32, and bf16 of it); a range that is not whole
+// 128-row slabs is refused.
+TEST(CpuEngineOps, Fp8b128SlabRangesAreTheMatrixTiles) {
+  auto ops = make_cpu_ops();
+  const AdamWParams a1{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1};
+  const AdamWChoice ch = adamw_choice(a1);
+  for (int64_t cols : {int64_t(128), int64_t(384)}) {
+    const int64_t rows = 256, n = rows * cols, tiles = (rows / 128) * (cols / 128);
+    State a = start(n, uint32_t(cols)), b = a;
+    auto g = randn(n, 5, 1.0f);
+    const StepControl c = step_ctl(1, 0.5f);
+    std::vector<uint8_t> pay(n + 4 * tiles);
+    ops->adamw_quantize(WeightFormat::Fp8b128, ScaleRounding::RCeil, a.p.data(), a.m.data(), a.v.data(), g.data(),
+                        n, &c, ch, pay.data(), pay.data() + n, cols);
+    std::vector<float> gs(g);
+    for (auto& x : gs) x *= 0.5f;
+    adamw_update(b.p.data(), b.m.data(), b.v.data(), gs.data(), n, a1);
+    ASSERT_TRUE(same_bits(a.p, b.p) && same_bits(a.m, b.m) && same_bits(a.v, b.v)) << cols;
+    std::vector<uint8_t> codes;
+    std::vector<float> scales;
+    fp8ref::tiles(b.p, rows, cols, codes, scales);
+    ASSERT_EQ(int64_t(scales.size()), tiles);
+    EXPECT_EQ(std::memcmp(pay.data(), codes.data(), n), 0) << cols << ": codes";
+    EXPECT_EQ(std::memcmp(pay.data() + n, scales.data(), 4 * tiles), 0) << cols << ": compact scales";
+    std::vector<float> y(n);
+    std::vector<uint16_t> y16(n);
+    ops->dequantize(WeightFormat::Fp8b128, pay.data(), pay.data() + n, n, nullptr, y.data(), ComputeDType::F32, cols);
+    ops->dequantize(WeightFormat::Fp8b128, pay.data(), pay.data() + n, n, nullptr, y16.data(), ComputeDType::BF16,
+                    cols);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t r = i / cols, k = i % cols;
+      const float want = fp8ref::dequant(codes[i], scales[(r / 128) * (cols / 128) + k / 128], true);
+      ASSERT_EQ(fp8ref::bits(y[i]), fp8ref::bits(want)) << cols << " at " << i;
+      ASSERT_EQ(y16[i], codec::bf16_from_f32(want)) << cols << " at " << i;
+    }
+  }
+  std::vector<float> x(128 * 100);
+  std::vector<uint8_t> out(x.size() + 64);
+  EXPECT_THROW(ops->quantize(WeightFormat::Fp8b128, ScaleRounding::RCeil, x.data(), int64_t(x.size()), nullptr,
+                             out.data(), out.data() + x.size(), 100),
+               Error);
+  EXPECT_THROW(ops->quantize(WeightFormat::Fp8b128, ScaleRounding::RCeil, x.data(), 64 * 128, nullptr, out.data(),
+                             out.data() + x.size(), 128),
+               Error);
 }
 
 // step_control against what it means, computed another way: the norm is the

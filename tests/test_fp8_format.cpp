@@ -257,7 +257,8 @@ TEST(Fp8FormatRow, TheRowAndItsLayoutRules) {
   EXPECT_EQ(t.scale_kind, ScaleKind::F32);
   EXPECT_FALSE(t.tensor_amax);
   EXPECT_FALSE(t.rounding_applies);
-  EXPECT_FALSE(t.gathered);
+  EXPECT_TRUE(t.gathered);
+  EXPECT_FALSE(t.fits_grad_buffer);  // forward reads the gathered payload (docs/fp8.md)
   // A 128-row slab of a 768-column weight: 98304 codes, 6 fp32 scales.
   EXPECT_EQ(t.slab_elems(768), 98304);
   EXPECT_EQ(t.code_bytes(98304), 98304);
@@ -272,15 +273,10 @@ TEST(Fp8FormatRow, TheRowAndItsLayoutRules) {
   // Row-block formats keep the engine's rule.
   EXPECT_TRUE(format_traits(WeightFormat::Mxfp8).eligible(3, 64));
   EXPECT_EQ(format_traits(WeightFormat::Mxfp8).slab_elems(768), 1);
-  // Not a --weight-format until the engine gathers it; the error says so.
-  for (const FormatTraits& g : all_formats()) EXPECT_NE(g.id, WeightFormat::Fp8b128);
-  EXPECT_EQ(all_format_rows().size(), all_formats().size() + 1);
-  try {
-    parse_weight_format("fp8b128");
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("does not gather yet"), std::string::npos) << e.what();
-  }
+  // A --weight-format: the last gathered row.
+  EXPECT_EQ(all_formats().back().id, WeightFormat::Fp8b128);
+  EXPECT_EQ(all_format_rows().size(), all_formats().size());
+  EXPECT_EQ(parse_weight_format("fp8b128"), WeightFormat::Fp8b128);
 }
 
 TEST(Fp8b128, BadArgumentsAreErrors) {

@@ -23,11 +23,13 @@ std::vector<ParamSpec> random_model(std::mt19937& rng) {
     p.name.insert(0, 1, 'p');  // not "p" + ...: GCC 12 warns falsely (-Wrestrict) on that
     layer += rng() % 2;
     p.layer = layer;
-    switch (rng() % 4) {
+    switch (rng() % 5) {
       case 0: p.shape = {int64_t(1 + rng() % 300)}; p.decay = false; break;           // 1-D
       case 1: p.shape = {int64_t(1 + rng() % 40), int64_t(32 * (1 + rng() % 6))}; break;  // eligible
       case 2: p.shape = {int64_t(1 + rng() % 40), int64_t(1 + rng() % 100)}; break;   // any row length
-      default: p.shape = {int64_t(1 + rng() % 3), int64_t(1 + rng() % 5), 32}; break;  // 3-D: bf16
+      case 3: p.shape = {int64_t(1 + rng() % 3), int64_t(1 + rng() % 5), 32}; break;  // 3-D: bf16
+      default: p.shape = {int64_t(128 * (1 + rng() % 3)), int64_t(128 * std::vector<int>{1, 2, 3, 6}[rng() % 4])};
+        break;  // whole 128x128 tiles (fp8b128-eligible)
     }
     ps.push_back(p);
   }
@@ -61,7 +63,13 @@ void check_layout(const std::vector<ParamSpec>& ps, const Layout& L, WeightForma
         EXPECT_LE(prev_end, bk.offset + bk.numel);
         content_end = std::max(content_end, prev_end);
         min_layer = std::min<int64_t>(min_layer, ps[p].layer);
-        const WeightFormat want = ps[p].lowp_eligible() ? lowp : WeightFormat::Bf16;
+        // docs/engine.md's rule, written out: rows of whole 32-element blocks;
+        // fp8b128's 128x128 tiles: rows and cols multiples of 128.
+        const bool two_d = ps[p].shape.size() == 2;
+        const bool takes = two_d && (lowp == WeightFormat::Fp8b128
+                                         ? ps[p].shape[0] % 128 == 0 && ps[p].shape[1] % 128 == 0
+                                         : ps[p].shape[1] % 32 == 0);
+        const WeightFormat want = takes ? lowp : WeightFormat::Bf16;
         EXPECT_EQ(gb.format, want) << ps[p].name;
       }
       EXPECT_EQ(bk.first_layer, min_layer);
@@ -114,7 +122,7 @@ TEST(Layout, InvariantsOverRandomModels) {
     auto ps = random_model(rng);
     const int dp = 1 + trial % 8;
     const int64_t bucket = std::vector<int64_t>{1, 100, 1000, 5000, 1 << 20}[rng() % 5];
-    const WeightFormat lowp = WeightFormat(rng() % 3);
+    const WeightFormat lowp = WeightFormat(rng() % 4);
     bool shuffled = rng() % 4 == 0;
     std::vector<int> order;
     if (shuffled) {
@@ -127,6 +135,66 @@ TEST(Layout, InvariantsOverRandomModels) {
     check_layout(ps, L, lowp, bucket, dp, !shuffled);
     if (::testing::Test::HasFailure()) return;
   }
+}
+
+// fp8b128 (docs/fp8.md, "Layout"): no 128x128 tile may straddle two shards,
+// so every piece is whole 128-row slabs of its param, and starts at a scale
+// boundary of its shard (a multiple of 16384 elements).
+void check_slabs(const std::vector<ParamSpec>& ps, const Layout& L) {
+  for (const GatherBuffer& gb : L.buffers) {
+    if (gb.format != WeightFormat::Fp8b128) continue;
+    for (const Bucket& bk : gb.buckets) {
+      for (int p : bk.params) {
+        const int64_t slab = 128 * ps[p].shape[1];
+        EXPECT_EQ((L.place[p].offset - bk.offset) % slab, 0) << ps[p].name << ": offset inside its bucket";
+        EXPECT_EQ(bk.shard_numel % slab, 0) << ps[p].name << ": shard cuts on its slab boundaries";
+      }
+      for (const auto& shard : bk.shards)
+        for (const Piece& pc : shard) {
+          const int64_t slab = 128 * ps[pc.param].shape[1];
+          EXPECT_EQ(pc.param_begin % slab, 0) << ps[pc.param].name;
+          EXPECT_EQ(pc.len % slab, 0) << ps[pc.param].name;
+          EXPECT_EQ(pc.shard_pos % (128 * 128), 0) << ps[pc.param].name;
+        }
+    }
+  }
+}
+
+TEST(Layout, Fp8b128PiecesAreWholeSlabs) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 300; ++trial) {
+    auto ps = random_model(rng);
+    const int dp = 1 + trial % 8;
+    const int64_t bucket = std::vector<int64_t>{1, 20000, 100000, 1 << 20}[rng() % 4];
+    Layout L = Layout::build(ps, WeightFormat::Fp8b128, bucket, dp);
+    SCOPED_TRACE("trial " + std::to_string(trial) + " dp " + std::to_string(dp));
+    check_layout(ps, L, WeightFormat::Fp8b128, bucket, dp, true);
+    check_slabs(ps, L);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+TEST(Layout, Fp8b128Gpt2ShardUnit) {
+  // GPT-2 124M's block weights by hand: cols 768 and 3072 in one bucket give
+  // shards of a multiple of U = 128 * lcm(768, 3072) = 393216 elements; the
+  // 3072-column weight starts at a multiple of 128 * 3072 inside the bucket.
+  const std::vector<ParamSpec> ps = {{"fc", {3072, 768}, 0, true}, {"proj", {768, 3072}, 0, true}};
+  for (int dp : {1, 2, 3, 4}) {
+    const Layout L = Layout::build(ps, WeightFormat::Fp8b128, 1 << 30, dp, {0, 1});
+    ASSERT_EQ(L.buffers.size(), 1u);
+    ASSERT_EQ(L.buffers[0].buckets.size(), 1u);
+    const Bucket& bk = L.buffers[0].buckets[0];
+    EXPECT_EQ(bk.shard_numel % 393216, 0) << dp;
+    // 2 * 2359296 elements over dp shards, rounded up to U.
+    EXPECT_EQ(bk.shard_numel, (2 * 2359296 / dp + 393215) / 393216 * 393216) << dp;
+    EXPECT_EQ(L.place[0].offset, 0);
+    EXPECT_EQ(L.place[1].offset, 2359296);  // already a multiple of 393216
+  }
+  // A 768-column weight of 128 rows then a 3072-column one: the second moves
+  // from 98304 up to 393216.
+  const std::vector<ParamSpec> qs = {{"a", {128, 768}, 0, true}, {"b", {128, 3072}, 0, true}};
+  const Layout L = Layout::build(qs, WeightFormat::Fp8b128, 1 << 30, 1, {0, 1});
+  EXPECT_EQ(L.place[1].offset, 393216);
 }
 
 TEST(Layout, RejectsBadInput) {

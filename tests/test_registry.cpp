@@ -20,7 +20,7 @@ namespace {
 
 TEST(FormatTable, RowsAreInEnumOrderAndNamesRoundTrip) {
   const auto rows = all_formats();
-  ASSERT_EQ(rows.size(), 3u);
+  ASSERT_EQ(rows.size(), 4u);
   std::set<std::string> names;
   for (size_t i = 0; i < rows.size(); ++i) {
     EXPECT_EQ(int(rows[i].id), int(i));
@@ -29,8 +29,8 @@ TEST(FormatTable, RowsAreInEnumOrderAndNamesRoundTrip) {
     EXPECT_STREQ(to_string(rows[i].id), rows[i].name);
     names.insert(rows[i].name);
   }
-  EXPECT_EQ(names, (std::set<std::string>{"bf16", "mxfp8", "nvfp4"}));
-  EXPECT_EQ(format_names(), "bf16, mxfp8, nvfp4");
+  EXPECT_EQ(names, (std::set<std::string>{"bf16", "mxfp8", "nvfp4", "fp8b128"}));
+  EXPECT_EQ(format_names(), "bf16, mxfp8, nvfp4, fp8b128");
 }
 
 TEST(FormatTable, UnknownNameIsAnErrorListingTheKnownOnes) {
@@ -40,7 +40,7 @@ TEST(FormatTable, UnknownNameIsAnErrorListingTheKnownOnes) {
   } catch (const Error& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("'fp8'"), std::string::npos) << m;
-    EXPECT_NE(m.find("bf16, mxfp8, nvfp4"), std::string::npos) << m;
+    EXPECT_NE(m.find("bf16, mxfp8, nvfp4, fp8b128"), std::string::npos) << m;
   }
 }
 

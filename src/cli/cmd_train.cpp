@@ -74,6 +74,7 @@ void add_train_command(CLI::App& app, Runner& run) {
     TrainConfig c;
     Switches sw;
     std::string weight_format = "mxfp8", rounding = "rceil", grad_dtype = "fp32", backend = "auto";
+    std::string compute_dtype = "bf16";
   };
   auto o = std::make_shared<Opts>();
   TrainConfig& c = o->c;
@@ -138,7 +139,10 @@ void add_train_command(CLI::App& app, Runner& run) {
   auto core = "Data-parallel core";
   o->sw.add(cmd, "--distributed-optimizer", "on", "Shard fp32 masters + AdamW state over ranks (off = reference mode)", core);
   cmd->add_option("--weight-format", o->weight_format, "Param gather format of 2-D weights")
-      ->check(CLI::IsMember({"bf16", "mxfp8", "nvfp4"}))->group(core);
+      ->check(CLI::IsMember({"bf16", "mxfp8", "nvfp4", "fp8b128"}))->group(core);
+  cmd->add_option("--compute-dtype", o->compute_dtype,
+                  "Linear layers compute with the dequantized weights (bf16) or FP8 GEMMs on the fp8b128 tiles (fp8; needs --weight-format fp8b128)")
+      ->check(CLI::IsMember({"bf16", "fp8"}))->group(core);
   cmd->add_option("--mxfp8-scale-rounding", o->rounding, "E8M0 scale rounding: rceil (TransformerEngine) or floor (OCP MX)")
       ->check(CLI::IsMember({"rceil", "floor"}))->group(core);
   o->sw.add(cmd, "--overlap-param-gather", "auto", "Defer each bucket's all-gather to just before its first layer (auto: on with the distributed optimizer)", core);
@@ -178,6 +182,7 @@ void add_train_command(CLI::App& app, Runner& run) {
       TrainConfig cfg = o->c;
       if (!data_given) cfg.data = find_default_corpus();
       cfg.dp.weight_format = parse_weight_format(o->weight_format);
+      cfg.dp.compute_dtype = parse_compute_dtype(o->compute_dtype);
       const bool dist = o->sw.get("--distributed-optimizer");
       cfg.dp.distributed_optimizer = dist;
       cfg.dp.overlap_param_gather = o->sw.get("--overlap-param-gather", dist);

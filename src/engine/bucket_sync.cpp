@@ -7,16 +7,7 @@
 #include "formats/format.h"
 #include "util/check.h"
 
-// Fault switches exist only in the test library (faults.h); in the product
-// build every MXDP_FAULT(...) is the constant false and no fault code remains.
-#ifdef MXDP_FAULTS
-#include "engine/faults.h"
-#define MXDP_FAULT(name) (::mxdp::faults::active().name)
-#define MXDP_FAULT_FIRED() (void)(++::mxdp::faults::fired())
-#else
-#define MXDP_FAULT(name) false
-#define MXDP_FAULT_FIRED() (void)0
-#endif
+#include "engine/fault_macros.h"
 
 namespace mxdp {
 
@@ -132,6 +123,35 @@ void BucketSync::stage(int f, int b, const Update* u) {
       }
       pad(pos, bk.shard_numel - pos);
     }
+  } else if (ft.block_rows > 1) {
+    // Slab formats (fp8b128): piece by piece, each a (len / cols) x cols matrix
+    // of whole 128-row slabs of its param (the layout guarantees it), so its
+    // tiles are the param's own; the zero padding between pieces as 128-column
+    // slabs (every gap is a multiple of a tile's 16384 elements).
+    for (int s = 0; s < dp_; ++s) {
+      if (!bufs_.owns(s)) continue;
+      const int64_t off = bufs_.shard_local_off(f, b, s);
+      uint8_t* slot = base + s * ps.shard_bytes;
+      auto pad = [&](int64_t at, int64_t len) {
+        if (len > 0)
+          ops_.quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + off + at, len, nullptr,
+                         codes_at(slot, at), scales_at(slot, at), ft.block_rows);
+      };
+      int64_t pos = 0;
+      for (const Piece& pc : bk.shards[s]) {
+        pad(pos, pc.shard_pos - pos);
+        const int64_t cols = params_[pc.param].shape[1], e = off + pc.shard_pos;
+        if (u)
+          ops_.adamw_quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + e, bs.m.data() + e,
+                               bs.v.data() + e, bs.main_grad + e, pc.len, u->ctl, adamw_params(pc.param),
+                               codes_at(slot, pc.shard_pos), scales_at(slot, pc.shard_pos), cols);
+        else
+          ops_.quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + e, pc.len, nullptr,
+                         codes_at(slot, pc.shard_pos), scales_at(slot, pc.shard_pos), cols);
+        pos = pc.shard_pos + pc.len;
+      }
+      pad(pos, bk.shard_numel - pos);
+    }
   } else {
     for (int s = 0; s < dp_; ++s) {
       if (!bufs_.owns(s)) continue;
@@ -217,6 +237,7 @@ void BucketSync::unpack(int f, int b) {
   if (bufs_.reused(f))
     MXDP_CHECK(st_[f][b].region == Region::Payload, "unpacking bucket ", b,
                " from its grad region, which does not hold a gathered payload");
+  fp8_unpack(f, b);  // the params the model reads as FP8 (none without FP8 compute)
   // Every piece of every shard in one dequantize_pieces launch. The table of
   // pointers stays in ops memory and is uploaded again only if it changed
   // (compute weights are fixed for a model's life, so: once per bucket).
@@ -230,7 +251,7 @@ void BucketSync::unpack(int f, int b) {
   for (int s = 0; s < dp_; ++s) {
     const uint8_t* slot = base + s * ps.shard_bytes;
     for (const Piece& pc : bk.shards[s]) {
-      if (pc.len <= 0) continue;
+      if (pc.len <= 0 || reads_fp8(pc.param)) continue;
       UnpackPiece u;
       u.dst = static_cast<uint8_t*>(model_.compute_weights(pc.param)) + pc.param_begin * esize;
       u.len = pc.len;
@@ -238,10 +259,12 @@ void BucketSync::unpack(int f, int b) {
       u.codes = slot + ft.code_bytes(at);
       if (ft.scale_bytes > 0) u.scales = slot + ps.code_bytes + ft.scales_bytes(at);
       if (ft.tensor_amax) u.amax = bufs_.param_amax(pc.param);
+      if (ft.block_rows > 1) u.cols = params_[pc.param].shape[1];
       max_len = std::max(max_len, pc.len);
       t.push_back(u);
     }
   }
+  if (t.empty()) return;
   UnpackTable& ut = unpack_[f][b];
   if (t.size() != ut.host.size() || std::memcmp(t.data(), ut.host.data(), t.size() * sizeof(UnpackPiece)) != 0) {
     ut.dev = DeviceArray<UnpackPiece>(ops_, t.size());

@@ -1,7 +1,7 @@
 // BucketSync: the parameter and gradient syncs of the engine, bucket by bucket
 // (Megatron-LM's _ParamAndGradBucketGroup): the freshness chain
-//     master (always v) -> staged -> gathered -> weights
-// driven by the model's forward hooks (stage, start/finish gather, unpack,
+//     master (always v) -> staged -> gathered -> weights [-> transposed]
+// (the transposed link: FP8 compute's W^T, bucket_sync_fp8.cpp) driven by the model's forward hooks (stage, start/finish gather, unpack,
 // check), and the gradient reduce-scatters driven by its backward hooks.
 // docs/engine.md, "The chain", tells the rules; engine.h the version label.
 #pragma once
@@ -26,6 +26,7 @@ enum class Region : uint8_t { Idle, Grads, Payload };
 // One bucket's place on the freshness chain, and its collectives in flight.
 struct BucketState {
   int64_t staged_v = -1, gathered_v = -1, weights_v = -1;
+  int64_t transposed_v = -1;      // FP8 compute: the weights version its W^T was made from
   std::unique_ptr<Work> gather;   // dispatched all-gather, carries gather_v
   int64_t gather_v = -1;
   bool gather_done = false;       // waited for, record kept (only under a test fault, faults.h)
@@ -69,6 +70,12 @@ class BucketSync final : public ModelHooks {
 
   // Traffic since the last close, and that of the step before.
   void close_traffic_window();
+
+  // FP8 compute (ModelHooks; also for the engine's callers between forwards):
+  // W of param p, fresh at the latest version; W^T, made from W once per
+  // version on first use (backward), checked fresh (an error otherwise).
+  Fp8Weight fp8_weight(int param) override;
+  Fp8Weight fp8_weight_transposed(int param) override;
   int64_t last_step_gather_bytes() const { return last_gather_bytes_; }
   int64_t last_step_reduce_bytes() const { return last_reduce_bytes_; }
 
@@ -82,6 +89,9 @@ class BucketSync final : public ModelHooks {
   void start_gather(int f, int b);
   void finish_gather(int f, int b);
   void unpack(int f, int b);
+  bool reads_fp8(int param) const;   // the model reads it as FP8 W / W^T (bucket_sync_fp8.cpp)
+  void fp8_unpack(int f, int b);     // bucket_sync_fp8.cpp
+  void fp8_transpose(int f, int b);  // bucket_sync_fp8.cpp
   void check_fresh(int param) const;
   void begin_backward();
   void start_reduce(int f, int b);

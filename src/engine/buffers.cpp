@@ -5,15 +5,26 @@
 #include <algorithm>
 
 #include "formats/format.h"
+#include "formats/fp8_block.h"
 #include "util/check.h"
 
 namespace mxdp {
+
+int64_t fp8_store_bytes(int64_t rows, int64_t cols) {
+  const int64_t scales = 2 * fp8b128_scale_count(rows, cols) + fp8b128_gemm_scale_count(rows, cols) +
+                         fp8b128_gemm_scale_count(cols, rows);
+  return 2 * rows * cols + scales * int64_t(sizeof(float));
+}
 
 MemoryPlan plan_memory(const std::vector<ParamSpec>& params, const Layout& layout, const DpOptions& opt) {
   MemoryPlan m;
   const int dp = layout.dp;
   for (const auto& p : params) m.params += p.numel();
   for (const GatherBuffer& gb : layout.buffers) {
+    for (const Bucket& b : gb.buckets)
+      for (int p : b.params)
+        if (opt.fp8_compute(gb.format, params[p].fp8_linear))
+          m.fp8_weight_bytes += fp8_store_bytes(params[p].shape[0], params[p].shape[1]);
     m.laid_out += gb.numel;
     m.grad_bytes += gb.numel * int64_t(sizeof(float));
     const bool reused = opt.payload_in_grad_buffer(gb.format);
@@ -41,13 +52,26 @@ MemoryPlan plan_memory(const std::vector<ParamSpec>& params, const Layout& layou
   return m;
 }
 
-EngineBuffers::EngineBuffers(const Layout& layout, const DpOptions& opt, EngineOps& ops, int rank, int dp)
+EngineBuffers::EngineBuffers(const Layout& layout, const DpOptions& opt, EngineOps& ops, int rank, int dp,
+                             const std::vector<ParamSpec>& params)
     : layout_(layout), opt_(opt), ops_(ops), rank_(rank), dp_(dp) {
-  int np = 0;
-  for (const GatherBuffer& gb : layout.buffers)
-    for (const Bucket& b : gb.buckets)
-      for (int p : b.params) np = std::max(np, p + 1);
+  const int np = int(params.size());
   amax_slot_.assign(np, -1);
+  fp8_.resize(np);
+  for (const GatherBuffer& gb : layout.buffers) {
+    for (const Bucket& b : gb.buckets)
+      for (int p : b.params) {
+        if (!opt.fp8_compute(gb.format, params[p].fp8_linear)) continue;
+        const int64_t r = params[p].shape[0], c = params[p].shape[1];
+        Fp8Store& st = fp8_[p];
+        st.codes = DeviceArray<uint8_t>(ops, r * c);
+        st.codes_t = DeviceArray<uint8_t>(ops, r * c);
+        st.compact = DeviceArray<float>(ops, fp8b128_scale_count(r, c));
+        st.compact_t = DeviceArray<float>(ops, fp8b128_scale_count(c, r));
+        st.gemm = DeviceArray<float>(ops, fp8b128_gemm_scale_count(r, c));
+        st.gemm_t = DeviceArray<float>(ops, fp8b128_gemm_scale_count(c, r));
+      }
+  }
   buf_.resize(layout.buffers.size());
   for (size_t f = 0; f < buf_.size(); ++f) {
     const GatherBuffer& gb = layout.buffers[f];
@@ -106,6 +130,9 @@ MemoryPlan EngineBuffers::allocated(const std::vector<ParamSpec>& params, int64_
     m.grad_reduce_bytes += int64_t((bs.grad_bf16.size() + bs.shard_bf16.size()) * sizeof(uint16_t));
     m.payload_bytes += int64_t(bs.payload.size());
   }
+  for (const Fp8Store& st : fp8_)
+    m.fp8_weight_bytes += int64_t(st.codes.bytes() + st.codes_t.bytes() + st.compact.bytes() + st.compact_t.bytes() +
+                                  st.gemm.bytes() + st.gemm_t.bytes());
   m.gather_bytes = gather_bytes;
   m.reduce_bytes = reduce_bytes;
   return m;
@@ -128,6 +155,12 @@ uint8_t* EngineBuffers::payload_ptr(int f, int b) {
 float* EngineBuffers::param_amax(int p) {
   const ParamPlace& pl = layout_.place[p];
   return buf_[pl.buffer].amax.data() + buf_[pl.buffer].amax_off[pl.bucket] + amax_slot_[p];
+}
+
+Fp8Store& EngineBuffers::fp8(int p) {
+  MXDP_CHECK(p >= 0 && p < int(fp8_.size()) && fp8_[p].codes.size() > 0, "param ", p,
+             " has no FP8 weight: only the fp8_linear params in fp8b128 with compute_dtype fp8 have one");
+  return fp8_[p];
 }
 
 void EngineBuffers::for_each_owned_piece(const PieceFn& fn) {

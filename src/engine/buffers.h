@@ -30,13 +30,15 @@ struct MemoryPlan {
   int64_t grad_bytes = 0;       // grad buffer (fp32, where backward accumulates)
   int64_t grad_reduce_bytes = 0;  // bf16 reduce-scatter staging (grad_reduce_dtype bf16)
   int64_t payload_bytes = 0;    // gathered parameter payloads outside the grad buffer
+  int64_t fp8_weight_bytes = 0; // FP8 compute: every fp8b128 param's W and W^T as the GEMMs read them
   // Traffic of one optimizer step (allocated(): measured over the last step, from
   // the end of the previous optimizer step to the end of this one).
   int64_t gather_bytes = 0;     // all-gathered payload (every rank's slices; reference: fp32 grads)
   int64_t reduce_bytes = 0;     // reduce-scatter input of this rank (none where main grads alias
                                 // the fp32 grad buffer: a one-rank reduce-scatter is a copy)
   int64_t total_bytes() const {
-    return master_bytes + adam_bytes + main_grad_bytes + grad_bytes + grad_reduce_bytes + payload_bytes;
+    return master_bytes + adam_bytes + main_grad_bytes + grad_bytes + grad_reduce_bytes + payload_bytes +
+           fp8_weight_bytes;
   }
   bool operator==(const MemoryPlan&) const = default;
 };
@@ -59,11 +61,24 @@ struct BufferState {
   std::vector<int64_t> amax_off;     // per bucket: its first slot in amax
 };
 
+// FP8 compute (DpOptions::fp8_compute): one fp8b128 param as the model's
+// GEMMs read it. W is rebuilt from the gathered payload at each unpack, W^T
+// from W once per step, before the first dgrad (docs/fp8.md). Contiguous per
+// param: in the gathered payload a param's codes are split at its shard cuts
+// (each shard's scales follow its codes).
+struct Fp8Store {
+  DeviceArray<uint8_t> codes, codes_t;    // rows x cols, cols x rows
+  DeviceArray<float> compact, compact_t;  // compact tile scales of W and W^T
+  DeviceArray<float> gemm, gemm_t;        // the same in the GEMM layout
+};
+int64_t fp8_store_bytes(int64_t rows, int64_t cols);
+
 // The buffers of every gather buffer of the layout, and where a bucket's
 // pieces live in them. Memory only: the freshness chain over it is BucketSync's.
 class EngineBuffers {
  public:
-  EngineBuffers(const Layout& layout, const DpOptions& opt, EngineOps& ops, int rank, int dp);
+  EngineBuffers(const Layout& layout, const DpOptions& opt, EngineOps& ops, int rank, int dp,
+                const std::vector<ParamSpec>& params);
 
   int size() const { return int(buf_.size()); }
   BufferState& operator[](int f) { return buf_[f]; }
@@ -75,6 +90,7 @@ class EngineBuffers {
   bool owns(int s) const { return !opt_.distributed_optimizer || s == rank_; }
   bool reused(int f) const;  // buffer f's payload lives in its grad buffer
   float* param_amax(int p);  // tensor amax of param p (its last stage), ops memory
+  Fp8Store& fp8(int p);      // FP8 compute: param p's store (an error for a param without one)
 
   // fn(buffer, piece, offset of the piece in master/m/v/main_grad) for every
   // param piece of every shard this rank owns (for_each_owned_piece), or of
@@ -95,6 +111,7 @@ class EngineBuffers {
   int rank_, dp_;
   std::vector<BufferState> buf_;
   std::vector<int> amax_slot_;  // per param: its slot in its bucket's tensor amaxes
+  std::vector<Fp8Store> fp8_;   // per param (empty arrays unless FP8 compute reads it)
 };
 
 }  // namespace mxdp

@@ -11,8 +11,10 @@ namespace mxdp {
 
 namespace {
 
-DpOptions validated(DpOptions opt, int dp) {
+DpOptions validated(DpOptions opt, int dp, const Model& model) {
   opt.validate(dp);
+  MXDP_CHECK(opt.compute_dtype != LinearCompute::Fp8 || model.reads_fp8_weights(),
+             "compute_dtype fp8: this model does not compute with FP8 weights (yet); use compute_dtype bf16");
   return opt;
 }
 
@@ -31,10 +33,10 @@ DataParallel::DataParallel(Model& model, Communicator& comm, const DpOptions& op
       comm_(comm),
       own_ops_(ops ? nullptr : make_cpu_ops()),
       ops_(ops ? ops : own_ops_.get()),
-      opt_(validated(opt, comm.size())),
+      opt_(validated(opt, comm.size(), model)),
       params_(checked_params(model, comm, *ops_)),
       layout_(Layout::build(params_, opt_.weight_format, opt_.bucket_size, comm.size(), opt_.layout_order)),
-      bufs_(layout_, opt_, *ops_, comm.rank(), comm.size()),
+      bufs_(layout_, opt_, *ops_, comm.rank(), comm.size(), params_),
       sync_(model, comm, *ops_, opt_, params_, layout_, bufs_),
       optim_(comm, *ops_, opt_, layout_, bufs_, sync_),
       ckpt_(comm, *ops_, opt_, params_, layout_, bufs_, sync_) {

@@ -81,6 +81,9 @@ class DataParallel final {
   // Collective: makes the model's compute weights those of the latest step
   // (the same chain a forward drives), e.g. before sampling from the model.
   void sync_weights();
+  // FP8 compute (compute_dtype fp8): param i's W as the forward reads it
+  // (ModelHooks::fp8_weight), e.g. after sync_weights; fresh or an error.
+  Fp8Weight fp8_weight(int param) { return sync_.fp8_weight(param); }
 
   // Mean loss over the batches and all ranks; forward only, same freshness chain.
   double eval(const std::vector<Batch>& batches);

@@ -68,7 +68,19 @@ struct UnpackPiece {
   const float* amax = nullptr;  // formats with tensor_amax only
   void* dst = nullptr;
   int64_t len = 0;
+  int64_t cols = 0;             // slab formats only: the piece is a (len / cols) x cols matrix
 };
+
+// The argument check of a slab format's (block_rows > 1: fp8b128) range: a
+// (n / cols) x cols row-major matrix of whole block_rows-row slabs, cols a
+// multiple of the tile side, so its tiles are those of the param it is part of.
+inline void check_slab_range(WeightFormat f, int64_t n, int64_t cols, const char* op) {
+  const FormatTraits& t = format_traits(f);
+  if (t.block_rows == 1) return;
+  MXDP_CHECK(cols > 0 && cols % t.block_rows == 0 && n % t.slab_elems(cols) == 0, op, ": ", t.name,
+             " needs whole ", t.block_rows, "-row slabs of a matrix whose cols are a multiple of ", t.block_rows,
+             "; got ", n, " elements of ", cols, " columns");
+}
 
 // The argument check every implementation's quantize / dequantize makes: a
 // format whose traits have tensor_amax needs its amax pointer.
@@ -95,14 +107,16 @@ class EngineOps {
   // and scales laid out as in a gather payload (format.h: codes, then scales;
   // none for bf16). tensor_amax: for a format whose traits have tensor_amax,
   // the whole param's amax, in ops memory (read on the stream, no host wait);
-  // nullptr for every other format.
+  // nullptr for every other format. cols: for a slab format (block_rows > 1,
+  // fp8b128) the range is a (n / cols) x cols matrix (check_slab_range) and its
+  // scales are its tiles' row-major; ignored by row-block formats.
   virtual void quantize(WeightFormat f, ScaleRounding r, const float* x, int64_t n, const float* tensor_amax,
-                        uint8_t* codes, uint8_t* scales) = 0;
+                        uint8_t* codes, uint8_t* scales, int64_t cols = 0) = 0;
   // Into y in dtype `out`: fp32, or bf16 (round to nearest even of the fp32
   // dequantized value, so a bf16 model reads exactly bf16(dequantize(x))).
-  // tensor_amax as for quantize.
+  // tensor_amax and cols as for quantize.
   virtual void dequantize(WeightFormat f, const uint8_t* codes, const uint8_t* scales, int64_t n,
-                          const float* tensor_amax, void* y, ComputeDType out) = 0;
+                          const float* tensor_amax, void* y, ComputeDType out, int64_t cols = 0) = 0;
   // dequantize of every piece of `pieces` (count of them, in ops memory;
   // max_len the longest), in one launch on a GPU: the same bits as the calls
   // one by one.
@@ -128,10 +142,11 @@ class EngineOps {
   // codes/scales. Bitwise exactly adamw(p, m, v, g * grad_scale, n, params of
   // that t) followed by quantize(f, r, p, n, nullptr, ...); skipped, only the
   // quantize. f: a format without tensor_amax (one with it needs the whole
-  // param's amax first: adamw_amax, the all-reduce, then quantize).
+  // param's amax first: adamw_amax, the all-reduce, then quantize); cols as
+  // for quantize.
   virtual void adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m, float* v, const float* g,
                               int64_t n, const StepControl* ctl, const AdamWChoice& a, uint8_t* codes,
-                              uint8_t* scales) = 0;
+                              uint8_t* scales, int64_t cols = 0) = 0;
   // The same AdamW, then *amax = max(*amax, amax(p)) in ops memory: the first
   // pass of the stage of a format with tensor_amax.
   virtual void adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
@@ -140,6 +155,14 @@ class EngineOps {
   virtual void amax_into(const float* x, int64_t n, float* out) = 0;
   // *out = x[0] + x[1] + ... + x[n-1], in double, in that order (ops memory).
   virtual void sum_into(const float* x, int64_t n, double* out) = 0;
+
+  // ---- FP8 compute (docs/fp8.md): fp8b128 codes and compact tile scales of a
+  // rows x cols matrix (formats/fp8_block.h, the same bits on every device)
+  // The transpose: codes_t (cols x rows) and the compact scales of its tiles.
+  virtual void fp8b128_transpose(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols,
+                                 uint8_t* codes_t, float* scales_t) = 0;
+  // Compact scales -> the GEMM layout (fp8b128_gemm_scale_count floats).
+  virtual void fp8b128_scales_for_gemm(const float* scales, int64_t rows, int64_t cols, float* gemm_scales) = 0;
 
   // ---- results read late, without a host wait inside the step
   // Host memory copy_to_host_async may land in (pinned for a GPU), zero-filled.

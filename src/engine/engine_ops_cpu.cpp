@@ -8,6 +8,7 @@
 #include "util/check.h"
 #include "engine/engine_ops.h"
 #include "formats/codec.h"
+#include "formats/fp8_block.h"
 #include "formats/quant.h"
 
 namespace mxdp {
@@ -35,20 +36,25 @@ class CpuOps final : public EngineOps {
   float amax(const float* x, int64_t n) override { return mxdp::amax(x, n); }
 
   void quantize(WeightFormat f, ScaleRounding r, const float* x, int64_t n, const float* tensor_amax,
-                uint8_t* codes, uint8_t* scales) override {
+                uint8_t* codes, uint8_t* scales, int64_t cols) override {
     check_tensor_amax(f, tensor_amax, "quantize");
+    check_slab_range(f, n, cols, "quantize");
     switch (f) {
       case WeightFormat::Bf16: to_bf16(x, reinterpret_cast<uint16_t*>(codes), n); break;
       case WeightFormat::Mxfp8: mxfp8_quantize_rowwise(x, 1, n, {Fp8Kind::E4M3, r}, codes, scales); break;
       case WeightFormat::Nvfp4: nvfp4_quantize_rowwise(x, 1, n, *tensor_amax, codes, scales); break;
+      case WeightFormat::Fp8b128:
+        fp8b128_quantize(x, n / cols, cols, codes, reinterpret_cast<float*>(scales));
+        break;
     }
   }
   void dequantize(WeightFormat f, const uint8_t* codes, const uint8_t* scales, int64_t n, const float* tensor_amax,
-                  void* out, ComputeDType dt) override {
+                  void* out, ComputeDType dt, int64_t cols) override {
     check_tensor_amax(f, tensor_amax, "dequantize");
+    check_slab_range(f, n, cols, "dequantize");
     if (dt == ComputeDType::BF16) {
       std::vector<float> tmp(size_t(std::max<int64_t>(n, 0)));
-      dequantize(f, codes, scales, n, tensor_amax, tmp.data(), ComputeDType::F32);
+      dequantize(f, codes, scales, n, tensor_amax, tmp.data(), ComputeDType::F32, cols);
       to_bf16(tmp.data(), static_cast<uint16_t*>(out), n);
       return;
     }
@@ -59,12 +65,15 @@ class CpuOps final : public EngineOps {
       case WeightFormat::Nvfp4:
         nvfp4_dequantize_rowwise(codes, scales, nvfp4_tensor_scale(*tensor_amax).s_dec, 1, n, y);
         break;
+      case WeightFormat::Fp8b128:
+        fp8b128_dequantize(codes, reinterpret_cast<const float*>(scales), n / cols, cols, y);
+        break;
     }
   }
   void dequantize_pieces(WeightFormat f, const UnpackPiece* pieces, int count, int64_t, ComputeDType out) override {
     for (int i = 0; i < count; ++i) {
       const UnpackPiece& pc = pieces[i];
-      dequantize(f, pc.codes, pc.scales, pc.len, pc.amax, pc.dst, out);
+      dequantize(f, pc.codes, pc.scales, pc.len, pc.amax, pc.dst, out, pc.cols);
     }
   }
   void to_bf16(const float* x, uint16_t* y, int64_t n) override {
@@ -99,11 +108,13 @@ class CpuOps final : public EngineOps {
     for (int64_t i = 0; i < n; ++i) adamw_element(p[i], m[i], v[i], g[i] * gs, s);
   }
   void adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m, float* v, const float* g, int64_t n,
-                      const StepControl* ctl, const AdamWChoice& a, uint8_t* codes, uint8_t* scales) override {
+                      const StepControl* ctl, const AdamWChoice& a, uint8_t* codes, uint8_t* scales,
+                      int64_t cols) override {
     MXDP_CHECK(!format_traits(f).tensor_amax, "adamw_quantize: ", to_string(f),
                " needs the tensor amax first (adamw_amax, then quantize)");
+    check_slab_range(f, n, cols, "adamw_quantize");
     adamw_scaled(p, m, v, g, n, ctl, a);
-    quantize(f, r, p, n, nullptr, codes, scales);
+    quantize(f, r, p, n, nullptr, codes, scales, cols);
   }
   void adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
                   const AdamWChoice& a, float* am) override {
@@ -115,6 +126,13 @@ class CpuOps final : public EngineOps {
     double s = 0;
     for (int64_t i = 0; i < n; ++i) s += double(x[i]);
     *out = s;
+  }
+  void fp8b128_transpose(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, uint8_t* codes_t,
+                         float* scales_t) override {
+    mxdp::fp8b128_transpose(codes, scales, rows, cols, codes_t, scales_t);
+  }
+  void fp8b128_scales_for_gemm(const float* scales, int64_t rows, int64_t cols, float* gemm_scales) override {
+    mxdp::fp8b128_scales_for_gemm(scales, rows, cols, gemm_scales);
   }
   void* alloc_host(size_t bytes) override { return alloc(bytes); }
   void release_host(void* p) override { release(p); }

@@ -20,6 +20,9 @@ struct Switches {
   bool skip_stage_before_forced_gather = false;  // gather a shard that was never re-staged
   bool skip_unpack = false;                       // record the unpack without doing it
   bool skip_deferred_reset_after_eval = false;    // keep an eval's consumed gather as pending
+  // FP8 compute (docs/fp8.md): TransformerEngine's stale-transpose bugs.
+  bool skip_transpose_refresh = false;            // backward's dgrad without a new W^T this step
+  bool transpose_from_previous = false;           // W^T made from the codes before the unpack, labelled new
 };
 
 #ifdef MXDP_FAULTS

@@ -16,9 +16,11 @@ PayloadShape payload_shape(WeightFormat f, int64_t n) {
   return p;
 }
 
-static void close_bucket(Bucket& b, int64_t end, int dp) {
+// unit: what every shard size must be a multiple of (kShardAlign, or for a
+// slab format the lcm of it and each param's slab: docs/fp8.md, "Layout").
+static void close_bucket(Bucket& b, int64_t end, int dp, int64_t unit) {
   int64_t used = end - b.offset;
-  b.shard_numel = std::max<int64_t>(kShardAlign, align_up(ceil_div(used, dp), kShardAlign));
+  b.shard_numel = std::max<int64_t>(unit, align_up(ceil_div(used, dp), unit));
   b.numel = b.shard_numel * dp;
 }
 
@@ -33,6 +35,11 @@ static void cut_shards(Bucket& b, const std::vector<ParamPlace>& place,
       if (a < e) b.shards[s].push_back({p, a - po, e - a, a - lo});
     }
   }
+}
+
+WeightFormat gather_format(const ParamSpec& p, WeightFormat lowp) {
+  const bool two_d = p.shape.size() == 2;
+  return two_d && format_traits(lowp).eligible(p.shape[0], p.shape[1]) ? lowp : WeightFormat::Bf16;
 }
 
 Layout Layout::build(const std::vector<ParamSpec>& params, WeightFormat lowp, int64_t bucket_size,
@@ -69,29 +76,36 @@ Layout Layout::build(const std::vector<ParamSpec>& params, WeightFormat lowp, in
     int64_t cur = 0;
     Bucket bucket;
     bool open = false;
+    const FormatTraits& ft = format_traits(f);
+    int64_t unit = kShardAlign;  // of the open bucket
     for (int p : order) {
-      WeightFormat pf = params[p].lowp_eligible() ? lowp : WeightFormat::Bf16;
+      WeightFormat pf = gather_format(params[p], lowp);
       if (pf != f) continue;
       if (!open) {
         bucket = Bucket{};
         bucket.offset = cur;
         bucket.first_layer = params[p].layer;
+        unit = kShardAlign;
         open = true;
       }
-      cur = align_up(cur, kParamAlign);
+      // Slab formats: the offset inside the bucket is a multiple of the
+      // param's slab, and every shard cut falls on a slab boundary.
+      const int64_t slab = ft.block_rows > 1 ? ft.slab_elems(params[p].shape[1]) : 1;
+      cur = bucket.offset + align_up(cur - bucket.offset, std::lcm(kParamAlign, slab));
+      unit = std::lcm(unit, slab);
       L.place[p] = {int(L.buffers.size()), int(buf.buckets.size()), cur};
       bucket.params.push_back(p);
       bucket.first_layer = std::min(bucket.first_layer, params[p].layer);
       cur += params[p].numel();
       if (cur - bucket.offset >= bucket_size) {
-        close_bucket(bucket, cur, dp);
+        close_bucket(bucket, cur, dp, unit);
         cur = bucket.offset + bucket.numel;
         buf.buckets.push_back(std::move(bucket));
         open = false;
       }
     }
     if (open) {
-      close_bucket(bucket, cur, dp);
+      close_bucket(bucket, cur, dp, unit);
       cur = bucket.offset + bucket.numel;
       buf.buckets.push_back(std::move(bucket));
     }
@@ -101,7 +115,7 @@ Layout Layout::build(const std::vector<ParamSpec>& params, WeightFormat lowp, in
   // Buffer indices were assigned assuming every format gets a buffer; fix them
   // up if a format ended empty (e.g. a model with no 2-D weights).
   for (int p = 0; p < n; ++p) {
-    WeightFormat pf = params[p].lowp_eligible() ? lowp : WeightFormat::Bf16;
+    WeightFormat pf = gather_format(params[p], lowp);
     for (int b = 0; b < int(L.buffers.size()); ++b)
       if (L.buffers[b].format == pf) L.place[p].buffer = b;
   }

@@ -1,10 +1,13 @@
 // Layout: where every parameter, gradient and quantized payload lives.
 //
 // Params are grouped by gather format into one flat buffer per format (2-D
-// weights whose rows hold whole 32-element blocks use the low-precision format,
+// weights the format's traits call eligible use the low-precision format,
 // everything else BF16), laid out in backward order (reverse of forward order).
 // Invariants (checked by tests over many random shapes):
-//   - every param starts at an element offset that is a multiple of 64;
+//   - every param starts at an element offset that is a multiple of 64; in a
+//     slab format (fp8b128), its offset from its bucket's start is a multiple
+//     of its slab (128 * cols), and the bucket's shard size a multiple of every
+//     slab in it, so shards cut params only between 128-row slabs;
 //   - a param lives in exactly one bucket; a bucket closes once it holds at
 //     least bucket_size elements;
 //   - every bucket's size is dp * shard, shard a multiple of 256 elements, so
@@ -64,6 +67,10 @@ struct ParamPlace {
   int bucket = -1;
   int64_t offset = 0;  // element offset in the buffer
 };
+
+// The format param p travels in when the low-precision format is `lowp`:
+// lowp for a 2-D weight format_traits(lowp).eligible() takes, else BF16.
+WeightFormat gather_format(const ParamSpec& p, WeightFormat lowp);
 
 struct Layout {
   int dp = 1;

@@ -9,6 +9,12 @@
 namespace mxdp {
 
 const char* to_string(GradReduceDType t) { return t == GradReduceDType::Fp32 ? "fp32" : "bf16"; }
+const char* to_string(LinearCompute c) { return c == LinearCompute::Bf16 ? "bf16" : "fp8"; }
+LinearCompute parse_compute_dtype(const std::string& s) {
+  if (s == "bf16") return LinearCompute::Bf16;
+  if (s == "fp8") return LinearCompute::Fp8;
+  MXDP_FAIL("compute_dtype must be bf16 or fp8; got '", s, "'");
+}
 const char* to_string(ScaleRounding r) { return r == ScaleRounding::RCeil ? "rceil" : "floor"; }
 
 ScaleRounding parse_scale_rounding(const std::string& s) {
@@ -35,6 +41,9 @@ void DpOptions::validate(int dp) const {
   MXDP_CHECK(!reuse_grad_buf || format_traits(weight_format).fits_grad_buffer,
              "reuse_grad_buf holds the MXFP8 gather payload in the grad buffer; it needs "
              "weight_format mxfp8, got ", to_string(weight_format));
+  MXDP_CHECK(compute_dtype != LinearCompute::Fp8 || weight_format == WeightFormat::Fp8b128,
+             "compute_dtype fp8 (--compute-dtype fp8) computes with the fp8b128 weight tiles; it needs "
+             "weight_format fp8b128 (--weight-format fp8b128), got ", to_string(weight_format));
   MXDP_CHECK(bucket_size >= 1, "bucket_size must be >= 1 element, got ", bucket_size);
   MXDP_CHECK(micro_batches >= 1, "micro_batches must be >= 1, got ", micro_batches);
   MXDP_CHECK(std::isfinite(lr) && lr >= 0, "lr must be finite and >= 0, got ", lr);
@@ -63,6 +72,7 @@ std::vector<std::pair<std::string, std::string>> DpOptions::describe() const {
       {"reuse_grad_buf", b(reuse_grad_buf)},
       {"bucket_size", std::to_string(bucket_size)},
       {"grad_reduce_dtype", to_string(grad_reduce_dtype)},
+      {"compute_dtype", to_string(compute_dtype)},
       {"clip_grad", ::fmt::format("{}", clip_grad)},
       {"lr", ::fmt::format("{}", lr)},
       {"min_lr", ::fmt::format("{}", min_lr)},

@@ -13,8 +13,15 @@
 namespace mxdp {
 
 enum class GradReduceDType : uint8_t { Fp32, Bf16 };
+// What the linear layers of a model that supports it compute with: the
+// dequantized weights (bf16: the model's compute weights, bf16 or fp32), or
+// FP8 (the engine's fp8b128 codes and tile scales, read through
+// ModelHooks::fp8_weight: docs/fp8.md).
+enum class LinearCompute : uint8_t { Bf16, Fp8 };
 
 const char* to_string(GradReduceDType t);
+const char* to_string(LinearCompute c);
+LinearCompute parse_compute_dtype(const std::string& s);
 const char* to_string(ScaleRounding r);
 ScaleRounding parse_scale_rounding(const std::string& s);
 GradReduceDType parse_grad_reduce_dtype(const std::string& s);
@@ -33,6 +40,7 @@ struct DpOptions {
   bool reuse_grad_buf = false;         // MXFP8 gather payload lives in the idle grad buffer
   int64_t bucket_size = 1 << 20;       // elements per bucket (a bucket closes once it reaches this)
   GradReduceDType grad_reduce_dtype = GradReduceDType::Fp32;  // dtype of the reduce-scatter
+  LinearCompute compute_dtype = LinearCompute::Bf16;  // fp8: FP8 GEMMs on the fp8b128 payload (needs weight_format fp8b128)
   // -- optimizer
   double clip_grad = 1.0;              // global grad-norm clip; 0 disables
   double lr = 1e-3;                    // peak learning rate
@@ -55,6 +63,11 @@ struct DpOptions {
   DpOptions reference() const;
   // Whether the gather payload of a buffer in format f lives in its grad buffer.
   bool payload_in_grad_buffer(WeightFormat f) const { return reuse_grad_buf && format_traits(f).fits_grad_buffer; }
+  // Whether a param with fp8_linear traveling in format f feeds FP8 compute
+  // (the model reads its codes, not dequantized compute weights).
+  bool fp8_compute(WeightFormat f, bool fp8_linear) const {
+    return compute_dtype == LinearCompute::Fp8 && f == WeightFormat::Fp8b128 && fp8_linear;
+  }
 };
 
 }  // namespace mxdp

@@ -19,12 +19,13 @@ constexpr FormatTraits kFormats[] = {
      "NVFP4: E2M1 codes, one E4M3 scale per 16 elements, one fp32 scale per tensor", kNvfp4Block, 1, 4,
      ScaleKind::E4M3, 1, true, false, false, true},
     // FP8 compute on Hopper (docs/fp8.md): the tiles cuBLASLt's BLK128x128_32F
-    // GEMMs read. 1 + 4/16384 bytes an element. Not gathered until the engine
-    // lays out 128-row slabs (docs/fp8.md, "Layout"); fits_grad_buffer is
-    // decided then.
+    // GEMMs read. 1 + 4/16384 bytes an element. The engine lays its params out
+    // in 128-row slabs (docs/fp8.md, "Layout"). Not in the grad buffer: FP8
+    // compute reads the gathered payload as the weight during every forward,
+    // and with micro-batches > 1 the grad region holds grads by then.
     {WeightFormat::Fp8b128, "fp8b128",
      "FP8 E4M3 codes in 128x128 tiles of a 2-D weight, one fp32 scale (amax/448) per tile", kFp8TileElems,
-     kFp8Tile, 8, ScaleKind::F32, 4, false, false, false, false},
+     kFp8Tile, 8, ScaleKind::F32, 4, false, false, false, true},
 };
 constexpr bool table_in_enum_order() {
   for (int i = 0; i < int(std::size(kFormats)); ++i)

@@ -25,8 +25,8 @@ namespace mxdp {
 
 // How parameters travel in the all-gather (and what the model computes with:
 // the dequantized values of that format).
-// Fp8b128 is last: formats the engine does not gather yet sit after those it
-// does (all_formats() is the prefix of gathered ones).
+// Formats the engine does not gather (none now) sit after those it does
+// (all_formats() is the prefix of gathered ones).
 enum class WeightFormat : uint8_t { Bf16, Mxfp8, Nvfp4, Fp8b128 };
 
 // What a block's scale is.
@@ -71,7 +71,7 @@ struct FormatTraits {
 };
 
 const FormatTraits& format_traits(WeightFormat f);
-// Every format the engine gathers, in enum order (not fp8b128 yet).
+// Every format the engine gathers, in enum order.
 std::span<const FormatTraits> all_formats();
 // Every row of the table, the not-yet-gathered ones included.
 std::span<const FormatTraits> all_format_rows();
@@ -79,7 +79,7 @@ const char* to_string(WeightFormat f);
 // The gathered format named `s`; an unknown name is an error listing the known
 // ones, a format the engine does not gather yet an error saying so.
 WeightFormat parse_weight_format(const std::string& s);
-// "bf16, mxfp8, nvfp4": the names, for help texts and errors.
+// "bf16, mxfp8, nvfp4, fp8b128": the names, for help texts and errors.
 std::string format_names();
 
 }  // namespace mxdp

@@ -14,6 +14,14 @@
 //     grad(i)                the fp32 slice where param i's gradient ACCUMULATES (+=).
 //     after_layer_backward(L) all gradient contributions to every param whose
 //                            `layer` is L are in; the engine may reduce them now.
+//     fp8_weight(i), fp8_weight_transposed(i)
+//                            FP8 compute only (DpOptions::compute_dtype fp8):
+//                            param i's fp8b128 codes and GEMM-layout tile
+//                            scales, W for fprop (after before_layer) and W^T
+//                            for dgrad (in backward), engine-owned and checked
+//                            fresh on every call (docs/fp8.md). The model then
+//                            has no compute weights of its own for that param
+//                            (the params with ParamSpec::fp8_linear).
 //
 // Compute dtype: the CPU models compute in fp32 and expose weights(i) as
 // float*; GPU models keep bf16 compute weights (compute_weights(i), written by
@@ -32,6 +40,8 @@
 #include <string>
 #include <vector>
 
+#include "util/check.h"
+
 namespace mxdp {
 
 struct ParamSpec {
@@ -39,6 +49,8 @@ struct ParamSpec {
   std::vector<int64_t> shape;  // row-major; 2-D weights are {rows, cols}
   int layer = 0;               // first forward layer that reads it
   bool decay = true;           // decoupled weight decay applies (false for 1-D params)
+  bool fp8_linear = false;     // a linear layer's weight the model reads as FP8 W / W^T under compute_dtype fp8
+                               // (when it travels in fp8b128); other params keep dequantized compute weights
 
   int64_t numel() const {
     int64_t n = 1;
@@ -69,12 +81,27 @@ struct Batch {
 enum class ComputeDType : uint8_t { F32, BF16 };
 inline const char* to_string(ComputeDType t) { return t == ComputeDType::F32 ? "fp32" : "bf16"; }
 
+// A weight as the FP8 GEMMs read it (docs/fp8.md, "Layout"), in the engine
+// ops' memory space: E4M3 codes of a rows x cols row-major matrix and its
+// 128x128 tile scales in cuBLASLt's BLK128x128_32F layout
+// (fp8b128_scales_for_gemm: ceil(rows/128) x fp8b128_gemm_scale_ld(cols) fp32).
+struct Fp8Weight {
+  const uint8_t* codes = nullptr;
+  const float* scales = nullptr;
+  int64_t rows = 0, cols = 0;
+};
+
 class ModelHooks {
  public:
   virtual ~ModelHooks() = default;
   virtual void before_layer(int layer) = 0;
   virtual float* grad(int param) = 0;
   virtual void after_layer_backward(int layer) = 0;
+  // FP8 compute: W of param i (forward) and W^T (backward's dgrad), above.
+  virtual Fp8Weight fp8_weight(int param) { MXDP_FAIL("fp8_weight(", param, "): these hooks have no FP8 weights"); }
+  virtual Fp8Weight fp8_weight_transposed(int param) {
+    MXDP_FAIL("fp8_weight_transposed(", param, "): these hooks have no FP8 weights");
+  }
 };
 
 class Model {
@@ -93,6 +120,14 @@ class Model {
   virtual const float* initial_weights(int param) { return weights(param); }
   // The engine has taken the initial values (a GPU model frees its fp32 copy).
   virtual void release_initial_weights() {}
+  // FP8 compute: whether the model's linear layers (the params with
+  // fp8_linear) read ModelHooks::fp8_weight; the engine refuses compute_dtype
+  // fp8 for a model that does not. set_fp8_compute(true) turns that path on
+  // (an error for a model that has none).
+  virtual bool reads_fp8_weights() const { return false; }
+  virtual void set_fp8_compute(bool on) {
+    MXDP_CHECK(!on, "this model has no FP8 compute path (compute_dtype fp8); use compute_dtype bf16");
+  }
   // Deterministic initialisation of the compute weights from a seed.
   virtual void init_weights(uint64_t seed) = 0;
   // Mean cross-entropy over the B*T targets. Keeps what backward needs.

@@ -4,7 +4,9 @@
 
 #include "util/check.h"
 #include "formats/codec.h"
+#include "engine/layout.h"
 #include "formats/format.h"
+#include "formats/fp8_block.h"
 #include "formats/quant.h"
 #include "train/checkpoints.h"
 
@@ -13,12 +15,12 @@ namespace mxdp {
 void trained_weights(const ParamSpec& spec, const float* master, WeightFormat format, ScaleRounding rounding,
                      float* out) {
   const int64_t n = spec.numel();
-  const FormatTraits& t = format_traits(spec.lowp_eligible() ? format : WeightFormat::Bf16);
+  const FormatTraits& t = format_traits(gather_format(spec, format));
   if (!t.low_precision()) {
     for (int64_t i = 0; i < n; ++i) out[i] = codec::bf16_to_f32(codec::bf16_from_f32(master[i]));
     return;
   }
-  // A 2-D param whose rows hold whole blocks: its codes and scales, row-wise,
+  // A 2-D param the format takes: its codes and scales (row-wise, or tiles),
   // sized by the table, and its tensor amax where the format has one.
   const int64_t rows = spec.shape[0], cols = spec.shape[1];
   std::vector<uint8_t> codes(size_t(t.code_bytes(n))), scales(size_t(t.scales_bytes(n)));
@@ -32,6 +34,10 @@ void trained_weights(const ParamSpec& spec, const float* master, WeightFormat fo
     case WeightFormat::Nvfp4:
       nvfp4_quantize_rowwise(master, rows, cols, tensor_amax, codes.data(), scales.data());
       nvfp4_dequantize_rowwise(codes.data(), scales.data(), nvfp4_tensor_scale(tensor_amax).s_dec, rows, cols, out);
+      return;
+    case WeightFormat::Fp8b128:
+      fp8b128_quantize(master, rows, cols, codes.data(), reinterpret_cast<float*>(scales.data()));
+      fp8b128_dequantize(codes.data(), reinterpret_cast<const float*>(scales.data()), rows, cols, out);
       return;
     case WeightFormat::Bf16:
       break;

@@ -371,6 +371,7 @@ bool Trainer::nothing_to_train() {
 void Trainer::build_engine() {
   model_ = make_model(device_, mc_, *ops_);
   model_->init_weights(cfg_.seed);
+  model_->set_fp8_compute(cfg_.dp.compute_dtype == LinearCompute::Fp8);
   if (!cfg_.init_from.empty()) {
     mc_.spec().hf_import(*model_, cfg_.init_from);
     check_finite_init();
@@ -618,6 +619,7 @@ void Trainer::save(int64_t step) {
   json extra = {{"data", loader_->state()}, {"seed", cfg_.seed}, {"schedule", sched},
                 // what sample/export rebuild the trained weights with
                 {"weight_format", to_string(cfg_.dp.weight_format)},
+                {"compute_dtype", to_string(cfg_.dp.compute_dtype)},
                 {"data_vocab", train_ds_->vocab_size()},  // <= 256: bytes (sample needs no tokenizer)
                 {"mxfp8_scale_rounding", to_string(cfg_.dp.mxfp8_scale_rounding)}};
   record_model_config(extra, mc_);  // "model" (and "arch" for an architecture other than gpt2)

@@ -14,6 +14,7 @@
 #include "formats/cuda/fp8_encode.cuh"
 #include "formats/cuda/bf16_cuda.h"
 #include "formats/cuda/quant_cuda.h"
+#include "formats/cuda/fp8_block_cuda.h"
 #include "util/cuda_check.h"
 #include "util/cuda_launch.h"
 #include "formats/codec.h"
@@ -228,12 +229,18 @@ void launch_fused(float* p, float* m, float* v, const float* g, int64_t n, const
 
 // Dequantize straight into bf16 compute weights: bf16_rne(fp32 dequantized
 // value), element by element the CPU's to_bf16(dequantize(x)).
+// cols: fp8b128 only, the range is a (n / cols) x cols matrix of 128x128 tiles.
 template <WeightFormat F>
-__device__ __forceinline__ float dequant_at(const uint8_t* codes, const uint8_t* scales, int64_t i, float s_dec) {
+__device__ __forceinline__ float dequant_at(const uint8_t* codes, const uint8_t* scales, int64_t i, float s_dec,
+                                            int64_t cols) {
   if constexpr (F == WeightFormat::Bf16) {
     return codec::bf16_to_f32(reinterpret_cast<const uint16_t*>(codes)[i]);
   } else if constexpr (F == WeightFormat::Mxfp8) {
     return codec::mxfp8_dequant(codes[i], scales[i / kMxfp8Block], Fp8Kind::E4M3);
+  } else if constexpr (F == WeightFormat::Fp8b128) {
+    const int64_t r = i / cols, c = i - r * cols;
+    const float s = reinterpret_cast<const float*>(scales)[(r / kFp8Tile) * (cols / kFp8Tile) + c / kFp8Tile];
+    return codec::fp8_block_dequant(codes[i], s, Fp8Kind::E4M3);
   } else {
     const uint8_t nib = (codes[i / 2] >> ((i & 1) * 4)) & 0xF;
     return codec::nvfp4_dequant(nib, scales[i / kNvfp4Block], s_dec);
@@ -244,7 +251,7 @@ __device__ __forceinline__ float dequant_at(const uint8_t* codes, const uint8_t*
 // 16-byte store per 8 bf16 (two for fp32) when y is 16-byte aligned.
 template <WeightFormat F, class Out>
 __device__ __forceinline__ void dequant_range(const uint8_t* codes, const uint8_t* scales, int64_t n, float s_dec,
-                                              Out* y, int64_t thread, int64_t threads) {
+                                              int64_t cols, Out* y, int64_t thread, int64_t threads) {
   constexpr bool kBf16 = std::is_same_v<Out, uint16_t>;
   const auto put = [](float v) {
     if constexpr (kBf16) return codec::bf16_from_f32(v);
@@ -255,7 +262,7 @@ __device__ __forceinline__ void dequant_range(const uint8_t* codes, const uint8_
     if (vec && i0 + 8 <= n) {
       Out v[8];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = put(dequant_at<F>(codes, scales, i0 + j, s_dec));
+      for (int j = 0; j < 8; ++j) v[j] = put(dequant_at<F>(codes, scales, i0 + j, s_dec, cols));
       if constexpr (kBf16) {
         uint4 o;
         o.x = v[0] | (uint32_t(v[1]) << 16);
@@ -268,22 +275,22 @@ __device__ __forceinline__ void dequant_range(const uint8_t* codes, const uint8_
         reinterpret_cast<float4*>(y + i0)[1] = make_float4(v[4], v[5], v[6], v[7]);
       }
     } else {
-      for (int64_t i = i0; i < n && i < i0 + 8; ++i) y[i] = put(dequant_at<F>(codes, scales, i, s_dec));
+      for (int64_t i = i0; i < n && i < i0 + 8; ++i) y[i] = put(dequant_at<F>(codes, scales, i, s_dec, cols));
     }
   }
 }
 template <WeightFormat F>
 __global__ void dequant_bf16_kernel(const uint8_t* codes, const uint8_t* scales, int64_t n, float s_dec,
-                                    const float* d_amax, uint16_t* y) {
+                                    const float* d_amax, int64_t cols, uint16_t* y) {
   if (d_amax) s_dec = codec::nvfp4_tensor_scale_of(*d_amax).s_dec;  // NVFP4, tensor amax in device memory
-  dequant_range<F>(codes, scales, n, s_dec, y, blockIdx.x * int64_t(blockDim.x) + threadIdx.x,
+  dequant_range<F>(codes, scales, n, s_dec, cols, y, blockIdx.x * int64_t(blockDim.x) + threadIdx.x,
                    int64_t(gridDim.x) * blockDim.x);
 }
 template <WeightFormat F>
 void launch_dequant_bf16(const uint8_t* codes, const uint8_t* scales, int64_t n, float s_dec, uint16_t* y,
-                         cudaStream_t st, const float* d_amax = nullptr) {
+                         cudaStream_t st, const float* d_amax = nullptr, int64_t cols = 0) {
   const int blocks = int(std::min<int64_t>((n + 8 * kThreads - 1) / (8 * kThreads), 65535 * 16));
-  dequant_bf16_kernel<F><<<blocks, kThreads, 0, st>>>(codes, scales, n, s_dec, d_amax, y);
+  dequant_bf16_kernel<F><<<blocks, kThreads, 0, st>>>(codes, scales, n, s_dec, d_amax, cols, y);
   MXDP_CUDA_CHECK_LAUNCH();
 }
 
@@ -294,7 +301,7 @@ __global__ void dequant_pieces_kernel(const UnpackPiece* pieces) {
   const UnpackPiece pc = pieces[blockIdx.y];
   float s_dec = 0.0f;
   if constexpr (F == WeightFormat::Nvfp4) s_dec = codec::nvfp4_tensor_scale_of(*pc.amax).s_dec;
-  dequant_range<F>(pc.codes, pc.scales, pc.len, s_dec, static_cast<Out*>(pc.dst),
+  dequant_range<F>(pc.codes, pc.scales, pc.len, s_dec, pc.cols, static_cast<Out*>(pc.dst),
                    blockIdx.x * int64_t(blockDim.x) + threadIdx.x, int64_t(gridDim.x) * blockDim.x);
 }
 
@@ -373,8 +380,9 @@ class CudaOps final : public EngineOps {
     return h;
   }
   void quantize(WeightFormat f, ScaleRounding r, const float* x, int64_t n, const float* tensor_amax, uint8_t* codes,
-                uint8_t* scales) override {
+                uint8_t* scales, int64_t cols) override {
     check_tensor_amax(f, tensor_amax, "quantize");
+    check_slab_range(f, n, cols, "quantize");
     switch (f) {
       case WeightFormat::Bf16: to_bf16(x, reinterpret_cast<uint16_t*>(codes), n); break;
       case WeightFormat::Mxfp8:
@@ -383,11 +391,15 @@ class CudaOps final : public EngineOps {
       case WeightFormat::Nvfp4:
         cuda::nvfp4_quantize_rowwise_device_amax(x, 1, n, tensor_amax, codes, scales, stream_);
         break;
+      case WeightFormat::Fp8b128:
+        if (n > 0) cuda::fp8b128_quantize(x, n / cols, cols, codes, reinterpret_cast<float*>(scales), stream_);
+        break;
     }
   }
   void dequantize(WeightFormat f, const uint8_t* codes, const uint8_t* scales, int64_t n, const float* tensor_amax,
-                  void* out, ComputeDType dt) override {
+                  void* out, ComputeDType dt, int64_t cols) override {
     check_tensor_amax(f, tensor_amax, "dequantize");
+    check_slab_range(f, n, cols, "dequantize");
     if (n <= 0) return;
     if (dt == ComputeDType::BF16) {
       uint16_t* y = static_cast<uint16_t*>(out);
@@ -396,6 +408,9 @@ class CudaOps final : public EngineOps {
         case WeightFormat::Mxfp8: launch_dequant_bf16<WeightFormat::Mxfp8>(codes, scales, n, 0.f, y, stream_); break;
         case WeightFormat::Nvfp4:
           launch_dequant_bf16<WeightFormat::Nvfp4>(codes, scales, n, 0.f, y, stream_, tensor_amax);
+          break;
+        case WeightFormat::Fp8b128:
+          launch_dequant_bf16<WeightFormat::Fp8b128>(codes, scales, n, 0.f, y, stream_, nullptr, cols);
           break;
       }
       return;
@@ -410,6 +425,9 @@ class CudaOps final : public EngineOps {
         cuda::nvfp4_dequantize_rowwise_device_sdec(codes, scales, &ts->s_dec, 1, n, y, stream_);
         break;
       }
+      case WeightFormat::Fp8b128:
+        cuda::fp8b128_dequantize(codes, reinterpret_cast<const float*>(scales), n / cols, cols, y, stream_);
+        break;
     }
   }
   void dequantize_pieces(WeightFormat f, const UnpackPiece* pieces, int count, int64_t max_len,
@@ -427,6 +445,7 @@ class CudaOps final : public EngineOps {
       case WeightFormat::Bf16: go.template operator()<WeightFormat::Bf16>(); break;
       case WeightFormat::Mxfp8: go.template operator()<WeightFormat::Mxfp8>(); break;
       case WeightFormat::Nvfp4: go.template operator()<WeightFormat::Nvfp4>(); break;
+      case WeightFormat::Fp8b128: go.template operator()<WeightFormat::Fp8b128>(); break;
     }
     MXDP_CUDA_CHECK_LAUNCH();
   }
@@ -474,8 +493,25 @@ class CudaOps final : public EngineOps {
     MXDP_CUDA_CHECK_LAUNCH();
   }
   void adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m, float* v, const float* g, int64_t n,
-                      const StepControl* ctl, const AdamWChoice& a, uint8_t* codes, uint8_t* scales) override {
+                      const StepControl* ctl, const AdamWChoice& a, uint8_t* codes, uint8_t* scales,
+                      int64_t cols) override {
+    check_slab_range(f, n, cols, "adamw_quantize");
+    if (format_traits(f).block_rows > 1) {
+      // A tile spans 128 rows: AdamW (the fused pass, its amax into scratch,
+      // unread), then the tile quantizer. Two passes, the same bits as one.
+      float* unused_amax = reinterpret_cast<float*>(scratch_ + kSumBlocks + 1) + 1;
+      detail::adamw_amax(p, m, v, g, n, ctl, a, unused_amax, stream_);
+      quantize(f, r, p, n, nullptr, codes, scales, cols);
+      return;
+    }
     detail::adamw_quantize(f, r, p, m, v, g, n, ctl, a, codes, scales, stream_);
+  }
+  void fp8b128_transpose(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, uint8_t* codes_t,
+                         float* scales_t) override {
+    if (rows > 0 && cols > 0) cuda::fp8b128_transpose(codes, scales, rows, cols, codes_t, scales_t, stream_);
+  }
+  void fp8b128_scales_for_gemm(const float* scales, int64_t rows, int64_t cols, float* gemm_scales) override {
+    if (rows > 0 && cols > 0) cuda::fp8b128_scales_for_gemm(scales, rows, cols, gemm_scales, stream_);
   }
   void adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
                   const AdamWChoice& a, float* am) override {
@@ -556,6 +592,8 @@ void detail::adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m,
       break;
     case WeightFormat::Nvfp4:
       MXDP_FAIL("adamw_quantize: ", to_string(f), " needs the tensor amax first (adamw_amax, then quantize)");
+    case WeightFormat::Fp8b128:
+      MXDP_FAIL("adamw_quantize: ", to_string(f), " quantizes 128-row tiles: use EngineOps::adamw_quantize with cols");
   }
 }
 

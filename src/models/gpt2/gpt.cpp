@@ -14,6 +14,7 @@
 
 #include "util/check.h"
 #include "models/gpt2/gpt_cpu.h"
+#include "models/gpt2/gpt_fp8.h"
 
 namespace mxdp {
 
@@ -66,9 +67,11 @@ std::vector<ParamSpec> gpt_param_specs(const GptConfig& c) {
   validate(c);
   const int64_t C = c.d_model;
   std::vector<ParamSpec> s;
-  auto add = [&](std::string name, std::vector<int64_t> shape, int layer) {
+  // fp8_linear: the four linear layers of a block (compute_dtype fp8 reads
+  // them as FP8; the embeddings and the tied head stay as they are).
+  auto add = [&](std::string name, std::vector<int64_t> shape, int layer, bool fp8_linear = false) {
     bool decay = shape.size() == 2;
-    s.push_back({std::move(name), std::move(shape), layer, decay});
+    s.push_back({std::move(name), std::move(shape), layer, decay, fp8_linear});
   };
   add("wte", {c.padded_vocab, C}, 0);
   add("wpe", {c.max_seq, C}, 0);
@@ -76,15 +79,15 @@ std::vector<ParamSpec> gpt_param_specs(const GptConfig& c) {
     const std::string p = fmt::format("h{}.", l - 1);
     add(p + "ln1.w", {C}, l);
     add(p + "ln1.b", {C}, l);
-    add(p + "attn.qkv.w", {3 * C, C}, l);
+    add(p + "attn.qkv.w", {3 * C, C}, l, true);
     add(p + "attn.qkv.b", {3 * C}, l);
-    add(p + "attn.proj.w", {C, C}, l);
+    add(p + "attn.proj.w", {C, C}, l, true);
     add(p + "attn.proj.b", {C}, l);
     add(p + "ln2.w", {C}, l);
     add(p + "ln2.b", {C}, l);
-    add(p + "mlp.fc.w", {4 * C, C}, l);
+    add(p + "mlp.fc.w", {4 * C, C}, l, true);
     add(p + "mlp.fc.b", {4 * C}, l);
-    add(p + "mlp.proj.w", {C, 4 * C}, l);
+    add(p + "mlp.proj.w", {C, 4 * C}, l, true);
     add(p + "mlp.proj.b", {C}, l);
   }
   add("lnf.w", {C}, c.n_layer + 1);
@@ -139,6 +142,12 @@ Gpt::Gpt(const GptConfig& cfg) : cfg_(cfg), specs_(gpt_param_specs(cfg)) {
     blocks_.push_back({i, i + 1, i + 2, i + 3, i + 4, i + 5, i + 6, i + 7, i + 8, i + 9, i + 10, i + 11});
   lnfw_ = i;
   lnfb_ = i + 1;
+}
+
+void Gpt::set_fp8_compute(bool on) {
+  MXDP_CHECK(!on || cfg_.d_model % 128 == 0, "FP8 compute needs d_model a multiple of 128 (whole 128x128 weight ",
+             "tiles and 1x128 activation blocks); got ", cfg_.d_model);
+  fp8_ = on;
 }
 
 float* Gpt::weights(int param) {
@@ -256,15 +265,22 @@ void Gpt::run_forward(const int32_t* tokens, int B, int T, ModelHooks& hooks) {
     float* y = resid_.data() + (l + 1) * BT * C;
     layernorm_forward(ln1, ln1_mean_.data() + l * BT, ln1_rstd_.data() + l * BT, x, w(p.ln1w), w(p.ln1b),
                       M, C);
-    matmul_forward(qkv, ln1, w(p.qkvw), w(p.qkvb), M, 3 * C, C, wt_);
+    // A block linear layer: y = x W^T + b, in fp32 or (FP8 compute) from the engine's FP8 W.
+    const auto linear = [&](float* y, const float* xin, int wp, int bp, int N, int K) {
+      if (fp8_)
+        fp8_matmul_forward(y, xin, hooks.fp8_weight(wp), w(bp), M, N, K, fp8s_);
+      else
+        matmul_forward(y, xin, w(wp), w(bp), M, N, K, wt_);
+    };
+    linear(qkv, ln1, p.qkvw, p.qkvb, 3 * C, C);
     attention_forward(atty, att_.data() + int64_t(l) * B * NH * T * T, qkv, B, T, C, NH);
-    matmul_forward(tmp_.data(), atty, w(p.projw), w(p.projb), M, C, C, wt_);
+    linear(tmp_.data(), atty, p.projw, p.projb, C, C);
     residual_add(xm, x, tmp_.data(), BT * C);
     layernorm_forward(ln2, ln2_mean_.data() + l * BT, ln2_rstd_.data() + l * BT, xm, w(p.ln2w), w(p.ln2b),
                       M, C);
-    matmul_forward(fch, ln2, w(p.fcw), w(p.fcb), M, 4 * C, C, wt_);
+    linear(fch, ln2, p.fcw, p.fcb, 4 * C, C);
     gelu_forward(fch_gelu_.data(), th, fch, BT * 4 * C);
-    matmul_forward(tmp_.data(), fch_gelu_.data(), w(p.mprojw), w(p.mprojb), M, C, 4 * C, wt_);
+    linear(tmp_.data(), fch_gelu_.data(), p.mprojw, p.mprojb, C, 4 * C);
     residual_add(y, xm, tmp_.data(), BT * C);
   }
 
@@ -372,21 +388,25 @@ void Gpt::backward(ModelHooks& hooks) {
     const float* fch = fch_.data() + l * BT * 4 * C;
     const float* th = fch_tanh_.data() + l * BT * 4 * C;
     gelu_from_tanh(fch_gelu_.data(), th, fch, BT * 4 * C);  // the forward's values, bitwise
+    // A block linear layer's backward, in fp32 or (FP8 compute) with the engine's FP8 W^T.
+    const auto linear_back = [&](float* dx, int wp, int bp, const float* dy, const float* xin, int N, int K) {
+      if (fp8_)
+        fp8_matmul_backward(dx, hooks.grad(wp), hooks.grad(bp), dy, xin, hooks.fp8_weight_transposed(wp), M, N, K,
+                            fp8s_);
+      else
+        matmul_backward(dx, hooks.grad(wp), hooks.grad(bp), dy, xin, w(wp), M, N, K);
+    };
     // MLP half: y = xm + mproj(gelu(fc(ln2(xm)))).
-    matmul_backward(dfchg_.data(), hooks.grad(p.mprojw), hooks.grad(p.mprojb), dresid_.data(), fch_gelu_.data(),
-                    w(p.mprojw), M, C, 4 * C);
+    linear_back(dfchg_.data(), p.mprojw, p.mprojb, dresid_.data(), fch_gelu_.data(), C, 4 * C);
     gelu_backward(dfch_.data(), fch, th, dfchg_.data(), BT * 4 * C);
-    matmul_backward(dln_.data(), hooks.grad(p.fcw), hooks.grad(p.fcb), dfch_.data(), ln2, w(p.fcw), M,
-                    4 * C, C);
+    linear_back(dln_.data(), p.fcw, p.fcb, dfch_.data(), ln2, 4 * C, C);
     layernorm_backward(dresid_.data(), hooks.grad(p.ln2w), hooks.grad(p.ln2b), dln_.data(), xm, w(p.ln2w),
                        ln2_mean_.data() + l * BT, ln2_rstd_.data() + l * BT, M, C);
     // Attention half: xm = x + proj(attn(qkv(ln1(x)))).
-    matmul_backward(datty_.data(), hooks.grad(p.projw), hooks.grad(p.projb), dresid_.data(), atty,
-                    w(p.projw), M, C, C);
+    linear_back(datty_.data(), p.projw, p.projb, dresid_.data(), atty, C, C);
     attention_backward(dqkv_.data(), datty_.data(), qkv, att_.data() + int64_t(l) * B * NH * T * T, B, T, C,
                        NH);
-    matmul_backward(dln_.data(), hooks.grad(p.qkvw), hooks.grad(p.qkvb), dqkv_.data(), ln1, w(p.qkvw), M,
-                    3 * C, C);
+    linear_back(dln_.data(), p.qkvw, p.qkvb, dqkv_.data(), ln1, 3 * C, C);
     layernorm_backward(dresid_.data(), hooks.grad(p.ln1w), hooks.grad(p.ln1b), dln_.data(), x, w(p.ln1w),
                        ln1_mean_.data() + l * BT, ln1_rstd_.data() + l * BT, M, C);
     hooks.after_layer_backward(l + 1);

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "models/gpt2/gpt_fp8.h"
 #include "models/model.h"
 
 namespace mxdp {
@@ -86,6 +87,12 @@ class Gpt : public GptModel {
   int num_layers() const override { return cfg_.n_layer + 2; }
   float* weights(int param) override;
   int64_t num_parameters() const { return num_params_; }
+  // FP8 compute (compute_dtype fp8, docs/fp8.md): the four linear layers of
+  // each block read the engine's FP8 W / W^T (ModelHooks::fp8_weight) and
+  // quantize their activations and gradients 1x128 (gpt_fp8.h); the
+  // embeddings, attention and the LM head stay fp32. Needs d_model % 128 == 0.
+  void set_fp8_compute(bool on) override;
+  bool reads_fp8_weights() const override { return fp8_; }
 
   // GPT-2 init from a counter-based RNG (splitmix64 + Box-Muller, so the
   // values do not depend on the standard library): 2-D weights normal(0, 0.02),
@@ -141,6 +148,8 @@ class Gpt : public GptModel {
   std::vector<float> losses_;    // [BT]
   // Scratch.
   std::vector<float> wt_;        // a transposed weight for the forward GEMM
+  bool fp8_ = false;             // FP8 compute of the block linears
+  cpu::Fp8Scratch fp8s_;             // their quantized operands
   std::vector<float> tmp_;       // [BT, C]
   std::vector<float> fch_gelu_;  // [BT, 4C]: gelu(fch) of the block at hand
   std::vector<float> dresid_, dln_, dqkv_, datty_, dfch_, dfchg_;

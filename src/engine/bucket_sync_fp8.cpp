@@ -1,0 +1,94 @@
+// BucketSync's FP8 compute link of the chain (docs/fp8.md, "Integration
+// design"): master -> staged -> gathered -> weights -> transposed, for the
+// params of the fp8b128 buffer the model reads as FP8 (ParamSpec::fp8_linear)
+// when compute_dtype is fp8. "weights" of those is then W as the GEMMs
+// read it (each param's codes, contiguous, and its GEMM-layout tile scales:
+// engine/buffers.h's Fp8Store), not dequantized compute weights; "transposed"
+// is W^T, made from W once per version before the first dgrad reads it.
+#include "engine/bucket_sync.h"
+#include "engine/fault_macros.h"
+#include "formats/fp8_block.h"
+#include "util/check.h"
+
+namespace mxdp {
+
+bool BucketSync::reads_fp8(int p) const {
+  return opt_.fp8_compute(layout_.buffers[layout_.place[p].buffer].format, params_[p].fp8_linear);
+}
+
+// W of every param of the bucket the model reads as FP8, from its gathered payload. A piece is whole
+// 128-row slabs of its param (layout.h), so its codes are rows of the param's
+// codes and its compact scales whole tile rows of the param's compact scales:
+// two copies each, then the GEMM layout per param.
+void BucketSync::fp8_unpack(int f, int b) {
+  const GatherBuffer& gb = layout_.buffers[f];
+  const Bucket& bk = gb.buckets[b];
+  const PayloadShape ps = payload_shape(gb.format, bk.shard_numel);
+  const FormatTraits& ft = format_traits(gb.format);
+  bool any = false;
+  for (int p : bk.params) any = any || reads_fp8(p);
+  if (!any) return;
+  if (MXDP_FAULT(transpose_from_previous)) {
+    // The bug: W^T refreshed before the new codes are in, labelled with the
+    // version being unpacked.
+    MXDP_FAULT_FIRED();
+    fp8_transpose(f, b);
+    st_[f][b].transposed_v = st_[f][b].gathered_v;
+  }
+  const uint8_t* base = bufs_.payload_ptr(f, b);
+  for (int s = 0; s < dp_; ++s) {
+    const uint8_t* slot = base + s * ps.shard_bytes;
+    for (const Piece& pc : bk.shards[s]) {
+      if (pc.len <= 0 || !reads_fp8(pc.param)) continue;
+      Fp8Store& w = bufs_.fp8(pc.param);
+      ops_.copy(w.codes.data() + pc.param_begin, slot + ft.code_bytes(pc.shard_pos), size_t(pc.len));
+      ops_.copy(w.compact.data() + pc.param_begin / ft.block, slot + ps.code_bytes + ft.scales_bytes(pc.shard_pos),
+                size_t(ft.scales_bytes(pc.len)));
+    }
+  }
+  for (int p : bk.params) {
+    if (!reads_fp8(p)) continue;
+    Fp8Store& w = bufs_.fp8(p);
+    ops_.fp8b128_scales_for_gemm(w.compact.data(), params_[p].shape[0], params_[p].shape[1], w.gemm.data());
+  }
+}
+
+// W^T of every param of the bucket from its W (the transpose is exact: codes
+// move, the scale grid transposes).
+void BucketSync::fp8_transpose(int f, int b) {
+  for (int p : layout_.buffers[f].buckets[b].params) {
+    if (!reads_fp8(p)) continue;
+    Fp8Store& w = bufs_.fp8(p);
+    const int64_t rows = params_[p].shape[0], cols = params_[p].shape[1];
+    ops_.fp8b128_transpose(w.codes.data(), w.compact.data(), rows, cols, w.codes_t.data(), w.compact_t.data());
+    ops_.fp8b128_scales_for_gemm(w.compact_t.data(), cols, rows, w.gemm_t.data());
+  }
+}
+
+Fp8Weight BucketSync::fp8_weight(int p) {
+  MXDP_CHECK(p >= 0 && p < int(params_.size()), "fp8_weight(", p, "): no such param");
+  check_fresh(p);
+  Fp8Store& w = bufs_.fp8(p);
+  return {w.codes.data(), w.gemm.data(), params_[p].shape[0], params_[p].shape[1]};
+}
+
+Fp8Weight BucketSync::fp8_weight_transposed(int p) {
+  MXDP_CHECK(p >= 0 && p < int(params_.size()), "fp8_weight_transposed(", p, "): no such param");
+  const ParamPlace& pl = layout_.place[p];
+  BucketState& st = st_[pl.buffer][pl.bucket];
+  Fp8Store& w = bufs_.fp8(p);
+  if (st.transposed_v < st.weights_v) {
+    if (MXDP_FAULT(skip_transpose_refresh)) {
+      MXDP_FAULT_FIRED();
+    } else {
+      fp8_transpose(pl.buffer, pl.bucket);
+      st.transposed_v = st.weights_v;
+    }
+  }
+  MXDP_CHECK(st.transposed_v == st.weights_v && st.weights_v == version_, "stale transpose: dgrad is about to read '",
+             params_[p].name, "'^T made from version ", st.transposed_v, " of its weights (version ", st.weights_v,
+             "), but the latest optimizer step made version ", version_);
+  return {w.codes_t.data(), w.gemm_t.data(), params_[p].shape[1], params_[p].shape[0]};
+}
+
+}  // namespace mxdp

@@ -1,0 +1,27 @@
+// The CPU GPT's FP8 linear layers (gpt_fp8.cpp): the same contracts as
+// gpt_cpu.h's matmul_forward / matmul_backward, with the weight read as the
+// engine's FP8 W (forward) and W^T (backward), {N, K} and {K, N}.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "models/model.h"
+
+namespace mxdp::cpu {
+
+// Quantized operands of the layer at hand, reused between calls.
+struct Fp8Scratch {
+  std::vector<uint8_t> a_codes, b_codes;
+  std::vector<float> a_scales, b_scales;
+};
+
+// out[M,N] = q(inp)[M,K] . W^T + bias; K a multiple of 128.
+void fp8_matmul_forward(float* out, const float* inp, const Fp8Weight& w, const float* bias, int M, int N, int K,
+                        Fp8Scratch& s);
+// dinp = q(dout) . W (overwritten; wt is W^T {K, N}); dW += q(dout^T) . q(inp^T)^T;
+// dbias += the column sums of dout (if non-null).
+void fp8_matmul_backward(float* dinp, float* dW, float* dbias, const float* dout, const float* inp,
+                         const Fp8Weight& wt, int M, int N, int K, Fp8Scratch& s);
+
+}  // namespace mxdp::cpu

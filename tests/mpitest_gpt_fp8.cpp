@@ -1,0 +1,137 @@
+// The CPU GPT in FP8 compute (compute_dtype fp8, docs/fp8.md) under mpirun:
+// its block linears read the engine's FP8 W and W^T and run the emulated
+// block-scaled GEMMs. Sharded runs are bitwise the reference run (replicated
+// optimizer, no gather) and bitwise repeatable, with one bucket per buffer and
+// with small buckets whose shard cuts go through params; FP8 compute changes
+// the losses (the path is taken) but stays close to bf16 compute of the same
+// fp8b128 weights.
+// mpi-ranks: 1 2 3 4
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "comm/comm.h"
+#include "compare_util.h"
+#include "engine/engine.h"
+#include "models/gpt2/gpt.h"
+
+using namespace mxdp;
+using mxdp::testing::same_bits;
+
+namespace {
+
+Communicator& world() {
+  static std::unique_ptr<Communicator> c = make_communicator();
+  return *c;
+}
+
+GptConfig small_gpt() {
+  GptConfig g;
+  g.vocab = 200;
+  g.padded_vocab = 256;
+  g.n_layer = 2;
+  g.d_model = 128;
+  g.n_head = 4;
+  g.max_seq = 32;
+  return g;
+}
+
+struct TrainRun {
+  std::vector<double> losses;               // train steps, then an eval
+  std::vector<std::vector<float>> masters;  // full fp32 masters at the end
+};
+
+TrainRun train(const DpOptions& o, bool fp8) {
+  Gpt model(small_gpt());
+  model.init_weights(5);
+  model.set_fp8_compute(fp8);
+  DataParallel engine(model, world(), o);
+  std::mt19937 rng(17 + world().rank());
+  std::vector<int32_t> in(2 * 16), tg(2 * 16);
+  TrainRun r;
+  for (int step = 0; step < 4; ++step) {
+    for (auto& t : in) t = int32_t(rng() % 200);
+    for (size_t i = 0; i < tg.size(); ++i) tg[i] = (in[i] * 7 + 3) % 200;  // learnable
+    r.losses.push_back(engine.train_step({Batch{in.data(), tg.data(), 2, 16}}).loss);
+  }
+  r.losses.push_back(engine.eval({Batch{in.data(), tg.data(), 2, 16}}));
+  for (int p = 0; p < int(model.params().size()); ++p) r.masters.push_back(engine.full_master(p));
+  return r;
+}
+
+DpOptions fp8_options(int64_t bucket, bool overlap) {
+  DpOptions o;
+  o.weight_format = WeightFormat::Fp8b128;
+  o.compute_dtype = LinearCompute::Fp8;
+  o.bucket_size = bucket;
+  o.overlap_param_gather = overlap;
+  o.overlap_grad_reduce = overlap;
+  o.lr = 1e-2;
+  return o;
+}
+
+std::string differ(const TrainRun& a, const TrainRun& b) {
+  if (a.losses.size() != b.losses.size()) return "different numbers of losses";
+  for (size_t i = 0; i < a.losses.size(); ++i)
+    if (!same_bits(a.losses[i], b.losses[i]))
+      return "loss " + std::to_string(i) + ": " + std::to_string(a.losses[i]) + " vs " + std::to_string(b.losses[i]);
+  for (size_t p = 0; p < a.masters.size(); ++p)
+    if (!same_bits(a.masters[p], b.masters[p])) return "masters of param " + std::to_string(p);
+  return "";
+}
+
+}  // namespace
+
+TEST(GptFp8, ShardedIsBitwiseTheReferenceAndRepeatable) {
+  for (int64_t bucket : {int64_t(1) << 22, int64_t(20000)})
+    for (bool overlap : {false, true}) {
+      const DpOptions o = fp8_options(bucket, overlap);
+      const TrainRun dist = train(o, true), again = train(o, true), ref = train(o.reference(), true);
+      const std::string at = "dp " + std::to_string(world().size()) + " bucket " + std::to_string(bucket) +
+                             (overlap ? " overlap" : "");
+      EXPECT_EQ(differ(dist, ref), "") << at << ": sharded vs reference";
+      EXPECT_EQ(differ(dist, again), "") << at << ": run to run";
+      EXPECT_TRUE(std::isfinite(dist.losses.back())) << at;
+    }
+}
+
+TEST(GptFp8, ChangesTheLossesButStaysCloseToBf16Compute) {
+  // Same fp8b128 weights; FP8 compute also quantizes activations and
+  // gradients (E4M3, 1x128: relative error up to 2^-4 an element), so the
+  // losses move a little. Bound: |loss_fp8 - loss_bf16| < 0.05 at every step
+  // (losses about ln(200) = 5.3). At lr 3e-3: AdamW's first steps move every
+  // weight by about lr whatever its gradient's size, so at a large lr (1e-2)
+  // gradient noise flips enough of them that the two diverge by ~0.2 in 4 steps.
+  DpOptions fo = fp8_options(int64_t(1) << 22, true);
+  fo.lr = 3e-3;
+  DpOptions bf = fo;
+  bf.compute_dtype = LinearCompute::Bf16;
+  const TrainRun f = train(fo, true), b = train(bf, false);
+  ASSERT_EQ(f.losses.size(), b.losses.size());
+  bool any_differs = false;
+  for (size_t i = 0; i < f.losses.size(); ++i) {
+    EXPECT_LT(std::fabs(f.losses[i] - b.losses[i]), 0.05) << "loss " << i << ": fp8 " << f.losses[i] << " bf16 " << b.losses[i];
+    any_differs = any_differs || !same_bits(f.losses[i], b.losses[i]);
+  }
+  EXPECT_TRUE(any_differs) << "FP8 compute gave bf16 compute's losses bit for bit: the FP8 path was not taken";
+  // The eval runs on the last step's batch after the update on it.
+  EXPECT_LT(f.losses[4], f.losses[3]) << "FP8 compute trains";
+}
+
+TEST(GptFp8, RefusedWithoutTheModelsFp8Path) {
+  Gpt model(small_gpt());
+  model.init_weights(5);
+  EXPECT_THROW(DataParallel(model, world(), fp8_options(1 << 22, true)), Error);
+  GptConfig g = small_gpt();
+  g.d_model = 96;
+  g.n_head = 4;
+  Gpt narrow(g);
+  EXPECT_THROW(narrow.set_fp8_compute(true), Error);
+}
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  world();
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,138 @@
+// The CPU GPT's FP8 linear layer (models/gpt2/gpt_fp8.h) against products of
+// operands quantized by the independent reference (tests/fp8_ref.h) and
+// multiplied in double: fprop from 1x128 activations and the W tiles, dgrad
+// from 1x128 output gradients and the W^T tiles, wgrad (accumulating) from the
+// 1x128 blocks of dY^T and X^T along the tokens, and the bias gradient. M = 40
+// tokens: partial 1x128 blocks along M in wgrad.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "fp8_ref.h"
+#include "models/gpt2/gpt_fp8.h"
+
+using namespace mxdp;
+
+namespace {
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = nd(rng);
+  return v;
+}
+
+// Dequantized 1x128 operand (rows x cols, blocks along cols) by the reference.
+std::vector<double> q_rows(const std::vector<float>& x, int64_t rows, int64_t cols) {
+  std::vector<uint8_t> c;
+  std::vector<float> s;
+  fp8ref::rows_1x128(x, rows, cols, true, c, s);
+  const int64_t ld = (rows + 3) / 4 * 4;
+  std::vector<double> y(x.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < cols; ++k) y[r * cols + k] = fp8ref::dequant(c[r * cols + k], s[(k / 128) * ld + r], true);
+  return y;
+}
+
+// A weight's tiles by the reference, handed out as the engine does (GEMM layout).
+struct Tiles {
+  std::vector<uint8_t> codes;
+  std::vector<float> compact, gemm;
+  std::vector<double> value;
+  Fp8Weight w;
+};
+Tiles tiles(const std::vector<float>& x, int64_t rows, int64_t cols) {
+  Tiles t;
+  fp8ref::tiles(x, rows, cols, t.codes, t.compact);
+  const int64_t tc = cols / 128, ld = (tc + 3) / 4 * 4;
+  t.gemm.assign(size_t(rows / 128 * ld), 0.0f);
+  for (int64_t i = 0; i < rows / 128; ++i)
+    for (int64_t j = 0; j < tc; ++j) t.gemm[i * ld + j] = t.compact[i * tc + j];
+  t.value.resize(x.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < cols; ++k)
+      t.value[r * cols + k] = fp8ref::dequant(t.codes[r * cols + k], t.compact[(r / 128) * tc + k / 128], true);
+  t.w = {t.codes.data(), t.gemm.data(), rows, cols};
+  return t;
+}
+
+// |got - want| within fp32 accumulation of the magnitudes.
+void expect_close(const std::vector<float>& got, const std::vector<double>& want, const std::vector<double>& mag,
+                  const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  int64_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::fabs(double(got[i]) - want[i]) > 1e-5 * mag[i] + 1e-30) {
+      if (bad++ == 0) ADD_FAILURE() << what << "[" << i << "]: " << got[i] << " vs " << want[i];
+    }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+}  // namespace
+
+TEST(GptFp8Linear, ForwardAndBackwardAreTheQuantizedProducts) {
+  const int M = 40, N = 256, K = 128;
+  const auto x = randn(size_t(M) * K, 1, 1.0f), wf = randn(size_t(N) * K, 2, 0.02f), b = randn(N, 3, 0.1f);
+  const auto dy = randn(size_t(M) * N, 4, 1e-3f);
+  const Tiles W = tiles(wf, N, K), Wt = tiles(fp8ref::transpose(wf, N, K), K, N);
+  cpu::Fp8Scratch s;
+
+  std::vector<float> y(size_t(M) * N);
+  cpu::fp8_matmul_forward(y.data(), x.data(), W.w, b.data(), M, N, K, s);
+  const auto qx = q_rows(x, M, K);
+  std::vector<double> want(y.size()), mag(y.size());
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      double acc = 0, a = 0;
+      for (int k = 0; k < K; ++k) {
+        acc += qx[m * K + k] * W.value[n * K + k];
+        a += std::fabs(qx[m * K + k] * W.value[n * K + k]);
+      }
+      want[m * N + n] = acc + b[n];
+      mag[m * N + n] = a + std::fabs(b[n]);
+    }
+  expect_close(y, want, mag, "fprop");
+
+  std::vector<float> dx(size_t(M) * K, 7.0f), dw(size_t(N) * K, 0.5f), db(N, 0.25f);
+  cpu::fp8_matmul_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), Wt.w, M, N, K, s);
+  const auto qdy = q_rows(dy, M, N);
+  std::vector<double> wdx(dx.size()), mdx(dx.size());
+  for (int m = 0; m < M; ++m)
+    for (int k = 0; k < K; ++k) {
+      double acc = 0, a = 0;
+      for (int n = 0; n < N; ++n) {
+        acc += qdy[m * N + n] * Wt.value[k * N + n];
+        a += std::fabs(qdy[m * N + n] * Wt.value[k * N + n]);
+      }
+      wdx[m * K + k] = acc;  // overwritten, not accumulated
+      mdx[m * K + k] = a;
+    }
+  expect_close(dx, wdx, mdx, "dgrad");
+  const auto qdyt = q_rows(fp8ref::transpose(dy, M, N), N, M), qxt = q_rows(fp8ref::transpose(x, M, K), K, M);
+  std::vector<double> wdw(dw.size()), mdw(dw.size());
+  for (int n = 0; n < N; ++n)
+    for (int k = 0; k < K; ++k) {
+      double acc = 0.5, a = 0.5;
+      for (int m = 0; m < M; ++m) {
+        acc += qdyt[n * M + m] * qxt[k * M + m];
+        a += std::fabs(qdyt[n * M + m] * qxt[k * M + m]);
+      }
+      wdw[n * K + k] = acc;
+      mdw[n * K + k] = a;
+    }
+  expect_close(dw, wdw, mdw, "wgrad (accumulated onto 0.5)");
+  std::vector<double> wdb(N), mdb(N);
+  for (int n = 0; n < N; ++n) {
+    double acc = 0.25, a = 0.25;
+    for (int m = 0; m < M; ++m) {
+      acc += dy[m * N + n];
+      a += std::fabs(dy[m * N + n]);
+    }
+    wdb[n] = acc;
+    mdb[n] = a;
+  }
+  expect_close(db, wdb, mdb, "bias gradient (accumulated onto 0.25, unquantized dY)");
+}
