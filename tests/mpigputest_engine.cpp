@@ -260,7 +260,9 @@ TEST(GpuEngine, OptimizerStepMakesNoHostWait) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 8 * 2);  // bf16 x2, mxfp8 x4 (reuse), nvfp4 x2 (overlap; mxfp8-floor left out), both modes
+  // bf16 x2, mxfp8 x4 (reuse), nvfp4 x2 (overlap), fp8b128 x2 (bf16 compute; mxfp8-floor and FP8
+  // compute left out), both modes.
+  EXPECT_EQ(checked, 10 * 2);
 }
 
 // The GPU GPT through the engine: bf16 compute weights written by the unpack
