@@ -345,3 +345,24 @@ TEST_F(TrainRobust, PlanUsesTrainsBucketSize) {
   ASSERT_EQ(plan.exit_code, 0) << plan.output;
   EXPECT_TRUE(mt::contains(plan.output, "buckets of " + m[1].str() + " elements")) << plan.output;
 }
+
+// Issue 21, item 9: one default model. `train --help` names it; `plan`
+// without --model plans that one.
+TEST_F(TrainRobust, PlanAndTrainHaveOneDefaultModel) {
+  auto help = mt::run_mxdp("train --help", d / "help.log");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(help.output, m, std::regex("--model TEXT=([a-z0-9.-]+)"))) << help.output;
+  auto plan = mt::run_mxdp("plan --dp 2", d / "plan.log");
+  ASSERT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_TRUE(mt::contains(plan.output, "mxdp plan: " + m[1].str() + ",")) << plan.output;
+}
+
+// Issue 21, item 7: `sample --threads 100000` crashed (exit 139); counts are bounded.
+TEST_F(TrainRobust, SampleCountsAreBounded) {
+  for (const char* bad : {"--threads 100000", "--threads -1", "--tokens -5", "--tokens 100000000"}) {
+    auto r = mt::run_mxdp(std::string("sample --load ") + quote(d / "none") + " " + bad, d / "sample.log");
+    EXPECT_NE(r.exit_code, 0) << bad << ": " << r.output;
+    EXPECT_LT(r.exit_code, 128) << bad << " crashed: " << r.output;
+    EXPECT_TRUE(mt::contains(r.output, std::string(bad).substr(0, std::string(bad).find(' ')))) << bad << ": " << r.output;
+  }
+}

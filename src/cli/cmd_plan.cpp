@@ -30,10 +30,9 @@ void add_plan_command(CLI::App& app, Runner& run) {
     std::string grad_dtype = "fp32";
   };
   auto o = std::make_shared<Opts>();
-  o->c.model = "gpt2-124m";
   CLI::App* cmd = app.add_subcommand("plan", "Memory per rank and traffic per step of each gather mode (nothing runs)");
   cmd->option_defaults()->always_capture_default();
-  cmd->add_option("--model", o->c.model, "Named config (see mxdp train --help)");
+  cmd->add_option("--model", o->c.model, "Named config (see mxdp train --help; the same default as train)");
   cmd->add_option("--n-layer", o->c.n_layer, "Override the number of blocks (0 = keep)");
   cmd->add_option("--d-model", o->c.d_model, "Override the width (0 = keep)");
   cmd->add_option("--n-head", o->c.n_head, "Override the heads (0 = keep)");

@@ -7,6 +7,7 @@
 
 #include "util/check.h"
 #include "cli/commands.h"
+#include "comm/launcher.h"
 #include "comm/comm.h"
 #include "formats/format.h"
 #include "models/registry.h"
@@ -37,12 +38,6 @@ std::string find_default_corpus() {
 }
 
 // Ranks the launcher started (Open MPI, MPICH/Hydra), 0 when not under one.
-int launcher_world_size() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
-    if (const char* s = std::getenv(v)) return std::atoi(s);
-  return 0;
-}
-
 // "tiny, gpt2-124m, ...": the presets of every registered model.
 std::string model_preset_names() {
   std::string s;
@@ -102,7 +97,8 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_option("--max-seq", c.max_seq, "Override the longest sequence (0 = keep)")->group(model);
   cmd->add_option("--vocab", c.vocab, "Override the vocabulary size, e.g. a BPE tokenizer's (0 = keep)")->group(model);
   cmd->add_option("--init-from", c.init_from,
-                  "Start from a Hugging Face GPT-2: a directory (model.safetensors + config.json) or a .safetensors file")
+                  "Start from a Hugging Face model of the architecture (GPT-2, Llama, Qwen2): a directory (config.json + "
+                  "model.safetensors or its sharded index) or a .safetensors file")
       ->group(model);
 
   auto data = "Data and schedule";
@@ -152,7 +148,8 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_option("--grad-reduce-dtype", o->grad_dtype, "Reduce-scatter dtype")
       ->check(CLI::IsMember({"fp32", "bf16"}))->group(core);
   cmd->add_option("--micro-batches", c.dp.micro_batches, "Gradient accumulation steps per optimizer step")->group(core);
-  cmd->add_option("--backend", o->backend, "Communication backend (auto: self for one rank, else mpi)")
+  cmd->add_option("--backend", o->backend, "Communication backend (auto: self for one rank, else mpi on the CPU; "
+                  "on cuda NCCL, bootstrapped over MPI or the launcher's rendezvous)")
       ->check(CLI::IsMember({"auto", "self", "mpi"}))->group(core);
   cmd->add_option("--comm-timeout", c.comm_timeout, "Seconds a collective may take before the job aborts")->group(core);
 
@@ -196,10 +193,10 @@ void add_train_command(CLI::App& app, Runner& run) {
       co.timeout_s = cfg.comm_timeout;
       if (co.backend == Backend::Self) {
         // Each process would be a one-rank job of its own, unaware of the others.
-        const int n = launcher_world_size();
-        MXDP_CHECK(n <= 1, "--backend self runs one rank, but mpirun started ", n,
-                   " ranks: each would train alone on its own. Use --backend mpi (or auto) under mpirun, or run "
-                   "without mpirun");
+        const LaunchInfo& l = this_launch();
+        MXDP_CHECK(l.size <= 1, "--backend self runs one rank, but ", launcher_name(l.launcher), " started ", l.size,
+                   " ranks: each would train alone on its own. Use --backend auto (or mpi, nccl), or start one "
+                   "process");
       }
       const Device device = resolve_device(cfg.device);
       cfg.device = to_string(device);

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "util/check.h"
+#include "comm/launcher.h"
 #include "io/checkpoint.h"
 #include "data/data.h"
 #include "engine/engine.h"
@@ -256,8 +257,7 @@ void Trainer::open_save_dir() {
 
 void Trainer::set_threads() {
   if (cfg_.threads <= 0) {
-    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    const int per_node = local ? std::max(1, std::atoi(local)) : 1;
+    const int per_node = std::max(1, this_launch().local_size);  // ranks of this host, from any launcher
     cfg_.threads = std::max(1, int(std::thread::hardware_concurrency()) / per_node);
   }
   omp_set_num_threads(cfg_.threads);
