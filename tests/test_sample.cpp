@@ -236,3 +236,22 @@ TEST(Sample, InvalidUtf8IsReplacedUnlessRaw) {
   EXPECT_TRUE(contains(py.output, "raw-invalid")) << "the model must emit invalid UTF-8 for this test to mean anything: "
                                                   << py.output;
 }
+
+// Issue 21, item 8: a tokenizer whose vocabulary is not the data's is refused
+// with a reason (a 1008-token tokenizer for 512-token data, say), and the byte
+// tokenizer for BPE data asks for the data's tokenizer.json. The vocabulary
+// sizes are those of the fixture file (its vocab plus added tokens, counted by
+// python when the fixture was made: 1000 + 8).
+TEST(Sample, TokenizerOfAnotherVocabularyIsRefused) {
+  const auto bytes = mxdp::make_byte_tokenizer();
+  EXPECT_EQ(mxdp::tokenizer_mismatch(*bytes, 256), "");
+  EXPECT_EQ(mxdp::tokenizer_mismatch(*bytes, 200), "");
+  EXPECT_NE(mxdp::tokenizer_mismatch(*bytes, 512).find("need their tokenizer"), std::string::npos);
+  const auto bpe = mxdp::load_tokenizer(std::string(MXDP_SOURCE_DIR) + "/tests/data/tokenizers/llama3/tokenizer.json");
+  ASSERT_EQ(bpe->vocab_size(), 1008);
+  EXPECT_EQ(mxdp::tokenizer_mismatch(*bpe, 1008), "");
+  const std::string why = mxdp::tokenizer_mismatch(*bpe, 512);
+  EXPECT_NE(why.find("does not match the data"), std::string::npos) << why;
+  EXPECT_NE(why.find("512"), std::string::npos) << why;
+  EXPECT_EQ(why.find("next to the data"), std::string::npos) << why;  // not the advice for a missing one
+}

@@ -196,6 +196,30 @@ TEST_F(TrainRobust, ResumeContinuesTheCheckpointSchedule) {
   }
 }
 
+// Issue 21, item 8: a run that ends inside the warmup fixes no decay end, so a
+// longer resumed run follows the default rule (the cosine ends at its own
+// --steps) instead of holding the peak lr. Expected lrs from the formula here.
+TEST_F(TrainRobust, RunInsideTheWarmupLeavesTheDecayToTheResumedRun) {
+  const double lr = 3e-3, min_lr = 3e-4;
+  const std::string sched = " --lr 3e-3 --min-lr 3e-4 --warmup-steps 4 --eval-every 0";
+  auto first = train("--steps 3 --save-dir " + quote(d / "ck") + sched + " --metrics " + quote(d / "w1.jsonl"), "w1.log");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  for (const Metric& m : metrics(d / "w1.jsonl"))
+    if (m.kind == "config") EXPECT_EQ(m.line["schedule"].value("lr_decay_steps", 0), -1) << m.line.dump();
+  auto longer = train("--steps 10 --load " + quote(d / "ck") + sched + " --metrics " + quote(d / "w2.jsonl"), "w2.log");
+  ASSERT_EQ(longer.exit_code, 0) << longer.output;
+  int seen = 0;
+  for (const Metric& m : metrics(d / "w2.jsonl")) {
+    if (m.kind == "config") EXPECT_EQ(m.line["schedule"].value("lr_decay_steps", 0), 10) << m.line.dump();
+    if (m.kind != "train") continue;
+    ++seen;
+    const double it = double(m.step - 1);  // 0-based
+    const double want = it < 4 ? lr * (it + 1) / 4 : min_lr + 0.5 * (1 + std::cos(M_PI * (it - 4) / (10.0 - 4))) * (lr - min_lr);
+    EXPECT_NEAR(m.lr, want, 1e-12) << "step " << m.step;
+  }
+  EXPECT_EQ(seen, 7);
+}
+
 // Point 3: --steps 0, or --steps at or below the loaded step, says plainly that
 // there is nothing to train; with --eval-first it is an eval-only run.
 TEST_F(TrainRobust, NothingToTrainIsSaidPlainly) {

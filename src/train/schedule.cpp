@@ -17,12 +17,21 @@ json Schedule::to_json() const {
 std::string Schedule::describe(int64_t first, int64_t last) const {
   std::string d = warmup_steps > 0 ? ::fmt::format("linear warmup over {} steps to lr {}", warmup_steps, lr)
                                    : ::fmt::format("lr {}", lr);
-  d += lr_decay_steps > 0 ? ::fmt::format(", cosine to {} at step {}", min_lr, lr_decay_steps)
-                          : std::string(", constant after the warmup");
+  if (lr_decay_steps < 0)
+    d += ::fmt::format(", cosine to {} at the last step of a run that passes the warmup (this run ends inside it)",
+                       min_lr);
+  else
+    d += lr_decay_steps > 0 ? ::fmt::format(", cosine to {} at step {}", min_lr, lr_decay_steps)
+                            : std::string(", constant after the warmup");
   if (lr_decay_steps > 0 && last > lr_decay_steps && first <= last)
     d += ::fmt::format(" (steps {}-{} are past its end and run at min_lr {})", std::max(first, lr_decay_steps + 1),
                        last, min_lr);
   return d;
+}
+
+int64_t Schedule::decay_end(int64_t steps) const {
+  if (lr_decay_steps >= 0) return lr_decay_steps;
+  return steps > warmup_steps ? steps : 0;  // within the warmup the decay end changes nothing
 }
 
 Schedule schedule_from(const json& s, const std::string& what) {
@@ -40,7 +49,10 @@ Schedule schedule_from(const json& s, const std::string& what) {
   r.lr = num("lr");
   r.min_lr = num("min_lr");
   r.warmup_steps = integer("warmup_steps");
-  r.lr_decay_steps = integer("lr_decay_steps");
+  MXDP_CHECK(s.is_object() && s.contains("lr_decay_steps") && s["lr_decay_steps"].is_number_integer() &&
+                 s["lr_decay_steps"].get<int64_t>() >= -1,
+             what, ": the checkpoint's schedule has no integer \"lr_decay_steps\" >= -1");
+  r.lr_decay_steps = s["lr_decay_steps"].get<int64_t>();
   r.source = "checkpoint";
   return r;
 }

@@ -11,12 +11,17 @@ namespace mxdp {
 
 struct Schedule {
   double lr = 0, min_lr = 0;
-  int64_t warmup_steps = 0, lr_decay_steps = 0;  // decay 0: constant after warmup
+  // decay 0: constant after warmup. -1: the cosine ends at the run's --steps
+  // (the default, `--lr-decay-steps -1`), not fixed yet because every step so
+  // far was in the warmup; a resumed run fixes it from its own --steps.
+  int64_t warmup_steps = 0, lr_decay_steps = 0;
   std::string source;                            // "command line", "checkpoint" or "override"
 
   nlohmann::json to_json() const;
   // In words, for the run header (steps first..last of this run).
   std::string describe(int64_t first, int64_t last) const;
+  // The decay end the engine runs with for a run to `steps` (-1 resolved).
+  int64_t decay_end(int64_t steps) const;
 };
 
 // A schedule recorded in a checkpoint's extra, checked (`what` names the checkpoint).

@@ -325,7 +325,10 @@ void Trainer::resolve_schedule() {
   cli.lr = o.lr;
   cli.min_lr = o.min_lr;
   cli.warmup_steps = o.warmup_steps;
-  cli.lr_decay_steps = o.lr_decay_steps >= 0 ? o.lr_decay_steps : (cfg_.steps > o.warmup_steps ? cfg_.steps : 0);
+  // The default (-1) ends the cosine at --steps; a run that ends inside the
+  // warmup records it as not fixed yet (-1), so that a longer resumed run
+  // decays to its own --steps instead of holding the peak lr.
+  cli.lr_decay_steps = o.lr_decay_steps >= 0 ? o.lr_decay_steps : (cfg_.steps > o.warmup_steps ? cfg_.steps : -1);
   cli.source = "command line";
   if (load_path_.empty() || !ckpt_extra_.contains("schedule")) {
     schedule_ = cli;
@@ -337,6 +340,8 @@ void Trainer::resolve_schedule() {
     // with the checkpoint's; what is not given continues the checkpoint's.
     schedule_ = schedule_from(ckpt_extra_["schedule"], load_path_);
     const TrainConfig::ScheduleGiven& g = cfg_.schedule_given;
+    // Not fixed yet by the checkpoint's run: this run's --lr-decay-steps (or --steps) fixes it.
+    if (schedule_.lr_decay_steps < 0) schedule_.lr_decay_steps = cli.lr_decay_steps;
     std::string diff;
     auto differs = [&](bool given, const char* name, double mine, double theirs) {
       if (given && mine != theirs) diff += ::fmt::format("{}{} {} (the checkpoint's: {})", diff.empty() ? "" : ", ", name, mine, theirs);
@@ -352,7 +357,7 @@ void Trainer::resolve_schedule() {
   o.lr = schedule_.lr;
   o.min_lr = schedule_.min_lr;
   o.warmup_steps = schedule_.warmup_steps;
-  o.lr_decay_steps = schedule_.lr_decay_steps;
+  o.lr_decay_steps = schedule_.decay_end(cfg_.steps);
   o.validate(dp_);
 }
 
