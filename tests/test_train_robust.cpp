@@ -327,6 +327,24 @@ TEST_F(TrainRobust, BackendSelfWithSeveralRanksIsAnError) {
   EXPECT_TRUE(mt::contains(out, "2 ranks")) << out;
 }
 
+// Issue 24: the run header's first line names the launcher it found.
+TEST_F(TrainRobust, HeaderFirstLineNamesTheLauncher) {
+  const std::string m = MXDP_MPIEXEC;
+  if (m.empty() || ::access(m.c_str(), X_OK) != 0) GTEST_SKIP() << "mpirun not found";
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  const mt::MpiSessionDir session;
+  const std::string cmd = session.shell_prefix() + "timeout -k 5 120 " + quote(m) +
+                          " --oversubscribe --bind-to none -np 2 " + quote(MXDP_BINARY) + " train " + common +
+                          " --steps 1 --eval-every 0 > " + quote(d / "hdr.log") + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << mt::read_file(d / "hdr.log");
+  const std::string out = mt::read_file(d / "hdr.log");
+  EXPECT_TRUE(out.rfind("mxdp train: 2 ranks started by Open MPI (mpi)", 0) == 0) << out;
+  auto alone = train("--steps 1 --eval-every 0", "alone.log");
+  ASSERT_EQ(alone.exit_code, 0) << alone.output;
+  EXPECT_TRUE(alone.output.rfind("mxdp train: 1 rank (self)", 0) == 0) << alone.output;
+}
+
 // Issue 21, item 8: an error is the user's sentence, printed once under
 // mpirun (every rank finds a bad option; rank 0 says it), without the source
 // location unless --verbose asks for it.

@@ -408,10 +408,14 @@ void Trainer::resume() {
 
 void Trainer::print_header() {
   if (!is_lead_) return;
+  // The first line names the launcher found (comm/launcher.h); the next its details.
+  const Launcher launcher = this_launch().launcher;
+  const std::string by = launcher == Launcher::None ? "" : std::string(" started by ") + launcher_name(launcher);
   if (device_ == Device::Cuda)
-    std::printf("mxdp train: %d rank%s (%s), one GPU per rank\n", dp_, dp_ > 1 ? "s" : "", backend_name(comm_.backend()));
+    std::printf("mxdp train: %d rank%s%s (%s), one GPU per rank\n", dp_, dp_ > 1 ? "s" : "", by.c_str(),
+                backend_name(comm_.backend()));
   else
-    std::printf("mxdp train: %d rank%s (%s), %d thread%s per rank\n", dp_, dp_ > 1 ? "s" : "",
+    std::printf("mxdp train: %d rank%s%s (%s), %d thread%s per rank\n", dp_, dp_ > 1 ? "s" : "", by.c_str(),
                 backend_name(comm_.backend()), cfg_.threads, cfg_.threads > 1 ? "s" : "");
   std::printf("  %-22s = %s\n", "launcher", launch_description().c_str());
   const ModelSpec& spec = mc_.spec();
