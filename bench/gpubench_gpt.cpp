@@ -12,6 +12,9 @@
 //
 //   gpubench_gpt [model=gpt2-124m] [batch=16] [seq=1024] [steps=30] [formats=bf16,mxfp8,nvfp4] [profile]
 //
+// A format "F+fp8" runs weight format F with FP8 compute (--compute-dtype fp8:
+// the block linears' GEMMs in FP8, docs/fp8.md); F must be fp8b128.
+//
 // With "profile" as the sixth argument it runs 5 warm-up steps and then one
 // step between cudaProfilerStart and cudaProfilerStop, for
 // `ncu --profile-from-start off` (scripts/profile_step.py), and prints nothing else.
@@ -83,14 +86,29 @@ struct Result {
   cuda::GraphStats graphs;
 };
 
-Result run(Communicator& comm, const GptConfig& mc, WeightFormat f, int B, int T, int steps, int warmup,
+// "bf16", "mxfp8", ..., or "fp8b128+fp8" (FP8 compute).
+struct Variant {
+  WeightFormat format;
+  bool fp8_compute;
+};
+Variant parse_variant(const std::string& name) {
+  const size_t plus = name.find('+');
+  if (plus == std::string::npos) return {parse_weight_format(name), false};
+  MXDP_CHECK(name.substr(plus) == "+fp8", "unknown variant '", name, "' (a weight format, or FORMAT+fp8)");
+  return {parse_weight_format(name.substr(0, plus)), true};
+}
+
+Result run(Communicator& comm, const GptConfig& mc, Variant v, int B, int T, int steps, int warmup,
            bool profile = false) {
+  const WeightFormat f = v.format;
   const size_t before = used_bytes();
   auto ops = make_engine_ops(Device::Cuda);
   auto model = make_model(Device::Cuda, gpt2_model_config(mc), *ops);
   model->init_weights(1337);
+  model->set_fp8_compute(v.fp8_compute);
   DpOptions o;
   o.weight_format = f;
+  o.compute_dtype = v.fp8_compute ? LinearCompute::Fp8 : LinearCompute::Bf16;
   o.reuse_grad_buf = f == WeightFormat::Mxfp8;
   o.bucket_size = 40000000;
   o.lr = 6e-4;
@@ -172,7 +190,7 @@ int main(int argc, char** argv) {
     auto comm = make_job_communicator(Device::Cuda, {});
     const GptConfig mc = gpt_config(model);
     if (profile) {
-      run(*comm, mc, parse_weight_format(formats), B, T, 1, 5, /*profile=*/true);
+      run(*comm, mc, parse_variant(formats), B, T, 1, 5, /*profile=*/true);
       return 0;
     }
     cudaStream_t s;
@@ -184,7 +202,7 @@ int main(int argc, char** argv) {
     std::stringstream fs(formats);
     std::string name;
     while (std::getline(fs, name, ',')) {
-      const WeightFormat f = parse_weight_format(name);
+      const Variant f = parse_variant(name);
       Result a = run(*comm, mc, f, B, T, steps, 5);
       Result b = run(*comm, mc, f, B, T, 0, 5);  // the same seed again: the first 5 losses must be the same bits
       bool same = true;

@@ -16,7 +16,9 @@
 #include <random>
 #include <vector>
 
+#include "formats/fp8_block.h"
 #include "models/cuda/attention.h"
+#include "models/cuda/fp8_linear.h"
 #include "models/cuda/gemm.h"
 #include "models/gpt2/cuda/gpt_cuda.h"
 #include "models/gpt2/cuda/gpt_kernels.h"
@@ -320,6 +322,67 @@ TEST(GpuGptKernels, ClassifierLossAndGradientMatchDoubleReference) {
   }
 }
 
+// act_quantize (FP8 compute's activation operands): its bf16 values against
+// the host's bias / GELU / GELU-gradient of the same inputs, and its codes and
+// scales bit for bit against the CPU quantizers (formats/fp8_block.h) of the
+// bf16 values it wrote, padded with zero rows to a multiple of 128 (M = 300).
+TEST(GpuGptKernels, Fp8ActQuantizeIsTheCpuQuantizerOfItsValues) {
+  REQUIRE_GPU();
+  Stream st;
+  const int M = 300, N = 256, Mp = 384;
+  const std::vector<float> x = randn(size_t(M) * N, 11, 2.f), aux = randn(size_t(M) * N, 12), bias = randn(N, 13);
+  for (cuda::ActOp op : {cuda::ActOp::Identity, cuda::ActOp::Gelu, cuda::ActOp::GeluGrad})
+    for (bool with_bias : {false, true}) {
+      Bf16 dx(x), daux(aux), dbias(bias), out(size_t(M) * N), biased(size_t(M) * N);
+      Dev<uint8_t> rc(size_t(Mp) * N), cc(size_t(Mp) * N);
+      F32 rs(size_t(Mp) * N / 128), cs(size_t(Mp) * N / 128);
+      cuda::ActQuant q{.x = dx.p, .bias = with_bias ? dbias.p : nullptr, .biased = with_bias ? biased.p : nullptr,
+                       .op = op, .aux = daux.p, .out = op == cuda::ActOp::Identity ? nullptr : out.p,
+                       .rows = {rc.p, rs.p}, .cols = {cc.p, cs.p}};
+      cuda::act_quantize(q, M, N, st.s);
+      MXDP_CUDA_CHECK(cudaStreamSynchronize(st.s));
+      const std::string what = std::string(op == cuda::ActOp::Identity ? "identity" : op == cuda::ActOp::Gelu ? "gelu" : "dgelu") +
+                               (with_bias ? " + bias" : "");
+      // The values: host formulas on the same bf16 inputs (tanh may differ by an ulp: 1 bf16 ulp allowed).
+      std::vector<float> want(size_t(M) * N), biased_want(want.size());
+      for (int m = 0; m < M; ++m)
+        for (int n = 0; n < N; ++n) {
+          const size_t i = size_t(m) * N + n;
+          float v = x[i];
+          if (with_bias) v = bfr(v + bias[n]);
+          biased_want[i] = v;
+          if (op == cuda::ActOp::Gelu) {
+            const float t = std::tanh(0.7978845608028654f * (v + 0.044715f * v * v * v));
+            v = bfr(0.5f * v * (1.f + t));
+          } else if (op == cuda::ActOp::GeluGrad) {
+            const float a = aux[i], t = std::tanh(0.7978845608028654f * (a + 0.044715f * a * a * a));
+            v = bfr(v * (0.5f * (1.f + t) + 0.5f * a * (1.f - t * t) * 0.7978845608028654f * (1.f + 3.f * 0.044715f * a * a)));
+          }
+          want[i] = v;
+        }
+      if (with_bias) EXPECT_EQ(biased.get(), biased_want) << what;
+      const std::vector<float> got = op == cuda::ActOp::Identity ? (with_bias ? biased.get() : x) : out.get();
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_LE(std::abs(got[i] - want[i]), std::abs(want[i]) * 0x1p-7f + 1e-30f) << what << " at " << i;
+      // The operands: the CPU quantizers of the kernel's own bf16 values, zero rows to Mp.
+      std::vector<float> padded(size_t(Mp) * N, 0.f);
+      std::copy(got.begin(), got.end(), padded.begin());
+      std::vector<uint8_t> rc_want(size_t(Mp) * N), cc_want(rc_want.size()), rc_got(rc_want.size()), cc_got(rc_want.size());
+      std::vector<float> rs_want(size_t(fp8_1x128_scale_count(Mp, N))), cs_want(size_t(fp8_1x128_scale_count(N, Mp)));
+      fp8_quantize_1x128(padded.data(), Mp, N, Fp8Kind::E4M3, rc_want.data(), rs_want.data());
+      fp8_quantize_1x128_transposed(padded.data(), Mp, N, Fp8Kind::E4M3, cc_want.data(), cs_want.data());
+      MXDP_CUDA_CHECK(cudaMemcpy(rc_got.data(), rc.p, rc_got.size(), cudaMemcpyDeviceToHost));
+      MXDP_CUDA_CHECK(cudaMemcpy(cc_got.data(), cc.p, cc_got.size(), cudaMemcpyDeviceToHost));
+      EXPECT_EQ(rc_got, rc_want) << what << ": row codes";
+      EXPECT_EQ(cc_got, cc_want) << what << ": column (transposed) codes";
+      std::vector<float> rs_got = rs.get(), cs_got = cs.get();
+      rs_got.resize(rs_want.size());
+      cs_got.resize(cs_want.size());
+      EXPECT_EQ(std::memcmp(rs_got.data(), rs_want.data(), rs_want.size() * 4), 0) << what << ": row scales";
+      EXPECT_EQ(std::memcmp(cs_got.data(), cs_want.data(), cs_want.size() * 4), 0) << what << ": column scales";
+    }
+}
+
 // ---------------------------------------------------------------- the model
 
 struct HostHooks final : ModelHooks {
@@ -410,6 +473,134 @@ TEST(GpuGpt, RunToRunBitwise) {
     for (int p = 0; p < int(m.cpu.params().size()); ++p) grads[run].push_back(h.get(p));
   }
   EXPECT_EQ(std::memcmp(&loss[0], &loss[1], sizeof(float)), 0);
+  for (size_t p = 0; p < grads[0].size(); ++p)
+    EXPECT_EQ(std::memcmp(grads[0][p].data(), grads[1][p].data(), grads[0][p].size() * 4), 0) << "param " << p;
+}
+
+// FP8 compute: the weights of the four block linears as the engine hands
+// them out (fp8b128 codes, GEMM-layout tile scales; W and W^T), made here with
+// the CPU codec from the CPU model's fp32 weights, in host memory for the CPU
+// model and in device memory for the GPU one.
+struct Fp8Weights {
+  struct One {
+    std::vector<uint8_t> codes, codes_t;
+    std::vector<float> gemm, gemm_t;
+    Dev<uint8_t> *dc = nullptr, *dct = nullptr;
+    F32 *ds = nullptr, *dst = nullptr;
+    int64_t rows = 0, cols = 0;
+  };
+  std::vector<One> w;
+  Fp8Weights(Gpt& cpu) : w(cpu.params().size()) {
+    for (int p = 0; p < int(cpu.params().size()); ++p) {
+      const ParamSpec& s = cpu.params()[size_t(p)];
+      if (!s.fp8_linear) continue;
+      One& o = w[size_t(p)];
+      o.rows = s.shape[0];
+      o.cols = s.shape[1];
+      std::vector<float> compact(size_t(fp8b128_scale_count(o.rows, o.cols))), compact_t(compact.size());
+      o.codes.resize(size_t(s.numel()));
+      o.codes_t.resize(o.codes.size());
+      fp8b128_quantize(cpu.weights(p), o.rows, o.cols, o.codes.data(), compact.data());
+      fp8b128_transpose(o.codes.data(), compact.data(), o.rows, o.cols, o.codes_t.data(), compact_t.data());
+      o.gemm.resize(size_t(fp8b128_gemm_scale_count(o.rows, o.cols)));
+      o.gemm_t.resize(size_t(fp8b128_gemm_scale_count(o.cols, o.rows)));
+      fp8b128_scales_for_gemm(compact.data(), o.rows, o.cols, o.gemm.data());
+      fp8b128_scales_for_gemm(compact_t.data(), o.cols, o.rows, o.gemm_t.data());
+      o.dc = new Dev<uint8_t>(o.codes.size());
+      o.dct = new Dev<uint8_t>(o.codes.size());
+      MXDP_CUDA_CHECK(cudaMemcpy(o.dc->p, o.codes.data(), o.codes.size(), cudaMemcpyHostToDevice));
+      MXDP_CUDA_CHECK(cudaMemcpy(o.dct->p, o.codes_t.data(), o.codes.size(), cudaMemcpyHostToDevice));
+      o.ds = new F32(o.gemm);
+      o.dst = new F32(o.gemm_t);
+    }
+  }
+  ~Fp8Weights() {
+    for (One& o : w) {
+      delete o.dc;
+      delete o.dct;
+      delete o.ds;
+      delete o.dst;
+    }
+  }
+  Fp8Weight get(int p, bool transposed, bool device) const {
+    const One& o = w.at(size_t(p));
+    EXPECT_GT(o.rows, 0) << "FP8 weight of param " << p << ", which is not an FP8 linear";
+    if (transposed)
+      return {device ? o.dct->p : o.codes_t.data(), device ? o.dst->p : o.gemm_t.data(), o.cols, o.rows};
+    return {device ? o.dc->p : o.codes.data(), device ? o.ds->p : o.gemm.data(), o.rows, o.cols};
+  }
+};
+// Hooks `in` plus the FP8 weights (host or device copies).
+struct Fp8Hooks final : ModelHooks {
+  ModelHooks& in;
+  const Fp8Weights& fw;
+  bool device;
+  Fp8Hooks(ModelHooks& h, const Fp8Weights& w, bool dev) : in(h), fw(w), device(dev) {}
+  void before_layer(int l) override { in.before_layer(l); }
+  float* grad(int p) override { return in.grad(p); }
+  void after_layer_backward(int l) override { in.after_layer_backward(l); }
+  Fp8Weight fp8_weight(int p) override { return fw.get(p, false, device); }
+  Fp8Weight fp8_weight_transposed(int p) override { return fw.get(p, true, device); }
+};
+
+// The GPU GPT in FP8 compute against the CPU GPT in FP8 compute (the
+// emulated GEMMs, fp32 activations): the same FP8 weights, so the differences
+// are the GPU's bf16 activations and the codes they move by a step now and
+// then. B*T = 111 (padded to 128 rows inside) and 256. Bounds: loss 1%,
+// every gradient 8% (the bf16 comparison above allows 0.5% and 5%; FP8 codes
+// of slightly different inputs add a few percent on the weight gradients).
+TEST(GpuGpt, Fp8ComputeMatchesTheCpuFp8Gpt) {
+  REQUIRE_GPU();
+  const GptConfig cfg{.vocab = 250, .padded_vocab = 256, .max_seq = 64, .n_layer = 2, .n_head = 2, .d_model = 128};
+  for (auto [B, T] : {std::pair{3, 37}, std::pair{4, 64}}) {
+    Pair m(cfg);
+    m.cpu.set_fp8_compute(true);
+    m.gpu->set_fp8_compute(true);
+    ASSERT_TRUE(m.gpu->reads_fp8_weights());
+    const Fp8Weights fw(m.cpu);
+    std::vector<int32_t> in, tgt;
+    make_tokens(cfg, B, T, 300 + B, in, tgt);
+    const Batch batch{in.data(), tgt.data(), B, T};
+    HostHooks hc0(m.cpu.params());
+    DevHooks hg0(m.cpu.params());
+    Fp8Hooks hc(hc0, fw, false), hg(hg0, fw, true);
+    const float lc = m.cpu.forward(batch, hc), lg = m.gpu->forward(batch, hg);
+    EXPECT_NEAR(lg, lc, 1e-2 * lc) << "loss B=" << B << " T=" << T;
+    m.cpu.backward(hc);
+    m.gpu->backward(hg);
+    for (int p = 0; p < int(m.cpu.params().size()); ++p) {
+      const double e = rel_err(hg0.get(p), hc0.g[size_t(p)]);
+      EXPECT_LT(e, 8e-2) << m.cpu.params()[size_t(p)].name << " B=" << B << " T=" << T;
+      if (m.cpu.params()[size_t(p)].fp8_linear) std::printf("  %-14s B=%d T=%d: gradient rel. error %.4f\n",
+                                                           m.cpu.params()[size_t(p)].name.c_str(), B, T, e);
+    }
+    // The FP8 linears have no bf16 copy on the GPU.
+    for (int p = 0; p < int(m.cpu.params().size()); ++p)
+      if (m.cpu.params()[size_t(p)].fp8_linear) EXPECT_THROW(m.gpu->compute_weights(p), Error);
+  }
+}
+
+TEST(GpuGpt, Fp8ComputeRunToRunBitwise) {
+  REQUIRE_GPU();
+  const GptConfig cfg{.vocab = 250, .padded_vocab = 256, .max_seq = 64, .n_layer = 2, .n_head = 2, .d_model = 128};
+  std::vector<float> loss;
+  std::vector<std::vector<float>> grads[2];
+  for (int run = 0; run < 2; ++run) {
+    Pair m(cfg);
+    m.gpu->set_fp8_compute(true);
+    const Fp8Weights fw(m.cpu);
+    std::vector<int32_t> in, tgt;
+    make_tokens(cfg, 4, 50, 5, in, tgt);
+    DevHooks h0(m.cpu.params());
+    Fp8Hooks h(h0, fw, true);
+    for (int step = 0; step < 2; ++step) {  // the second replays the graphs the first captured
+      loss.push_back(m.gpu->forward({in.data(), tgt.data(), 4, 50}, h));
+      m.gpu->backward(h);
+    }
+    for (int p = 0; p < int(m.cpu.params().size()); ++p) grads[run].push_back(h0.get(p));
+  }
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(std::memcmp(&loss[i], &loss[2 + i], sizeof(float)), 0) << "forward " << i;
+  EXPECT_EQ(std::memcmp(&loss[0], &loss[1], sizeof(float)), 0) << "the same forward twice (graph replay)";
   for (size_t p = 0; p < grads[0].size(); ++p)
     EXPECT_EQ(std::memcmp(grads[0][p].data(), grads[1][p].data(), grads[0][p].size() * 4), 0) << "param " << p;
 }

@@ -159,6 +159,8 @@ class OracleModel final : public Model {
     }
     float* grad(int p) override { return in.grad(p); }
     void after_layer_backward(int l) override { in.after_layer_backward(l); }
+    Fp8Weight fp8_weight(int p) override { return in.fp8_weight(p); }  // a model with its own FP8 path
+    Fp8Weight fp8_weight_transposed(int p) override { return in.fp8_weight_transposed(p); }
   };
   std::unique_ptr<Model> in_;
   std::function<void(int)> on_read_;
@@ -250,6 +252,16 @@ struct Runner {
   // false: an oracle mismatch is recorded but the run goes on (to see what
   // parity alone would have said); errors still stop it.
   bool stop_on_oracle = true;
+  // FP8 compute with a model that has its own FP8 path (the GPU GPT): the
+  // runner turns it on (set_fp8_compute), the params it reads as FP8 are its
+  // fp8_linear ones, and the wrapper only holds the W / W^T it reads to the
+  // oracle (they have no compute weights; their final W is in `weights`).
+  bool own_fp8 = false;
+  // Copies n bytes of FP8 weights the engine handed out into host memory
+  // (device memory for a GPU engine).
+  std::function<void(void*, const void*, size_t)> copy_out = [](void* d, const void* s, size_t n) {
+    std::memcpy(d, s, n);
+  };
 
   SequenceResult run(const std::string& ops) const {
     SequenceResult r;
@@ -266,7 +278,8 @@ struct Runner {
       const std::string at = layer >= 0 ? " forward, layer " + std::to_string(layer)
                                         : (layer == -1 ? ", end of the forward" : ", after sync_weights");
       for (int p = 0; p < int(m.params().size()); ++p)
-        if (layer < 0 || m.params()[p].layer == layer) oracle.check(p, read_compute(m, p), where + at);
+        if ((layer < 0 || m.params()[p].layer == layer) && !(own_fp8 && model->fp8(p)))
+          oracle.check(p, read_compute(m, p), where + at);
     };
     // FP8 compute: which params the model reads as FP8 W (the oracle's rule),
     // each read checked bit for bit; W is then dequantized into the toy's
@@ -276,10 +289,12 @@ struct Runner {
       const ParamSpec& s = model->params()[p];
       const int64_t n = s.numel();
       const int64_t ld = ((w.cols + 127) / 128 + 3) / 4 * 4;
-      std::vector<uint8_t> codes(w.codes, w.codes + n);
-      std::vector<float> scales(w.scales, w.scales + (w.rows + 127) / 128 * ld);
+      std::vector<uint8_t> codes(static_cast<size_t>(n));
+      std::vector<float> scales(size_t((w.rows + 127) / 128 * ld));
+      copy_out(codes.data(), w.codes, codes.size());
+      copy_out(scales.data(), w.scales, scales.size() * sizeof(float));
       oracle.check_fp8(p, codes, scales, transposed, where + (transposed ? " backward" : " forward"));
-      if (transposed) return;
+      if (transposed || own_fp8) return;
       float* dst = model->inner().weights(p);
       for (int64_t i = 0; i < n; ++i) {
         const int64_t r = i / w.cols, c = i % w.cols;
@@ -290,7 +305,13 @@ struct Runner {
       dp.reset();
       auto inner = make_model ? make_model() : toy_for(opt.weight_format);
       inner->init_weights(init_seed);
-      const std::vector<bool> fp8 = toy_fp8_linear(inner->params(), opt);
+      std::vector<bool> fp8 = toy_fp8_linear(inner->params(), opt);
+      if (own_fp8 && fp8c) {
+        inner->set_fp8_compute(true);
+        for (size_t p = 0; p < fp8.size(); ++p)
+          fp8[p] = inner->params()[p].fp8_linear &&
+                   oracle_format(inner->params()[p], opt.weight_format) == WeightFormat::Fp8b128;
+      }
       model = fp8c ? std::make_unique<OracleModel>(std::move(inner), check, fp8, on_fp8)
                    : std::make_unique<OracleModel>(std::move(inner), check);
       dp = std::make_unique<DataParallel>(*model, comm, opt, engine_ops);
@@ -397,9 +418,17 @@ struct Runner {
     }
     if (ok)
       agreed([&] {
+        if (own_fp8 && fp8c) dp->sync_weights();  // collective: W fresh for the reads below
         for (int p = 0; p < int(model->params().size()); ++p) {
           r.masters.push_back(dp->full_master(p));
-          r.weights.push_back(read_compute(model->inner(), p));
+          if (own_fp8 && model->fp8(p)) {  // its W codes (the weights it computes with)
+            const Fp8Weight w = dp->fp8_weight(p);
+            std::vector<uint8_t> codes(size_t(model->params()[p].numel()));
+            copy_out(codes.data(), w.codes, codes.size());
+            r.weights.push_back(std::move(codes));
+          } else {
+            r.weights.push_back(read_compute(model->inner(), p));
+          }
         }
         r.weights_dtype = model->compute_dtype();
       });

@@ -319,6 +319,48 @@ TEST(GpuEngine, GptLifecycleBitwiseEqualToReference) {
   EXPECT_EQ(compared, 5 * 6);  // bf16, mxfp8, mxfp8+reuse, nvfp4, fp8b128 (overlap on) x sequences a..e
 }
 
+// The GPU GPT in FP8 compute (docs/fp8.md): its four block linears read the
+// engine's W and W^T through cuda::Fp8Linear. Lifecycle sequences a to e with
+// fp8b128 + FP8 compute (overlap on): sharded bitwise equal to reference mode,
+// two identical runs bitwise equal, and every W and W^T the model reads held
+// to the oracle bit for bit (copied back from the device).
+TEST(GpuEngine, GptFp8ComputeLifecycleBitwiseEqualToReference) {
+  const std::string why = skip_reason();
+  if (!why.empty()) GTEST_SKIP() << why;
+  int compared = 0;
+  for (const Config& cfg : configs()) {
+    if (cfg.opt.compute_dtype != LinearCompute::Fp8 || !cfg.opt.overlap_param_gather) continue;
+    for (const Sequence& s : sequences()) {
+      if (s.name[0] > 'e') continue;
+      DpOptions o = for_sequence(cfg.opt, s);
+      o.bucket_size = 20000;
+      const std::string key = cfg.name + "/" + s.name;
+      const std::string base = scratch() + "/gptfp8-" + cfg.name;
+      auto runner = [&](const DpOptions& opt, const std::string& ckpt) {
+        Runner r = gpt_runner(opt, ckpt);
+        r.own_fp8 = true;
+        r.copy_out = [](void* d, const void* src, size_t n) {
+          MXDP_CUDA_CHECK(cudaDeviceSynchronize());
+          MXDP_CUDA_CHECK(cudaMemcpy(d, src, n, cudaMemcpyDeviceToHost));
+        };
+        return r;
+      };
+      SequenceResult dist = runner(o, base + "-dist.ckpt").run(s.ops);
+      SequenceResult ref = runner(o.reference(), base + "-ref.ckpt").run(s.ops);
+      EXPECT_EQ(dist.error, "") << key;
+      EXPECT_EQ(dist.oracle, "") << key;
+      EXPECT_GT(dist.fp8_checks, 0) << key << ": no FP8 weight read reached the oracle";
+      EXPECT_EQ(compare(dist, ref), "") << "GPU GPT FP8 dp=" << gpu().comm->size() << " " << key;
+      if (s.name[0] == 'a') {
+        SequenceResult again = runner(o, base + "-again.ckpt").run(s.ops);
+        EXPECT_EQ(compare(again, dist), "") << "two identical GPU GPT FP8 runs " << key;
+      }
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 6);  // fp8b128+fp8+overlap x the 6 sequences a..e (as the bf16 test above)
+}
+
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   cpu_world();

@@ -18,7 +18,7 @@ std::string generate(LanguageModel& model, const std::string& prompt, const Samp
 }
 
 std::string generate(LanguageModel& model, const Tokenizer& tokenizer, const std::string& prompt,
-                     const SampleOptions& opt) {
+                     const SampleOptions& opt, ModelHooks* hooks_in) {
   MXDP_CHECK(opt.tokens >= 0, "sample: tokens must be >= 0, got ", opt.tokens);
   MXDP_CHECK(opt.temperature >= 0 && std::isfinite(opt.temperature),
              "sample: temperature must be >= 0, got ", opt.temperature);
@@ -39,7 +39,8 @@ std::string generate(LanguageModel& model, const Tokenizer& tokenizer, const std
     z ^= z >> 31;
     return double(z >> 11) * 0x1.0p-53;
   };
-  NullHooks hooks;
+  NullHooks null_hooks;
+  ModelHooks& hooks = hooks_in ? *hooks_in : null_hooks;
   std::vector<int> idx(vocab);
   for (int n = 0; n < opt.tokens; ++n) {
     const int T = int(std::min<size_t>(toks.size(), size_t(max_seq)));
@@ -82,7 +83,7 @@ std::string tokenizer_mismatch(const Tokenizer& tokenizer, uint32_t data_vocab) 
 }
 
 void print_run_sample(LanguageModel& model, const Tokenizer& tokenizer, uint32_t data_vocab, const std::string& prompt,
-                      const SampleOptions& so) {
+                      const SampleOptions& so, ModelHooks* hooks) {
   const std::string why = tokenizer_mismatch(tokenizer, data_vocab);
   if (!why.empty()) {
     std::printf("sample: skipped: %s\n", why.c_str());
@@ -90,7 +91,7 @@ void print_run_sample(LanguageModel& model, const Tokenizer& tokenizer, uint32_t
     return;
   }
   std::printf("sample (%d tokens, temperature %.1f, top-k %d):\n", so.tokens, so.temperature, so.top_k);
-  write_text(stdout, prompt + generate(model, tokenizer, prompt, so) + "\n", false);
+  write_text(stdout, prompt + generate(model, tokenizer, prompt, so, hooks) + "\n", false);
 }
 
 }  // namespace mxdp

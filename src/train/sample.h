@@ -23,8 +23,10 @@ struct SampleOptions {
 // Deterministic for a given seed. Only ids both the model and the tokenizer
 // know are drawn (a model whose vocabulary is larger than the tokenizer's
 // never emits the rest); a prompt token outside the model's vocabulary is an error.
+// `hooks`: what the model's forwards are handed (nullptr: NullHooks, weights
+// already in place; a model computing in FP8 needs hooks with its FP8 weights).
 std::string generate(LanguageModel& model, const Tokenizer& tokenizer, const std::string& prompt,
-                     const SampleOptions& opt);
+                     const SampleOptions& opt, ModelHooks* hooks = nullptr);
 // The same with the byte tokenizer.
 std::string generate(LanguageModel& model, const std::string& prompt, const SampleOptions& opt);
 
@@ -38,6 +40,6 @@ std::string generate(LanguageModel& model, const std::string& prompt, const Samp
 std::string tokenizer_mismatch(const Tokenizer& tokenizer, uint32_t data_vocab);
 
 void print_run_sample(LanguageModel& model, const Tokenizer& tokenizer, uint32_t data_vocab, const std::string& prompt,
-                      const SampleOptions& opt);
+                      const SampleOptions& opt, ModelHooks* hooks = nullptr);
 
 }  // namespace mxdp

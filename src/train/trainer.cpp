@@ -645,6 +645,17 @@ void Trainer::save(int64_t step) {
   meter_->add_save(now() - t0);
 }
 
+// Inference on the weights sync_weights left in place: no freshness step, no
+// gradients; under FP8 compute the linear layers' W comes from the engine.
+class SyncedHooks final : public NullHooks {
+ public:
+  explicit SyncedHooks(DataParallel& dp) : dp_(dp) {}
+  Fp8Weight fp8_weight(int param) override { return dp_.fp8_weight(param); }
+
+ private:
+  DataParallel& dp_;
+};
+
 void Trainer::final_sample() {
   if (cfg_.sample_tokens <= 0) return;
   engine_->sync_weights();  // collective: the model now holds the latest weights
@@ -652,7 +663,8 @@ void Trainer::final_sample() {
   SampleOptions so;
   so.tokens = cfg_.sample_tokens;
   so.seed = cfg_.seed;
-  print_run_sample(*model_, *data_tokenizer(tokenizer_dir_), train_ds_->vocab_size(), cfg_.sample_prompt, so);
+  SyncedHooks hooks(*engine_);
+  print_run_sample(*model_, *data_tokenizer(tokenizer_dir_), train_ds_->vocab_size(), cfg_.sample_prompt, so, &hooks);
   std::fflush(stdout);
 }
 

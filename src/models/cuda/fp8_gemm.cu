@@ -30,7 +30,8 @@ struct Key {
   Fp8Kind ka, kb;
   Fp8Scaling sa, sb;
   bool fp32_out;
-  auto tie() const { return std::tuple(m, n, k, int(ka), int(kb), int(sa), int(sb), fp32_out); }
+  bool bias;  // bf16 bias epilogue (BIAS: d += bias[N] broadcast over rows, before the bf16 rounding)
+  auto tie() const { return std::tuple(m, n, k, int(ka), int(kb), int(sa), int(sb), fp32_out, bias); }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 
@@ -38,6 +39,8 @@ struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, cd = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  bool ok = true;     // false: cuBLASLt has no algorithm for it (a bias plan then falls back)
+  bool ran = false;   // it has run once
 };
 
 cudaDataType_t fp8_type(Fp8Kind k) { return k == Fp8Kind::E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
@@ -55,7 +58,7 @@ struct Fp8Gemm::Impl {
   std::map<Key, Plan> plans;
 
   // The scale pointers are set before the heuristic too (as every later call sets them).
-  const Plan& plan(const Key& s, const float* a_scales, const float* b_scales) {
+  Plan& plan(const Key& s, const float* a_scales, const float* b_scales, const void* bias) {
     auto it = plans.find(s);
     if (it != plans.end()) return it->second;
     Plan p;
@@ -70,6 +73,15 @@ struct Fp8Gemm::Impl {
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scales, sizeof a_scales));
     MXDP_FP8_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scales, sizeof b_scales));
+    if (s.bias) {
+      const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+      const cudaDataType_t bt = CUDA_R_16BF;
+      MXDP_FP8_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
+      MXDP_FP8_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+      MXDP_FP8_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    }
     // A {K, m} col-major (op T: m x K), B {K, n} (op N), C = D {m, n}.
     MXDP_FP8_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, fp8_type(s.ka), s.k, s.m, s.k));
     MXDP_FP8_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, fp8_type(s.kb), s.k, s.n, s.k));
@@ -83,6 +95,10 @@ struct Fp8Gemm::Impl {
     int found = 0;
     const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.cd, p.cd, pref, 1, &res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
+    if (s.bias && (st != CUBLAS_STATUS_SUCCESS || found == 0)) {
+      p.ok = false;  // no fused bias for this shape: the caller adds it
+      return plans.emplace(s, p).first->second;
+    }
     MXDP_CHECK(st == CUBLAS_STATUS_SUCCESS && found > 0,
                "cuBLASLt has no block-scaled FP8 algorithm for m=", s.m, " n=", s.n, " k=", s.k,
                " (scales ", s.sa == Fp8Scaling::Rows1x128 ? "1x128" : "128x128", " x ",
@@ -92,7 +108,9 @@ struct Fp8Gemm::Impl {
     return plans.emplace(s, p).first->second;
   }
 
-  void run(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, void* d, bool fp32_out) {
+  // false (nothing run) when a bias was asked for and this shape has no fused one.
+  bool run(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, void* d, bool fp32_out,
+           const uint16_t* bias = nullptr) {
     MXDP_CHECK(M > 0 && N > 0 && K > 0 && M % 128 == 0 && N % 128 == 0 && K % 128 == 0,
                "FP8 GEMM: M, N and K must be positive multiples of 128, got ", M, ", ", N, ", ", K);
     MXDP_CHECK(a.codes && a.scales && b.codes && b.scales && d, "FP8 GEMM: null pointer");
@@ -102,15 +120,25 @@ struct Fp8Gemm::Impl {
                    (b.scaling != Fp8Scaling::Tiles128 || b.kind == Fp8Kind::E4M3),
                "FP8 GEMM: 128x128 tiles are E4M3");
     // cuBLASLt's A is our b, its B our a.
-    const Key s{N, M, K, b.kind, a.kind, b.scaling, a.scaling, fp32_out};
-    const Plan& p = plan(s, b.scales, a.scales);
+    const Key s{N, M, K, b.kind, a.kind, b.scaling, a.scaling, fp32_out, bias != nullptr};
+    Plan& p = plan(s, b.scales, a.scales, bias);
+    if (!p.ok) return false;
+    if (bias)
+      MXDP_FP8_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     MXDP_FP8_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b.scales, sizeof b.scales));
     MXDP_FP8_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a.scales, sizeof a.scales));
     const float alpha = 1.0f, beta = fp32_out ? 1.0f : 0.0f;
-    MXDP_FP8_CUBLAS_CHECK(cublasLtMatmul(handle, p.desc, &alpha, b.codes, p.a, a.codes, p.b, &beta, d, p.cd, d, p.cd,
-                                         &p.algo, workspace, kWorkspace, stream));
+    const cublasStatus_t st = cublasLtMatmul(handle, p.desc, &alpha, b.codes, p.a, a.codes, p.b, &beta, d, p.cd, d,
+                                             p.cd, &p.algo, workspace, kWorkspace, stream);
+    if (st != CUBLAS_STATUS_SUCCESS && bias && !p.ran) {  // the fused bias is refused at its first run: fall back
+      p.ok = false;
+      return false;
+    }
+    MXDP_FP8_CUBLAS_CHECK(st);
+    p.ran = true;
+    return true;
   }
 };
 
@@ -136,6 +164,11 @@ size_t Fp8Gemm::cached_shapes() const { return impl_->plans.size(); }
 
 void Fp8Gemm::nt(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, uint16_t* d_bf16) {
   impl_->run(a, b, M, N, K, d_bf16, false);
+}
+bool Fp8Gemm::nt_bias(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const uint16_t* bias,
+                      uint16_t* d_bf16) {
+  MXDP_CHECK(bias, "FP8 GEMM: null bias");
+  return impl_->run(a, b, M, N, K, d_bf16, false, bias);
 }
 void Fp8Gemm::nt_accumulate(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, float* d_f32) {
   impl_->run(a, b, M, N, K, d_f32, true);

@@ -32,6 +32,11 @@ class Fp8Gemm {
   // d[M,N] = a[M,K] . b[N,K]^T: bf16 d (overwritten), or fp32 d += (accumulate).
   void nt(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, uint16_t* d_bf16);
   void nt_accumulate(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, float* d_f32);
+  // d = a . b^T + bias[N] (bf16 bias, added in fp32 before the one rounding to
+  // bf16) with cuBLASLt's BIAS epilogue. false, and nothing run, when cuBLASLt
+  // has no such algorithm for the shape (decided once per shape): the caller
+  // then runs nt() and adds the bias itself.
+  bool nt_bias(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const uint16_t* bias, uint16_t* d_bf16);
 
   // The three GEMMs of Y = X W^T, W {N, K} (models/fp8/fp8_gemm_emulated.h has the same on the CPU):
   //   fprop: y[M,N]   = x[M,K] (1x128) . w[N,K]^T (tiles)

@@ -26,6 +26,7 @@
 
 #include "util/check.h"
 #include "models/cuda/attention.h"
+#include "models/cuda/fp8_linear.h"
 #include "models/cuda/gemm.h"
 #include "models/gpt2/cuda/gpt_kernels.h"
 #include "models/cuda/stream_graphs.h"
@@ -57,6 +58,10 @@ class Buf {
   }
   T* get() const { return p_; }
   int64_t size() const { return n_; }
+  void swap(Buf& o) {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+  }
 
  private:
   T* p_ = nullptr;
@@ -74,8 +79,7 @@ class GptCuda final : public GptModel {
       offsets_.push_back(total_);
       total_ += round_up(p.numel(), 128);  // every param 256-byte aligned
     }
-    weights_.resize(total_);
-    MXDP_CUDA_CHECK(cudaMemsetAsync(weights_.get(), 0, size_t(total_) * 2, s_));
+    layout_weights();
     int i = 2;
     for (int l = 0; l < cfg_.n_layer; ++l, i += 12) blocks_.push_back({i, i + 1, i + 2, i + 3, i + 4, i + 5, i + 6, i + 7, i + 8, i + 9, i + 10, i + 11});
     lnfw_ = i;
@@ -102,12 +106,28 @@ class GptCuda final : public GptModel {
   ComputeDType compute_dtype() const override { return ComputeDType::BF16; }
   void* compute_weights(int p) override { return w(check_param(p)); }
 
+  // FP8 compute (docs/fp8.md): the four linear layers of each block read the
+  // engine's W / W^T (ModelHooks::fp8_weight) through Fp8Linear, their inputs
+  // and output gradients quantized 1x128 by act_quantize; those weights then
+  // have no bf16 copy here. The embeddings, attention, LayerNorms and the LM
+  // head stay bf16. Set before the first forward; needs d_model % 128 == 0.
+  void set_fp8_compute(bool on) override {
+    MXDP_CHECK(!on || cfg_.d_model % 128 == 0, "FP8 compute needs d_model a multiple of 128 (whole 128x128 weight ",
+               "tiles and 1x128 activation blocks); got ", cfg_.d_model);
+    if (on == fp8_) return;
+    MXDP_CHECK(!ran_, "set_fp8_compute: set it before the model's first forward");
+    fp8_ = on;
+    if (on && !lin_) lin_ = std::make_unique<Fp8Linear>(s_);
+    layout_weights();
+  }
+  bool reads_fp8_weights() const override { return fp8_; }
+
   void init_weights(uint64_t seed) override {
     std::vector<float> host(size_t(total_), 0.f);
     for (size_t p = 0; p < specs_.size(); ++p) gpt_init_param(cfg_, specs_, seed, int(p), host.data() + offsets_[p]);
     init_.resize(total_);
     MXDP_CUDA_CHECK(cudaMemcpyAsync(init_.get(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice, s_));
-    f32_to_bf16(init_.get(), weights_.get(), total_, s_);
+    to_compute_weights();
     MXDP_CUDA_CHECK(cudaStreamSynchronize(s_));  // `host` goes away
   }
   const float* initial_weights(int p) override {
@@ -131,7 +151,7 @@ class GptCuda final : public GptModel {
     Buf<float> tmp;
     float* dst = init_.get() ? init_.get() + offsets_[p] : (tmp.resize(n), tmp.get());
     MXDP_CUDA_CHECK(cudaMemcpyAsync(dst, host, size_t(n) * sizeof(float), cudaMemcpyHostToDevice, s_));
-    f32_to_bf16(dst, w(p), n, s_);
+    if (has_bf16(p)) f32_to_bf16(dst, w(p), n, s_);
     MXDP_CUDA_CHECK(cudaStreamSynchronize(s_));
   }
 
@@ -207,14 +227,31 @@ class GptCuda final : public GptModel {
     MXDP_CHECK(p >= 0 && p < int(specs_.size()), "param index ", p, " out of range [0, ", specs_.size(), ")");
     return p;
   }
-  uint16_t* w(int p) const { return weights_.get() + offsets_[p]; }
+  // Whether param p has bf16 compute weights here (not: an FP8 linear weight under FP8 compute).
+  bool has_bf16(int p) const { return woff_[size_t(p)] >= 0; }
+  uint16_t* w(int p) const {
+    MXDP_CHECK(has_bf16(p), "'", specs_[size_t(p)].name, "' is read as FP8 (compute_dtype fp8): it has no bf16 ",
+               "compute weights");
+    return weights_.get() + woff_[size_t(p)];
+  }
+  // (Re)allocates the bf16 compute weights for the params that have them,
+  // keeping the values of those that had them before (zeros for new ones).
+  void layout_weights();
+  // The bf16 compute weights from init_ (the fp32 initial values).
+  void to_compute_weights();
 
   void ensure_activations(int B, int T);
   void upload_batch(const int32_t* tokens, const int32_t* targets, int B, int T);
   void run_forward(ModelHooks& hooks);
   void forward_stage(int s);
+  void forward_block_fp8(int l);
   void backward_head(float* dwte, float* dlnfw, float* dlnfb);
   void backward_block(int l, float* const* g);
+  void backward_block_fp8(int l, float* const* g);
+  // FP8 compute: the block's W (forward) or W^T (backward) from the hooks into
+  // fw_ / fwt_, outside any graph capture (W^T may be made now, on the
+  // stream); their pointers, for the segment's key.
+  std::vector<intptr_t> fetch_fp8(int l, ModelHooks& hooks, bool transposed);
 
   // The work between two hook calls is one graph segment (stream_graphs.h):
   // forward stage s (what runs after before_layer(s)), the loss, backward
@@ -226,7 +263,8 @@ class GptCuda final : public GptModel {
   int forward_segment(int s) const { return 1 + s; }
   int backward_segment(int s) const { return 1 + num_layers() + s; }
   // `pointers`: the device pointers (beyond the fixed ones) in the segment's key.
-  void segment(int id, std::span<float* const> pointers, const std::function<void()>& work);
+  void segment(int id, std::span<float* const> pointers, const std::function<void()>& work,
+               std::span<const intptr_t> extra = {});
 
   GptConfig cfg_;
   std::vector<ParamSpec> specs_;
@@ -234,9 +272,15 @@ class GptCuda final : public GptModel {
   Gemm gemm_;
   Attention att_;
   StreamGraphs graphs_;
-  std::vector<int64_t> offsets_;
+  std::vector<int64_t> offsets_;  // of each param in init_ (fp32)
+  std::vector<int64_t> woff_;     // of each param in weights_ (bf16), -1 for none
   int64_t total_ = 0;
   Buf<uint16_t> weights_;
+  bool fp8_ = false;              // FP8 compute of the block linears
+  bool ran_ = false;              // a forward has run (the graphs hold weight pointers)
+  std::unique_ptr<Fp8Linear> lin_;
+  std::vector<Fp8Weight> fw_;     // per param: W (forward) and W^T (backward) of this pass
+  std::vector<Fp8Weight> fwt_;
   Buf<float> init_;
   bool init_released_ = false;  // the engine took the initial values
   std::vector<BlockParams> blocks_;
@@ -314,6 +358,7 @@ void GptCuda::ensure_activations(int B, int T) {
   }
   // The column sums' counters start at zero (the kernels leave them so).
   MXDP_CUDA_CHECK(cudaMemsetAsync(act_.scratch, 0, kColsumCounters * sizeof(float), s_));
+  if (fp8_) lin_->reserve(int(BT), int(4 * C));
   B_ = B;
   T_ = T;
 }
@@ -372,17 +417,36 @@ void GptCuda::upload_batch(const int32_t* tokens, const int32_t* targets, int B,
   sg.pending = true;
 }
 
-void GptCuda::segment(int id, std::span<float* const> pointers, const std::function<void()>& work) {
+void GptCuda::segment(int id, std::span<float* const> pointers, const std::function<void()>& work,
+                      std::span<const intptr_t> extra) {
   StreamGraphs::Key key{B_, T_, reinterpret_cast<intptr_t>(arena_.get()),
-                        reinterpret_cast<intptr_t>(att_.workspace()), att_.workspace_bytes()};
+                        reinterpret_cast<intptr_t>(att_.workspace()), att_.workspace_bytes(),
+                        reinterpret_cast<intptr_t>(lin_ ? lin_->workspace_key() : nullptr)};
   for (float* p : pointers) key.push_back(reinterpret_cast<intptr_t>(p));
+  for (intptr_t p : extra) key.push_back(p);
   graphs_.run(id, key, work);
 }
 
+std::vector<intptr_t> GptCuda::fetch_fp8(int l, ModelHooks& hooks, bool transposed) {
+  if (!fp8_) return {};
+  if (fw_.empty()) fw_.assign(specs_.size(), {}), fwt_.assign(specs_.size(), {});
+  std::vector<intptr_t> key;
+  const BlockParams& p = blocks_[size_t(l)];
+  for (int wp : {p.qkvw, p.projw, p.fcw, p.mprojw}) {
+    Fp8Weight& f = transposed ? fwt_[size_t(wp)] : fw_[size_t(wp)];
+    f = transposed ? hooks.fp8_weight_transposed(wp) : hooks.fp8_weight(wp);
+    key.push_back(reinterpret_cast<intptr_t>(f.codes));
+    key.push_back(reinterpret_cast<intptr_t>(f.scales));
+  }
+  return key;
+}
+
 void GptCuda::run_forward(ModelHooks& hooks) {
+  ran_ = true;
   for (int s = 0; s <= cfg_.n_layer + 1; ++s) {
     hooks.before_layer(s);
-    segment(forward_segment(s), {}, [&] { forward_stage(s); });
+    const std::vector<intptr_t> extra = s >= 1 && s <= cfg_.n_layer ? fetch_fp8(s - 1, hooks, false) : std::vector<intptr_t>{};
+    segment(forward_segment(s), {}, [&] { forward_stage(s); }, extra);
   }
 }
 
@@ -416,6 +480,7 @@ void GptCuda::forward_stage(int s) {
     gemm_.forward(a.logits, a.lnf, w(0), nullptr, M, Vp, C);
     return;
   }
+  if (fp8_) return forward_block_fp8(l);
   const BlockParams& p = blocks_[l];
   uint16_t* x = a.resid + l * BTC;
   uint16_t* ln1 = a.ln1 + l * BTC;
@@ -448,7 +513,8 @@ void GptCuda::backward(ModelHooks& hooks) {
     float* g[12];
     const int ids[12] = {p.ln1w, p.ln1b, p.qkvw, p.qkvb, p.projw, p.projb, p.ln2w, p.ln2b, p.fcw, p.fcb, p.mprojw, p.mprojb};
     for (int i = 0; i < 12; ++i) g[i] = hooks.grad(ids[i]);
-    segment(backward_segment(l + 1), g, [&] { backward_block(l, g); });
+    const std::vector<intptr_t> extra = fetch_fp8(l, hooks, true);
+    segment(backward_segment(l + 1), g, [&] { fp8_ ? backward_block_fp8(l, g) : backward_block(l, g); }, extra);
     hooks.after_layer_backward(l + 1);
   }
   // Not a graph: its launch size is the batch's number of distinct tokens.
@@ -502,6 +568,114 @@ void GptCuda::backward_block(int l, float* const* g) {
   att_.backward(a.dqkv, a.datty, qkv, atty, a.stats + int64_t(l) * B * NH * T, B, T, NH, HS);
   gemm_.backward_data(a.dln, a.dqkv, w(p.qkvw), M, 3 * C, C);
   gemm_.backward_weight(d_qkvw, a.dqkv, ln1, M, 3 * C, C);
+  bias_backward(d_qkvb, a.scratch, a.dqkv, M, 3 * C, s_);
+  layernorm_backward(a.dresid, true, d_ln1w, d_ln1b, a.scratch, a.dln, x, w(p.ln1w), a.ln1_mean + int64_t(l) * M,
+                     a.ln1_rstd + int64_t(l) * M, M, C, s_);
+}
+
+void GptCuda::layout_weights() {
+  std::vector<int64_t> off(specs_.size(), -1);
+  int64_t n = 0;
+  for (size_t p = 0; p < specs_.size(); ++p)
+    if (!(fp8_ && specs_[p].fp8_linear)) {
+      off[p] = n;
+      n += round_up(specs_[p].numel(), 128);  // every param 256-byte aligned
+    }
+  Buf<uint16_t> nw(n);
+  MXDP_CUDA_CHECK(cudaMemsetAsync(nw.get(), 0, size_t(n) * 2, s_));
+  for (size_t p = 0; p < specs_.size() && !woff_.empty(); ++p)
+    if (off[p] >= 0 && woff_[p] >= 0)
+      MXDP_CUDA_CHECK(cudaMemcpyAsync(nw.get() + off[p], weights_.get() + woff_[p], size_t(specs_[p].numel()) * 2,
+                                      cudaMemcpyDeviceToDevice, s_));
+  MXDP_CUDA_CHECK(cudaStreamSynchronize(s_));
+  weights_.swap(nw);
+  woff_ = std::move(off);
+}
+
+void GptCuda::to_compute_weights() {
+  for (int p = 0; p < int(specs_.size()); ++p)
+    if (has_bf16(p)) f32_to_bf16(init_.get() + offsets_[size_t(p)], w(p), specs_[size_t(p)].numel(), s_);
+}
+
+// Block l's body under FP8 compute (forward_stage's, with the four linears in
+// FP8): each GEMM's input quantized 1x128 into the kRows slot; the bias adds
+// (and fc's GELU, whose output goes straight to the next GEMM's operand) in
+// act_quantize. The GELU output is not stored: backward recomputes it.
+void GptCuda::forward_block_fp8(int l) {
+  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, HS = C / NH;
+  const int M = B * T;
+  const int64_t BTC = int64_t(M) * C;
+  Activations& a = act_;
+  const BlockParams& p = blocks_[size_t(l)];
+  uint16_t* x = a.resid + l * BTC;
+  uint16_t* ln1 = a.ln1 + l * BTC;
+  uint16_t* qkv = a.qkv + l * 3 * BTC;
+  uint16_t* atty = a.atty + l * BTC;
+  uint16_t* mid = a.resid_mid + l * BTC;
+  uint16_t* ln2 = a.ln2 + l * BTC;
+  uint16_t* pre = a.fch_pre + l * 4 * BTC;
+  const Fp8Slot q = lin_->slot(Fp8Linear::kRows);
+  const auto quantize = [&](const uint16_t* in, int N) { act_quantize({.x = in, .rows = q}, M, N, s_); };
+  quantize(ln1, C);
+  lin_->fprop(qkv, q, fw_[size_t(p.qkvw)], w(p.qkvb), M, 3 * C, C);
+  att_.forward(atty, a.stats + int64_t(l) * B * NH * T, qkv, B, T, NH, HS);
+  quantize(atty, C);
+  lin_->fprop(a.tmp, q, fw_[size_t(p.projw)], w(p.projb), M, C, C);
+  residual_layernorm_forward(mid, ln2, a.ln2_mean + int64_t(l) * M, a.ln2_rstd + int64_t(l) * M, x, a.tmp,
+                             w(p.ln2w), w(p.ln2b), M, C, s_);
+  quantize(ln2, C);
+  lin_->fprop(pre, q, fw_[size_t(p.fcw)], nullptr, M, 4 * C, C);
+  act_quantize({.x = pre, .bias = w(p.fcb), .biased = pre, .op = ActOp::Gelu, .rows = q}, M, 4 * C, s_);
+  lin_->fprop(a.tmp, q, fw_[size_t(p.mprojw)], w(p.mprojb), M, C, 4 * C);
+}
+
+// backward_block under FP8 compute. Per linear layer: the output gradient dY
+// quantized both ways (kRows for dgrad, kCols, the transpose, for wgrad) and
+// the input X's transpose (kXCols) for wgrad; mproj's dgrad goes through the
+// GELU in the next act_quantize, which also makes fc's dY operands.
+void GptCuda::backward_block_fp8(int l, float* const* g) {
+  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, HS = C / NH;
+  const int M = B * T;
+  const int64_t BTC = int64_t(M) * C;
+  Activations& a = act_;
+  const BlockParams& p = blocks_[size_t(l)];
+  float *d_ln1w = g[0], *d_ln1b = g[1], *d_qkvw = g[2], *d_qkvb = g[3], *d_projw = g[4], *d_projb = g[5];
+  float *d_ln2w = g[6], *d_ln2b = g[7], *d_fcw = g[8], *d_fcb = g[9], *d_mprojw = g[10], *d_mprojb = g[11];
+  const uint16_t* x = a.resid + l * BTC;
+  const uint16_t* ln1 = a.ln1 + l * BTC;
+  const uint16_t* qkv = a.qkv + l * 3 * BTC;
+  const uint16_t* atty = a.atty + l * BTC;
+  const uint16_t* mid = a.resid_mid + l * BTC;
+  const uint16_t* ln2 = a.ln2 + l * BTC;
+  const uint16_t* pre = a.fch_pre + l * 4 * BTC;
+  const Fp8Slot dy = lin_->slot(Fp8Linear::kRows), dyt = lin_->slot(Fp8Linear::kCols);
+  const Fp8Slot xt = lin_->slot(Fp8Linear::kXCols);
+  const auto grad_operands = [&](const uint16_t* d, int N) { act_quantize({.x = d, .rows = dy, .cols = dyt}, M, N, s_); };
+  const auto input_t = [&](const uint16_t* in, int N) { act_quantize({.x = in, .cols = xt}, M, N, s_); };
+  // MLP: resid[l+1] = mid + mproj(gelu(fc(ln2))).
+  grad_operands(a.dresid, C);
+  act_quantize({.x = pre, .op = ActOp::Gelu, .cols = xt}, M, 4 * C, s_);  // gelu(pre)^T
+  lin_->wgrad(d_mprojw, dyt, xt, M, C, 4 * C);
+  bias_backward(d_mprojb, a.scratch, a.dresid, M, C, s_);
+  lin_->dgrad(a.dfch, dy, fwt_[size_t(p.mprojw)], M, C, 4 * C);
+  act_quantize({.x = a.dfch, .op = ActOp::GeluGrad, .aux = pre, .out = a.dfch, .rows = dy, .cols = dyt}, M, 4 * C, s_);
+  input_t(ln2, C);
+  lin_->wgrad(d_fcw, dyt, xt, M, 4 * C, C);
+  lin_->dgrad(a.dln, dy, fwt_[size_t(p.fcw)], M, 4 * C, C);
+  bias_backward(d_fcb, a.scratch, a.dfch, M, 4 * C, s_);
+  layernorm_backward(a.dresid, true, d_ln2w, d_ln2b, a.scratch, a.dln, mid, w(p.ln2w), a.ln2_mean + int64_t(l) * M,
+                     a.ln2_rstd + int64_t(l) * M, M, C, s_);
+  // Attention: mid = x + proj(attn(qkv(ln1))).
+  grad_operands(a.dresid, C);
+  input_t(atty, C);
+  lin_->wgrad(d_projw, dyt, xt, M, C, C);
+  lin_->dgrad(a.datty, dy, fwt_[size_t(p.projw)], M, C, C);
+  bias_backward(d_projb, a.scratch, a.dresid, M, C, s_);
+  att_.backward(a.dqkv, a.datty, qkv, atty, a.stats + int64_t(l) * B * NH * T, B, T, NH, HS);
+  grad_operands(a.dqkv, 3 * C);
+  input_t(ln1, C);
+  lin_->wgrad(d_qkvw, dyt, xt, M, 3 * C, C);
+  lin_->dgrad(a.dln, dy, fwt_[size_t(p.qkvw)], M, 3 * C, C);
   bias_backward(d_qkvb, a.scratch, a.dqkv, M, 3 * C, s_);
   layernorm_backward(a.dresid, true, d_ln1w, d_ln1b, a.scratch, a.dln, x, w(p.ln1w), a.ln1_mean + int64_t(l) * M,
                      a.ln1_rstd + int64_t(l) * M, M, C, s_);

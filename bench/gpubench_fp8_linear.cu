@@ -1,0 +1,149 @@
+// The parts of an FP8 linear layer against their bf16 counterparts, one GPU,
+// same run (docs/fp8.md, "Where the time goes"): for each block linear of a
+// GPT-2 size, the three GEMMs (fprop, dgrad, wgrad) through cuda::Gemm (bf16)
+// and cuda::Fp8Gemm (block-scaled E4M3), and act_quantize, the pass that makes
+// the FP8 operands, with its bytes moved against the device copy bandwidth
+// measured here. One JSON line per measurement.
+//
+//   gpubench_fp8_linear [model=gpt2-774m] [tokens=8192] [reps=20]
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "formats/codec.h"
+#include "formats/fp8_block.h"
+#include "models/cuda/fp8_gemm.h"
+#include "models/cuda/fp8_linear.h"
+#include "models/cuda/gemm.h"
+#include "models/gpt2/gpt.h"
+#include "util/cuda_check.h"
+
+using namespace mxdp;
+
+namespace {
+
+template <class T>
+T* dev(size_t n, uint64_t seed, bool fill) {
+  T* p = nullptr;
+  MXDP_CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
+  if (!fill) {
+    MXDP_CUDA_CHECK(cudaMemset(p, 0, n * sizeof(T)));
+    return p;
+  }
+  std::vector<T> h(n);
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d(0.f, 1.f);
+  for (auto& x : h) {
+    if constexpr (sizeof(T) == 2) x = codec::bf16_from_f32(d(g));
+    else if constexpr (sizeof(T) == 4) x = T(d(g) * 0.01f + 1.0f);  // positive scales
+    else x = T(g() & 0x77);                                        // finite E4M3 codes
+  }
+  MXDP_CUDA_CHECK(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+  return p;
+}
+
+// Median-free: the best of 3 windows of `reps` calls, ms per call.
+double time_ms(cudaStream_t s, int reps, const std::function<void()>& f) {
+  for (int i = 0; i < 3; ++i) f();
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  double best = 1e30;
+  for (int w = 0; w < 3; ++w) {
+    cudaEventRecord(a, s);
+    for (int i = 0; i < reps; ++i) f();
+    cudaEventRecord(b, s);
+    MXDP_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    best = std::min(best, double(ms) / reps);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string model = argc > 1 ? argv[1] : "gpt2-774m";
+  const int M = argc > 2 ? std::atoi(argv[2]) : 8192;
+  const int reps = argc > 3 ? std::atoi(argv[3]) : 20;
+  try {
+    const GptConfig cfg = gpt_config(model);
+    const int C = cfg.d_model;
+    cudaStream_t s;
+    MXDP_CUDA_CHECK(cudaStreamCreate(&s));
+    const size_t big = size_t(M) * 4 * C;
+    uint16_t *x = dev<uint16_t>(big, 1, true), *y = dev<uint16_t>(big, 2, false), *w = dev<uint16_t>(size_t(16) * C * C, 3, true);
+    float* dw = dev<float>(size_t(4) * C * C, 4, false);
+    uint8_t *xc = dev<uint8_t>(big, 5, true), *wc = dev<uint8_t>(size_t(4) * C * C, 6, true);
+    float *xs = dev<float>(big / 128, 7, true), *ws = dev<float>(size_t(4) * C * C / 128, 8, true);
+    // Copy bandwidth (read + write bytes / s) over the same buffers.
+    const double copy_ms = time_ms(s, reps, [&] { cudaMemcpyAsync(y, x, big * 2, cudaMemcpyDeviceToDevice, s); });
+    const double copy_gbs = 2.0 * big * 2 / (copy_ms * 1e-3) / 1e9;
+    std::printf("{\"what\": \"copy\", \"bytes\": %zu, \"ms\": %.4f, \"gb_s\": %.0f}\n", big * 4, copy_ms, copy_gbs);
+    cuda::Gemm bf(s);
+    cuda::Fp8Gemm f8(s);
+    const Fp8Operand act{xc, xs, Fp8Kind::E4M3, Fp8Scaling::Rows1x128};
+    const Fp8Operand wt{wc, ws, Fp8Kind::E4M3, Fp8Scaling::Tiles128};
+    struct Layer {
+      const char* name;
+      int N, K;
+    };
+    for (const Layer& L : {Layer{"qkv", 3 * C, C}, Layer{"attn.proj", C, C}, Layer{"fc", 4 * C, C},
+                           Layer{"mlp.proj", C, 4 * C}}) {
+      const double flops = 2.0 * M * L.N * L.K;
+      const double t[6] = {
+          time_ms(s, reps, [&] { bf.forward(y, x, w, nullptr, M, L.N, L.K); }),
+          time_ms(s, reps, [&] { f8.fprop(act, wt, M, L.N, L.K, y); }),
+          time_ms(s, reps, [&] { bf.backward_data(y, x, w, M, L.N, L.K); }),
+          time_ms(s, reps, [&] { f8.dgrad(act, wt, M, L.N, L.K, y); }),
+          time_ms(s, reps, [&] { bf.backward_weight(dw, x, y, M, L.N, L.K); }),
+          time_ms(s, reps, [&] { f8.wgrad(act, act, M, L.N, L.K, dw); }),
+      };
+      const char* gemm[3] = {"fprop", "dgrad", "wgrad"};
+      for (int g = 0; g < 3; ++g)
+        std::printf("{\"what\": \"gemm\", \"layer\": \"%s\", \"gemm\": \"%s\", \"M\": %d, \"N\": %d, \"K\": %d, "
+                    "\"bf16_ms\": %.4f, \"fp8_ms\": %.4f, \"bf16_tflops\": %.0f, \"fp8_tflops\": %.0f, "
+                    "\"fp8_speedup\": %.3f}\n",
+                    L.name, gemm[g], M, L.N, L.K, t[2 * g], t[2 * g + 1], flops / (t[2 * g] * 1e-3) / 1e12,
+                    flops / (t[2 * g + 1] * 1e-3) / 1e12, t[2 * g] / t[2 * g + 1]);
+    }
+    // act_quantize at each width: rows only (forward), rows + cols (an output
+    // gradient), cols only (an input's transpose), GELU + bias + rows (fc).
+    cuda::Fp8Linear lin(s);
+    lin.reserve(M, 4 * C);
+    const cuda::Fp8Slot r = lin.slot(cuda::Fp8Linear::kRows), c = lin.slot(cuda::Fp8Linear::kCols);
+    struct Q {
+      const char* name;
+      int N;
+      cuda::ActQuant q;
+      double bytes_per_elem;  // read + written
+    };
+    const Q qs[] = {
+        {"rows", C, {.x = x, .rows = r}, 2 + 1},
+        {"rows+cols", C, {.x = x, .rows = r, .cols = c}, 2 + 2},
+        {"rows+cols", 4 * C, {.x = x, .rows = r, .cols = c}, 2 + 2},
+        {"cols", 4 * C, {.x = x, .cols = c}, 2 + 1},
+        {"bias+gelu+rows (fc)", 4 * C, {.x = x, .bias = w, .biased = y, .op = cuda::ActOp::Gelu, .rows = r}, 2 + 2 + 1},
+        {"dgelu+rows+cols", 4 * C, {.x = x, .op = cuda::ActOp::GeluGrad, .aux = x, .out = y, .rows = r, .cols = c},
+         2 + 2 + 2 + 2},
+    };
+    for (const Q& q : qs) {
+      const double ms = time_ms(s, reps, [&] { cuda::act_quantize(q.q, M, q.N, s); });
+      const double bytes = q.bytes_per_elem * M * q.N;
+      std::printf("{\"what\": \"act_quantize\", \"op\": \"%s\", \"M\": %d, \"N\": %d, \"ms\": %.4f, \"gb_s\": %.0f, "
+                  "\"of_copy\": %.2f}\n",
+                  q.name, M, q.N, ms, bytes / (ms * 1e-3) / 1e9, bytes / (ms * 1e-3) / 1e9 / copy_gbs);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpubench_fp8_linear: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

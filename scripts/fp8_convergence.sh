@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# FP8 compute against bf16 compute, same model, data, seed and schedule
+# (docs/fp8.md, "Convergence"): for each model and corpus, one run with
+# --weight-format bf16 and one with --weight-format fp8b128 --compute-dtype fp8,
+# both plotted on one `mxdp plot`, then a summary line per pair: the final eval
+# losses, their ratio, and the largest loss spike of each run (the largest rise
+# of the 20-step mean train loss above its running minimum after step 200).
+#
+#   bash scripts/fp8_convergence.sh [build dir=build]
+#   env: OUT (runs/fp8_convergence), STEPS (2000), MODELS ("gpt2-124m:16 gpt2-350m:8"
+#        as model:batch), CORPORA ("kjv stdlib")
+# Corpora: kjv = the shipped data/kjv.txt (2.3 MB, byte tokens); stdlib = the
+# Python standard library's .py sources concatenated (tens of MB of real text,
+# on any machine with python3: the GPU machine has no network).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+B=${1:-build}
+OUT=${OUT:-runs/fp8_convergence}
+STEPS=${STEPS:-2000}
+MODELS=${MODELS:-"gpt2-124m:16 gpt2-350m:8"}
+CORPORA=${CORPORA:-"kjv stdlib"}
+mkdir -p "$OUT"
+
+corpus_file() {
+  case $1 in
+    kjv) echo data/kjv.txt ;;
+    stdlib)
+      local f="$OUT/stdlib.txt"
+      if [ ! -s "$f" ]; then
+        python3 - "$f" <<'EOF'
+import pathlib, sys, sysconfig
+root = pathlib.Path(sysconfig.get_paths()["stdlib"])
+out, total = open(sys.argv[1], "wb"), 0
+for p in sorted(root.rglob("*.py")):
+    if "site-packages" in p.parts or "test" in p.parts:
+        continue
+    b = p.read_bytes()
+    out.write(b + b"\n")
+    total += len(b) + 1
+    if total > 48 << 20:
+        break
+out.close()
+print(f"stdlib corpus: {total / 1e6:.1f} MB from {root}", file=sys.stderr)
+EOF
+      fi
+      echo "$f" ;;
+    *) echo "unknown corpus $1 (kjv, stdlib)" >&2; exit 2 ;;
+  esac
+}
+
+summary="$OUT/summary.txt"
+: >"$summary"
+for mb in $MODELS; do
+  model=${mb%%:*} batch=${mb##*:}
+  for corpus in $CORPORA; do
+    data=$(corpus_file "$corpus")
+    for v in bf16 fp8; do
+      name="$model-$corpus-$v"
+      args=(--weight-format bf16)
+      [ "$v" = fp8 ] && args=(--weight-format fp8b128 --compute-dtype fp8)
+      "$B/mxdp" train --device cuda --model "$model" --data "$data" --batch-size "$batch" --seq-len 1024 \
+        --steps "$STEPS" --eval-every 250 --eval-batches 16 --sample-tokens 0 --progress lines --log-every 250 \
+        --save-dir "$OUT/$name/ckpt" --save-every 0 --start-over --metrics "$OUT/$name/metrics.jsonl" "${args[@]}" \
+        >"$OUT/$name.log" 2>&1 || { echo "FAILED: $name (log: $OUT/$name.log)"; tail -5 "$OUT/$name.log"; exit 1; }
+      grep -E "^done:" "$OUT/$name.log" || true
+    done
+    "$B/mxdp" plot --metrics "$OUT/$model-$corpus-bf16/metrics.jsonl" "$OUT/$model-$corpus-fp8/metrics.jsonl" \
+      --label bf16 --label fp8 --title "$model on $corpus: bf16 vs FP8 compute" --output "$OUT/$model-$corpus.svg" || true
+    python3 - "$OUT/$model-$corpus-bf16/metrics.jsonl" "$OUT/$model-$corpus-fp8/metrics.jsonl" "$model $corpus" \
+      >>"$summary" <<'EOF'
+import json, sys
+def read(path):
+    train, ev = {}, {}
+    for line in open(path):
+        try:
+            j = json.loads(line)
+        except ValueError:
+            continue
+        if j.get("loss") is None:
+            continue
+        (train if j.get("kind") == "train" else ev if j.get("kind") == "eval" else {})[j["step"]] = j["loss"]
+    return [train[k] for k in sorted(train)], ev[max(ev)] if ev else float("nan")
+def spike(losses, window=20, after=200):
+    best, worst = float("inf"), 0.0
+    for i in range(window, len(losses) + 1):
+        m = sum(losses[i - window:i]) / window
+        if i > after:
+            worst = max(worst, m / best - 1)
+        best = min(best, m)
+    return worst
+(tb, eb), (tf, ef) = read(sys.argv[1]), read(sys.argv[2])
+print(f"{sys.argv[3]}: final eval bf16 {eb:.4f}, fp8 {ef:.4f}, fp8/bf16 {ef / eb:.4f} "
+      f"({(ef / eb - 1) * 100:+.2f}%); largest spike bf16 {spike(tb) * 100:.1f}%, fp8 {spike(tf) * 100:.1f}%")
+EOF
+    tail -1 "$summary"
+  done
+done

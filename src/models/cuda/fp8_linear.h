@@ -1,0 +1,89 @@
+// The FP8 linear layers of the GPU models (compute_dtype fp8, docs/fp8.md):
+// the block-scaled GEMMs of cuda::Fp8Gemm plus the kernel that turns bf16
+// activations and gradients into their 1x128 E4M3 operands.
+//
+// act_quantize is the one producer of activation operands. It reads a bf16
+// [M, N] matrix and, in one pass over 128x128 tiles,
+//   1. optionally adds a bias [N] (rounded to bf16; written back to `biased`),
+//   2. applies an elementwise op: identity, GELU (tanh form, gpt_kernels.h's
+//      gelu_forward), or the GELU gradient (x * gelu'(aux), aux the
+//      pre-activation), rounded to bf16 and optionally written to `out`,
+//   3. quantizes that bf16 value into up to two operands: `rows`, 1x128 blocks
+//      along N (the a operand of fprop and dgrad, rows x N), and `cols`, 1x128
+//      blocks along M of the transpose (the operands of wgrad, N x rows).
+// The operands have Mp = M rounded up to 128 rows (zero codes beyond M), so
+// any batch shape runs; the GEMMs below handle the padding on their side.
+// The codes and scales are those of formats/fp8_block.h's fp8_quantize_1x128
+// and fp8_quantize_1x128_transposed of the bf16 value, bit for bit
+// (gputest_gpt checks it). N must be a multiple of 128.
+//
+// Fp8Linear holds the GEMMs, three scratch operands (kRows, kCols, kXCols:
+// what one layer's backward needs at once) and the padded output the GEMMs
+// write when M is not a multiple of 128.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "models/cuda/fp8_gemm.h"
+#include "models/model.h"
+
+namespace mxdp::cuda {
+
+enum class ActOp : uint8_t { Identity, Gelu, GeluGrad };
+
+// Codes and 1x128 scales of one operand (VEC128_32F layout, formats/fp8_block.h).
+struct Fp8Slot {
+  uint8_t* codes = nullptr;
+  float* scales = nullptr;
+  Fp8Operand operand() const { return {codes, scales, Fp8Kind::E4M3, Fp8Scaling::Rows1x128}; }
+};
+
+struct ActQuant {
+  const uint16_t* x = nullptr;     // [M, N] bf16
+  const uint16_t* bias = nullptr;  // [N]: x + bias first (may be null)
+  uint16_t* biased = nullptr;      // where x + bias goes (may be x itself; null: nowhere)
+  ActOp op = ActOp::Identity;
+  const uint16_t* aux = nullptr;   // GeluGrad: the pre-activation [M, N]
+  uint16_t* out = nullptr;         // op's bf16 result (may be x; null: not written)
+  Fp8Slot rows;                    // [Mp, N], 1x128 along N (codes null: not made)
+  Fp8Slot cols;                    // [N, Mp], 1x128 along M (codes null: not made)
+};
+void act_quantize(const ActQuant& q, int M, int N, cudaStream_t s);
+
+inline int64_t fp8_rows_padded(int64_t M) { return (M + 127) / 128 * 128; }
+
+class Fp8Linear {
+ public:
+  enum Slot { kRows, kCols, kXCols, kSlots };
+  explicit Fp8Linear(cudaStream_t stream);
+  ~Fp8Linear();
+  Fp8Linear(const Fp8Linear&) = delete;
+  Fp8Linear& operator=(const Fp8Linear&) = delete;
+
+  // Scratch for M rows and operand widths up to max_n (synchronizes when it grows).
+  void reserve(int M, int max_n);
+  Fp8Slot slot(Slot s) const { return slots_[s]; }
+
+  // Y = X W^T (+ bias[N]) with W {N, K}: y[M, N] bf16 (overwritten) from x
+  // (rows of [Mp, K]). The bias goes in the GEMM's epilogue where cuBLASLt
+  // has one for the shape, else in an act_quantize pass (decided once a shape).
+  void fprop(uint16_t* y, const Fp8Slot& x, const Fp8Weight& w, const uint16_t* bias, int M, int N, int K);
+  // dX = dY W: dx[M, K] bf16 (overwritten) from dy (rows of [Mp, N]) and W^T {K, N}.
+  void dgrad(uint16_t* dx, const Fp8Slot& dy, const Fp8Weight& wt, int M, int N, int K);
+  // dW += dY^T X: dw[N, K] fp32 from dy (cols, [N, Mp]) and x (cols, [K, Mp]).
+  void wgrad(float* dw, const Fp8Slot& dy, const Fp8Slot& x, int M, int N, int K);
+
+  const void* workspace_key() const { return pad_; }  // changes when the scratch is reallocated
+
+ private:
+  void write_rows(uint16_t* dst, int M, int N);
+  cudaStream_t s_;
+  Fp8Gemm gemm_;
+  Fp8Slot slots_[kSlots];
+  uint16_t* pad_ = nullptr;  // [Mp, max_n] bf16 when M % 128 != 0
+  int64_t cap_codes_ = 0, cap_m_ = 0;
+};
+
+}  // namespace mxdp::cuda
