@@ -37,19 +37,42 @@ struct XY {
   double x, y;
 };
 
-// The points of <polyline class="cls" ... points="...">, or none.
-std::vector<XY> polyline_points(const std::string& svg, const std::string& cls) {
-  std::smatch m;
-  const std::regex re("<polyline class=\"" + cls + "\"[^>]* points=\"([^\"]*)\"");
-  if (!std::regex_search(svg, m, re)) return {};
+// "x1,y1 x2,y2 ..." as points.
+std::vector<XY> parse_points(const std::string& attr) {
   std::vector<XY> pts;
-  std::istringstream is(m[1].str());
+  std::istringstream is(attr);
   std::string pair;
   while (is >> pair) {
     const auto comma = pair.find(',');
     pts.push_back({std::stod(pair.substr(0, comma)), std::stod(pair.substr(comma + 1))});
   }
   return pts;
+}
+
+// The points of <polyline class="cls" ... points="...">, or none.
+std::vector<XY> polyline_points(const std::string& svg, const std::string& cls) {
+  std::smatch m;
+  const std::regex re("<polyline class=\"" + cls + "\"[^>]* points=\"([^\"]*)\"");
+  if (!std::regex_search(svg, m, re)) return {};
+  return parse_points(m[1].str());
+}
+
+// Every <polyline class="cls" data-run="RUN" ... points="...">, in document order.
+struct RunLine {
+  std::string run, stroke, attrs;
+  std::vector<XY> pts;
+};
+std::vector<RunLine> run_polylines(const std::string& svg, const std::string& cls) {
+  const std::regex re("<polyline class=\"" + cls + "\" data-run=\"([^\"]*)\"([^>]*) points=\"([^\"]*)\"");
+  const std::regex stroke_re(" stroke=\"([^\"]*)\"");
+  std::vector<RunLine> out;
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), re); it != std::sregex_iterator(); ++it) {
+    RunLine l{(*it)[1].str(), "", (*it)[2].str(), parse_points((*it)[3].str())};
+    std::smatch sm;
+    if (std::regex_search(l.attrs, sm, stroke_re)) l.stroke = sm[1].str();
+    out.push_back(std::move(l));
+  }
+  return out;
 }
 
 size_t count(const std::string& s, const std::string& needle) {
@@ -191,6 +214,107 @@ TEST(LossSvg, DrawsBothSeriesAtTheirValues) {
   }
 }
 
+// Two runs of different lengths and losses: both axes span both runs, every
+// point of each run sits at its own value on those shared axes, each run has
+// its colour, eval is dashed, and the legend names the runs.
+TEST(LossSvg, TwoRunsDrawnAtTheirValuesOnSharedAxes) {
+  struct Run {
+    std::string name;
+    std::vector<double> ts, tl, es, el;
+  };
+  // bf16 runs longer (to step 160) and reaches a lower loss; fp8 starts higher.
+  const Run runs[] = {
+      {"fp8", {0, 20, 40, 60, 80, 100}, {6.0, 4.5, 3.8, 3.3, 3.0, 2.9}, {50, 100}, {3.9, 3.1}},
+      {"bf16 <x>", {0, 40, 80, 120, 160}, {5.5, 3.6, 2.8, 2.4, 2.1}, {80, 160}, {3.0, 2.3}},
+  };
+  std::vector<NamedCurves> in;
+  for (const auto& r : runs) {
+    NamedCurves n{r.name, {}};
+    for (size_t i = 0; i < r.ts.size(); ++i) n.curves.train.push_back({int64_t(r.ts[i]), r.tl[i]});
+    for (size_t i = 0; i < r.es.size(); ++i) n.curves.eval.push_back({int64_t(r.es[i]), r.el[i]});
+    in.push_back(std::move(n));
+  }
+  for (bool log_y : {false, true}) {
+    PlotOptions o;
+    o.log_y = log_y;
+    const std::string svg = loss_svg(in, o);
+    EXPECT_EQ(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0), 0u);
+    EXPECT_TRUE(svg.ends_with("</svg>\n"));
+    const auto train = run_polylines(svg, "train"), eval = run_polylines(svg, "eval");
+    ASSERT_EQ(train.size(), 2u);
+    ASSERT_EQ(eval.size(), 2u);
+    EXPECT_EQ(count(svg, "<polyline class=\"train\""), 2u);
+    EXPECT_EQ(count(svg, "<polyline class=\"eval\""), 2u);
+    EXPECT_EQ(count(svg, "<g class=\"eval-markers\""), 2u);
+    // Every point of both runs against the union of all values: one x and one y mapping.
+    std::vector<double> sx, px, ly, py;
+    const auto yv = [&](double l) { return log_y ? std::log10(l) : l; };
+    for (size_t r = 0; r < 2; ++r) {
+      EXPECT_EQ(train[r].run, r == 0 ? "fp8" : "bf16 &lt;x&gt;");
+      EXPECT_EQ(eval[r].run, train[r].run);
+      ASSERT_EQ(train[r].pts.size(), runs[r].ts.size());
+      ASSERT_EQ(eval[r].pts.size(), runs[r].es.size());
+      for (size_t i = 0; i < runs[r].ts.size(); ++i) {
+        sx.push_back(runs[r].ts[i]), px.push_back(train[r].pts[i].x);
+        ly.push_back(yv(runs[r].tl[i])), py.push_back(train[r].pts[i].y);
+      }
+      for (size_t i = 0; i < runs[r].es.size(); ++i) {
+        sx.push_back(runs[r].es[i]), px.push_back(eval[r].pts[i].x);
+        ly.push_back(yv(runs[r].el[i])), py.push_back(eval[r].pts[i].y);
+      }
+      // Each run's eval markers: one circle per eval point, at the eval line's points.
+      const std::string markers = section(svg, "<g class=\"eval-markers\" data-run=\"" + eval[r].run + "\"", "</g>");
+      EXPECT_EQ(count(markers, "<circle"), runs[r].es.size()) << eval[r].run;
+      EXPECT_TRUE(contains(markers, "stroke=\"" + eval[r].stroke + "\"")) << markers;
+      // Same colour for a run's train and eval; eval dashed, train not.
+      EXPECT_EQ(train[r].stroke, eval[r].stroke);
+      EXPECT_TRUE(contains(eval[r].attrs, "stroke-dasharray")) << eval[r].attrs;
+      EXPECT_FALSE(contains(train[r].attrs, "stroke-dasharray")) << train[r].attrs;
+    }
+    EXPECT_NE(train[0].stroke, train[1].stroke) << "each run needs its own colour";
+    expect_affine(sx, px);
+    expect_affine(ly, py);
+    // The axes span both runs: step 0 (both) at the left edge, bf16's last step 160 at the
+    // right edge (fp8 ends at 100, left of it); the highest loss (fp8's 6.0) near the top,
+    // the lowest (bf16's 2.1) near the bottom, all inside the frame.
+    EXPECT_NEAR(train[0].pts.front().x, 80, 1e-6);
+    EXPECT_NEAR(train[1].pts.back().x, o.width - 30, 1e-6);
+    EXPECT_LT(train[0].pts.back().x, train[1].pts.back().x);
+    EXPECT_NEAR(train[0].pts.front().y - 50, (o.height - 60 - 50) * 0.05 / 1.1, 0.02);
+    EXPECT_NEAR(o.height - 60 - train[1].pts.back().y, (o.height - 60 - 50) * 0.05 / 1.1, 0.02);
+    // The legend names both runs, each with its train and eval loss.
+    const std::string legend = section(svg, "<g class=\"legend\"", "</g>");
+    EXPECT_TRUE(contains(legend, "fp8 train (last 2.9000)")) << legend;
+    EXPECT_TRUE(contains(legend, "fp8 eval (last 3.1000)")) << legend;
+    EXPECT_TRUE(contains(legend, "bf16 &lt;x&gt; train (last 2.1000)")) << legend;
+    EXPECT_TRUE(contains(legend, "bf16 &lt;x&gt; eval (last 2.3000)")) << legend;
+  }
+  // One run through the vector form is the single-run plot, unchanged: no run names.
+  EXPECT_EQ(loss_svg(std::vector<NamedCurves>{in[0]}, {}), loss_svg(in[0].curves, {}));
+  EXPECT_FALSE(contains(loss_svg(in[0].curves, {}), "data-run"));
+}
+
+TEST(LossSvg, SeveralRunsErrorsNameTheRun) {
+  NamedCurves a{"fp8", {}}, b{"bf16", {}};
+  a.curves.train.push_back({1, 3.0});
+  EXPECT_THROW(loss_svg(std::vector<NamedCurves>{}, {}), mxdp::Error);
+  try {
+    loss_svg({a, b}, {});
+    FAIL() << "a run with nothing to draw must fail";
+  } catch (const mxdp::Error& e) {
+    EXPECT_TRUE(contains(e.what(), "no train or eval loss points to plot in run 'bf16'")) << e.what();
+  }
+  b.curves.eval.push_back({2, 0.0});
+  PlotOptions lg;
+  lg.log_y = true;
+  try {
+    loss_svg({a, b}, lg);
+    FAIL() << "log scale with a zero loss must fail";
+  } catch (const mxdp::Error& e) {
+    EXPECT_TRUE(contains(e.what(), "needs every loss > 0, the smallest is 0 (run 'bf16')")) << e.what();
+  }
+}
+
 TEST(LossSvg, EdgeCasesAndErrors) {
   LossCurves c;
   EXPECT_THROW(loss_svg(c, {}), mxdp::Error);  // nothing to plot
@@ -250,6 +374,83 @@ TEST(PlotCli, WritesSvgAndReportsErrors) {
   EXPECT_TRUE(contains(r.output, "must name an .svg file")) << r.output;
 }
 
+// Several --metrics files on one plot: names from the directories (or the file
+// names where the directories are the same), or from --label; a --label count
+// that is not the files' count is refused; one report line per run.
+TEST(PlotCli, SeveralRunsWithLabels) {
+  TempDir d;
+  fs::create_directories(d / "runs/fp8");
+  fs::create_directories(d / "runs/bf16");
+  auto metrics = [](double scale, int steps) {
+    std::string m = "{\"kind\":\"config\",\"B\":8}\n";
+    for (int s = 1; s <= steps; ++s)
+      m += "{\"kind\":\"train\",\"step\":" + std::to_string(s) + ",\"loss\":" + std::to_string(scale * (4.0 / s + 1)) +
+           "}\n";
+    m += "{\"kind\":\"eval\",\"step\":" + std::to_string(steps) + ",\"loss\":" + std::to_string(scale * 1.5) + "}\n";
+    return m;
+  };
+  write_file(d / "runs/fp8/metrics.jsonl", metrics(1.0, 40));
+  write_file(d / "runs/bf16/metrics.jsonl", metrics(0.9, 30) + "{\"kind\":\"train\",\n");
+  const std::string a = quote(d / "runs/fp8/metrics.jsonl"), b = quote(d / "runs/bf16/metrics.jsonl");
+  const std::string out = d / "log.txt", svg_path = d / "two.svg";
+  const auto runs_of = [](const std::string& svg) {
+    std::vector<std::string> names;
+    for (const auto& l : run_polylines(svg, "train")) names.push_back(l.run);
+    return names;
+  };
+
+  // --metrics A B: names from the directories, a line per run, the title names both.
+  auto r = run_mxdp("plot --metrics " + a + " " + b + " --output " + quote(svg_path), out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "plot: fp8: 40 train and 1 eval points -> " + svg_path + "\n")) << r.output;
+  EXPECT_TRUE(contains(r.output, "plot: bf16: 30 train and 1 eval points, 1 broken lines skipped -> " + svg_path))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "plot: skipped " + d / "runs/bf16/metrics.jsonl" + ":33: not valid JSON")) << r.output;
+  std::string svg = read_file(svg_path);
+  EXPECT_EQ(runs_of(svg), (std::vector<std::string>{"fp8", "bf16"}));
+  EXPECT_EQ(run_polylines(svg, "train")[0].pts.size(), 40u);
+  EXPECT_EQ(run_polylines(svg, "train")[1].pts.size(), 30u);
+  EXPECT_EQ(run_polylines(svg, "eval").size(), 2u);
+  EXPECT_TRUE(contains(svg, ">Loss: fp8 vs bf16</text>")) << svg.substr(0, 600);
+  EXPECT_TRUE(contains(section(svg, "<g class=\"legend\"", "</g>"), ">bf16 eval (last 1.3500)<"));
+
+  // --metrics A --metrics B --label x --label y: the labels, in order.
+  r = run_mxdp("plot --metrics " + a + " --metrics " + b + " --label 'FP8 (e4m3)' --label BF16 --output " +
+                   quote(svg_path),
+               out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "plot: FP8 (e4m3): 40 train")) << r.output;
+  EXPECT_TRUE(contains(r.output, "plot: BF16: 30 train")) << r.output;
+  EXPECT_EQ(runs_of(read_file(svg_path)), (std::vector<std::string>{"FP8 (e4m3)", "BF16"}));
+
+  // A label count that is not the files' count: refused, nothing written.
+  for (const std::string labels : {"--label x", "--label x --label y --label z"}) {
+    r = run_mxdp("plot --metrics " + a + " " + b + " " + labels + " --output " + quote(d / "bad.svg"), out);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_TRUE(contains(r.output, "--label was given")) << r.output;
+    EXPECT_TRUE(contains(r.output, "for 2 --metrics file(s)")) << r.output;
+    EXPECT_FALSE(fs::exists(d / "bad.svg"));
+  }
+
+  // Two files of one directory: their file names. A file directly in the working
+  // directory (no parent in its path): its file name.
+  write_file(d / "runs/fp8/other.jsonl", metrics(1.1, 20));
+  r = run_mxdp("plot --metrics " + a + " " + quote(d / "runs/fp8/other.jsonl") + " --output " + quote(svg_path), out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(runs_of(read_file(svg_path)), (std::vector<std::string>{"metrics.jsonl", "other.jsonl"}));
+  r = run_mxdp("plot --metrics " + b + " " + quote(d / "runs/fp8/other.jsonl") + " --output " + quote(svg_path), out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(runs_of(read_file(svg_path)), (std::vector<std::string>{"bf16", "fp8"}));
+
+  // A run with nothing to draw is named.
+  write_file(d / "runs/fp8/empty.jsonl", "{\"kind\":\"config\",\"B\":8}\n");
+  const std::string empty = d / "runs/fp8/empty.jsonl";
+  r = run_mxdp("plot --metrics " + a + " " + quote(empty) + " --output " + quote(d / "e.svg"), out);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, empty + " holds no train or eval loss to plot (run 'empty.jsonl')")) << r.output;
+  EXPECT_FALSE(fs::exists(d / "e.svg"));
+}
+
 // The SVG must be one a real renderer accepts (skipped where rsvg-convert is absent).
 TEST(PlotCli, SvgRendersWithRsvg) {
   if (std::system("command -v rsvg-convert >/dev/null 2>&1") != 0) GTEST_SKIP() << "rsvg-convert not installed";
@@ -262,6 +463,24 @@ TEST(PlotCli, SvgRendersWithRsvg) {
     PlotOptions o;
     o.log_y = log_y;
     write_file(d / "p.svg", loss_svg(c, o));
+    const std::string cmd = "rsvg-convert '" + (d / "p.svg") + "' -o '" + (d / "p.png") + "' 2>'" + (d / "err") + "'";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << read_file(d / "err");
+    EXPECT_EQ(read_file(d / "p.png").substr(1, 3), "PNG");
+  }
+}
+
+TEST(PlotCli, TwoRunSvgRendersWithRsvg) {
+  if (std::system("command -v rsvg-convert >/dev/null 2>&1") != 0) GTEST_SKIP() << "rsvg-convert not installed";
+  TempDir d;
+  NamedCurves a{"fp8", {}}, b{"bf16 & co", {}};
+  for (int s = 0; s < 100; ++s) a.curves.train.push_back({s, 3.0 * std::exp(-s / 30.0) + 1});
+  for (int s = 0; s < 150; s += 2) b.curves.train.push_back({s, 2.8 * std::exp(-s / 25.0) + 0.9});
+  a.curves.eval = {{50, 1.7}, {99, 1.2}};
+  b.curves.eval = {{50, 1.5}, {100, 1.1}, {148, 1.0}};
+  for (bool log_y : {false, true}) {
+    PlotOptions o;
+    o.log_y = log_y;
+    write_file(d / "p.svg", loss_svg({a, b}, o));
     const std::string cmd = "rsvg-convert '" + (d / "p.svg") + "' -o '" + (d / "p.png") + "' 2>'" + (d / "err") + "'";
     EXPECT_EQ(std::system(cmd.c_str()), 0) << read_file(d / "err");
     EXPECT_EQ(read_file(d / "p.png").substr(1, 3), "PNG");

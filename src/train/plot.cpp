@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 
 #include <fmt/format.h>
@@ -171,22 +172,43 @@ std::string points_attr(const std::vector<MetricPoint>& pts, const Axis& x, cons
 
 }  // namespace
 
-std::string loss_svg(const LossCurves& c, const PlotOptions& o) {
-  MXDP_CHECK(!c.train.empty() || !c.eval.empty(), "no train or eval loss points to plot");
+std::string loss_svg(const LossCurves& c, const PlotOptions& o) { return loss_svg({NamedCurves{"", c}}, o); }
+
+std::string loss_svg(const std::vector<NamedCurves>& runs, const PlotOptions& o) {
+  MXDP_CHECK(!runs.empty(), "no runs to plot");
+  for (const auto& r : runs)
+    MXDP_CHECK(!r.curves.train.empty() || !r.curves.eval.empty(), "no train or eval loss points to plot",
+               r.name.empty() ? std::string() : " in run '" + r.name + "'");
   MXDP_CHECK(o.width >= 200 && o.height >= 150, "plot size ", o.width, "x", o.height, " is too small");
+  // One run: train and eval in two colours. Several: a colour per run (the
+  // tab10 palette, repeating after ten runs), eval dashed with markers.
+  const bool multi = runs.size() > 1;
   const char* kTrainColor = "#1f77b4";
   const char* kEvalColor = "#d62728";
+  static const char* const kRunColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                           "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+  const auto color_of = [&](size_t run, bool eval) -> const char* {
+    return multi ? kRunColors[run % std::size(kRunColors)] : eval ? kEvalColor : kTrainColor;
+  };
+  // data-run="NAME" on a run's elements, where there are several.
+  const auto run_attr = [&](size_t run) {
+    return multi ? fmt::format(" data-run=\"{}\"", xml_escape(runs[run].name)) : std::string();
+  };
 
+  // Both axes span every run.
   double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
-  for (const auto* s : {&c.train, &c.eval})
-    for (const auto& p : *s) {
-      xmin = std::min(xmin, double(p.step));
-      xmax = std::max(xmax, double(p.step));
-      ymin = std::min(ymin, p.loss);
-      ymax = std::max(ymax, p.loss);
-    }
+  const std::string* ymin_run = nullptr;
+  for (const auto& r : runs)
+    for (const auto* s : {&r.curves.train, &r.curves.eval})
+      for (const auto& p : *s) {
+        xmin = std::min(xmin, double(p.step));
+        xmax = std::max(xmax, double(p.step));
+        if (p.loss < ymin) ymin = p.loss, ymin_run = &r.name;
+        ymax = std::max(ymax, p.loss);
+      }
   if (o.log_y)
-    MXDP_CHECK(ymin > 0, "log-scale plot needs every loss > 0, the smallest is ", ymin);
+    MXDP_CHECK(ymin > 0, "log-scale plot needs every loss > 0, the smallest is ", ymin,
+               multi ? " (run '" + *ymin_run + "')" : std::string());
   if (xmin > 0 && xmin <= 0.05 * xmax) xmin = 0;  // a run logged from step 1: start the axis at 0
   if (xmax == xmin) xmin -= 1, xmax += 1;
   double ylo = o.log_y ? std::log10(ymin) : ymin, yhi = o.log_y ? std::log10(ymax) : ymax;
@@ -249,42 +271,64 @@ std::string loss_svg(const LossCurves& c, const PlotOptions& o) {
       "font-size=\"13\">{}</text>\n",
       (top + H - bottom) / 2, o.log_y ? "loss (log scale)" : "loss");
 
-  // Series.
-  if (!c.train.empty()) {
-    s += fmt::format("<polyline class=\"train\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" "
+  // Series: every train line, then every eval line with its markers (on top).
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const LossCurves& c = runs[i].curves;
+    if (c.train.empty()) continue;
+    s += fmt::format("<polyline class=\"train\"{} fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" "
                      "stroke-linejoin=\"round\" points=\"{}\"/>\n",
-                     kTrainColor, points_attr(c.train, x, y));
+                     run_attr(i), color_of(i, false), points_attr(c.train, x, y));
     if (c.train.size() == 1)  // a one-point line draws nothing
-      s += fmt::format("<circle cx=\"{:.2f}\" cy=\"{:.2f}\" r=\"2.5\" fill=\"{}\"/>\n",
-                       x.to_px(double(c.train[0].step)), y.to_px(c.train[0].loss), kTrainColor);
+      s += fmt::format("<circle{} cx=\"{:.2f}\" cy=\"{:.2f}\" r=\"2.5\" fill=\"{}\"/>\n", run_attr(i),
+                       x.to_px(double(c.train[0].step)), y.to_px(c.train[0].loss), color_of(i, false));
   }
-  if (!c.eval.empty()) {
-    s += fmt::format("<polyline class=\"eval\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>\n",
-                     kEvalColor, points_attr(c.eval, x, y));
-    s += fmt::format("<g class=\"eval-markers\" fill=\"white\" stroke=\"{}\" stroke-width=\"1.5\">\n", kEvalColor);
+  const char* dash = multi ? " stroke-dasharray=\"6,4\"" : "";
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const LossCurves& c = runs[i].curves;
+    if (c.eval.empty()) continue;
+    s += fmt::format("<polyline class=\"eval\"{} fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"{} points=\"{}\"/>\n",
+                     run_attr(i), color_of(i, true), dash, points_attr(c.eval, x, y));
+    s += fmt::format("<g class=\"eval-markers\"{} fill=\"white\" stroke=\"{}\" stroke-width=\"1.5\">\n", run_attr(i),
+                     color_of(i, true));
     for (const auto& p : c.eval)
       s += fmt::format("<circle cx=\"{:.2f}\" cy=\"{:.2f}\" r=\"3.5\"/>\n", x.to_px(double(p.step)), y.to_px(p.loss));
     s += "</g>\n";
   }
 
-  // Legend, top right inside the plot area.
-  std::vector<std::pair<std::string, bool>> entries;  // label, is_eval
-  if (!c.train.empty())
-    entries.push_back({fmt::format("train loss (last {:.4f})", c.train.back().loss), false});
-  if (!c.eval.empty()) entries.push_back({fmt::format("eval loss (last {:.4f})", c.eval.back().loss), true});
-  const double lw = 200, lh = 10 + 20.0 * entries.size(), lx = W - right - lw - 10, ly = top + 10;
+  // Legend, top right inside the plot area: per run its train and its eval entry.
+  struct Entry {
+    std::string label;
+    bool eval;
+    const char* color;
+  };
+  std::vector<Entry> entries;
+  size_t longest = 0;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const LossCurves& c = runs[i].curves;
+    const std::string who = multi ? runs[i].name + " " : "";
+    if (!c.train.empty())
+      entries.push_back({fmt::format("{}train{} (last {:.4f})", who, multi ? "" : " loss", c.train.back().loss), false,
+                         color_of(i, false)});
+    if (!c.eval.empty())
+      entries.push_back({fmt::format("{}eval{} (last {:.4f})", who, multi ? "" : " loss", c.eval.back().loss), true,
+                         color_of(i, true)});
+  }
+  for (const auto& e : entries) longest = std::max(longest, e.label.size());
+  // Wide enough for the longest label (about 7 px a character at font-size 12).
+  const double lw = multi ? std::max(200.0, 58 + 7.0 * double(longest)) : 200;
+  const double lh = 10 + 20.0 * entries.size(), lx = W - right - lw - 10, ly = top + 10;
   s += fmt::format("<g class=\"legend\">\n<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"white\" "
                    "fill-opacity=\"0.9\" stroke=\"#999\"/>\n",
                    lx, ly, lw, lh);
   for (size_t i = 0; i < entries.size(); ++i) {
     const double cy = ly + 15 + 20.0 * i;
-    const char* color = entries[i].second ? kEvalColor : kTrainColor;
-    s += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"1.5\"/>", lx + 10,
-                     cy, lx + 40, cy, color);
-    if (entries[i].second)
+    const Entry& e = entries[i];
+    s += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"1.5\"{}/>", lx + 10,
+                     cy, lx + 40, cy, e.color, e.eval ? dash : "");
+    if (e.eval)
       s += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"3.5\" fill=\"white\" stroke=\"{}\" stroke-width=\"1.5\"/>",
-                       lx + 25, cy, color);
-    s += fmt::format("<text x=\"{}\" y=\"{}\" dy=\"0.35em\">{}</text>\n", lx + 48, cy, xml_escape(entries[i].first));
+                       lx + 25, cy, e.color);
+    s += fmt::format("<text x=\"{}\" y=\"{}\" dy=\"0.35em\">{}</text>\n", lx + 48, cy, xml_escape(e.label));
   }
   s += "</g>\n</svg>\n";
   return s;

@@ -15,6 +15,10 @@
 // SVG: train loss as a line (<polyline class="train">), eval loss as a line
 // with a circle per point (<polyline class="eval"> + <g class="eval-markers">),
 // axes with ticks and labels, a title and a legend; y linear or log10.
+// Several runs share one plot: both axes span all of them, each run has its
+// own colour (train solid, eval dashed with markers), its elements carry
+// data-run="NAME" and come in the order of the runs, and the legend names
+// them. One run is drawn as before: train blue, eval red, no run names.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +52,16 @@ struct PlotOptions {
   int height = 540;
 };
 
-// Fails when there is nothing to draw.
+// One run of a plot with several: its legend name and its curves.
+struct NamedCurves {
+  std::string name;
+  LossCurves curves;
+};
+
+// Fails when there is no run, or a run has nothing to draw (the message names
+// it), or, for log_y, a loss is <= 0.
+std::string loss_svg(const std::vector<NamedCurves>& runs, const PlotOptions& opts);
+// One run (a thin wrapper); fails when there is nothing to draw.
 std::string loss_svg(const LossCurves& curves, const PlotOptions& opts);
 
 }  // namespace mxdp
