@@ -7,7 +7,7 @@
 # of the 20-step mean train loss above its running minimum after step 200).
 #
 #   bash scripts/fp8_convergence.sh [build dir=build]
-#   env: OUT (runs/fp8_convergence), STEPS (2000), MODELS ("gpt2-124m:16 gpt2-350m:8"
+#   env: RUNS (runs/fp8_convergence), STEPS (2000), MODELS ("gpt2-124m:16 gpt2-350m:8"
 #        as model:batch), CORPORA ("kjv stdlib")
 # Corpora: kjv = the shipped data/kjv.txt (2.3 MB, byte tokens); stdlib = the
 # Python standard library's .py sources concatenated (tens of MB of real text,
@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 B=${1:-build}
-OUT=${OUT:-runs/fp8_convergence}
+OUT=${RUNS:-runs/fp8_convergence}
 STEPS=${STEPS:-2000}
 MODELS=${MODELS:-"gpt2-124m:16 gpt2-350m:8"}
 CORPORA=${CORPORA:-"kjv stdlib"}

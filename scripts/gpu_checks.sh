@@ -46,6 +46,10 @@ step launchers bash scripts/check_launchers.sh "$B"
 step hf_export python3 scripts/check_hf_export.py --mxdp "$B/mxdp" --device cuda
 step train_124m "$B/mxdp" train --device cuda --model gpt2-124m --batch-size 16 --seq-len 1024 --steps 60 \
   --eval-every 30 --eval-batches 4 --sample-tokens 0 --progress lines --log-every 10 --save-dir "$LOGDIR/ckpt" --start-over
+# FP8 compute (docs/fp8.md): the same job with the block linears' GEMMs in FP8, its closing sample included.
+step train_124m_fp8 "$B/mxdp" train --device cuda --model gpt2-124m --batch-size 16 --seq-len 1024 --steps 60 \
+  --eval-every 30 --eval-batches 4 --sample-tokens 20 --progress lines --log-every 10 --weight-format fp8b128 \
+  --compute-dtype fp8 --save-dir "$LOGDIR/ckpt_fp8" --start-over
 # The tokens/s the trainer reports (CUDA events) against this script's wall clock, steps 11-59 (issue 21).
 step throughput_124m python3 scripts/check_throughput.py --mxdp "$B/mxdp" -- --device cuda --model gpt2-124m \
   --batch-size 16 --seq-len 1024 --steps 60

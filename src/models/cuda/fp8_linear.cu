@@ -38,8 +38,7 @@ __device__ __forceinline__ float gelu_grad(float x) {
 }
 __device__ __forceinline__ float round_bf16(float x) { return codec::bf16_to_f32(codec::bf16_from_f32(x)); }
 
-__device__ __forceinline__ void load8(const uint16_t* p, float* f) {
-  const uint4 v = *reinterpret_cast<const uint4*>(p);
+__device__ __forceinline__ void unpack8(uint4 v, float* f) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -47,6 +46,7 @@ __device__ __forceinline__ void load8(const uint16_t* p, float* f) {
     f[2 * i + 1] = codec::bf16_to_f32(uint16_t(w[i] >> 16));
   }
 }
+__device__ __forceinline__ void load8(const uint16_t* p, float* f) { unpack8(*reinterpret_cast<const uint4*>(p), f); }
 __device__ __forceinline__ uint4 pack8(const float* f) {
   uint32_t w[4];
 #pragma unroll
@@ -57,20 +57,32 @@ __device__ __forceinline__ uint4 pack8(const float* f) {
 
 template <ActOp kOp, bool kBias, bool kRows, bool kCols>
 __global__ void __launch_bounds__(kThreads) act_quantize_kernel(ActQuant q, int M, int N, int Mp) {
+  constexpr int kPasses = kTile * 16 / kThreads;  // rows of the tile a thread visits
   __shared__ uint16_t tile[kCols ? kTile * kStride : 1];
   const int n0 = blockIdx.x * kTile, m0 = blockIdx.y * kTile;
-  const int seg = threadIdx.x & 15;  // 8-element segment of the row
-#pragma unroll 1
-  for (int pass = 0; pass < kTile * 16 / kThreads; ++pass) {
+  const int seg = threadIdx.x & 15, c = seg * 8;  // the thread's 8 columns, the same in every pass
+  // Every load first (x, and the pre-activation for the GELU gradient), so that
+  // a thread has all its 16-byte reads in flight at once.
+  uint4 raw[kPasses], raw_aux[kOp == ActOp::GeluGrad ? kPasses : 1];
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int m = m0 + pass * (kThreads / 16) + (threadIdx.x >> 4);
+    const int64_t at = int64_t(m) * N + n0 + c;
+    raw[pass] = m < M ? *reinterpret_cast<const uint4*>(q.x + at) : make_uint4(0, 0, 0, 0);
+    if constexpr (kOp == ActOp::GeluGrad)
+      raw_aux[pass] = m < M ? *reinterpret_cast<const uint4*>(q.aux + at) : make_uint4(0, 0, 0, 0);
+  }
+  float b[8];
+  if constexpr (kBias) load8(q.bias + n0 + c, b);
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
     const int r = pass * (kThreads / 16) + (threadIdx.x >> 4);
-    const int m = m0 + r, c = seg * 8;
+    const int m = m0 + r;
     const int64_t at = int64_t(m) * N + n0 + c;
     float v[8];
+    unpack8(raw[pass], v);
     if (m < M) {
-      load8(q.x + at, v);
       if constexpr (kBias) {
-        float b[8];
-        load8(q.bias + n0 + c, b);
 #pragma unroll
         for (int i = 0; i < 8; ++i) v[i] = round_bf16(v[i] + b[i]);
         if (q.biased) *reinterpret_cast<uint4*>(q.biased + at) = pack8(v);
@@ -80,14 +92,11 @@ __global__ void __launch_bounds__(kThreads) act_quantize_kernel(ActQuant q, int 
         for (int i = 0; i < 8; ++i) v[i] = round_bf16(gelu_tanh(v[i]));
       } else if constexpr (kOp == ActOp::GeluGrad) {
         float a[8];
-        load8(q.aux + at, a);
+        unpack8(raw_aux[pass], a);
 #pragma unroll
         for (int i = 0; i < 8; ++i) v[i] = round_bf16(v[i] * gelu_grad(a[i]));
       }
       if (kOp != ActOp::Identity && q.out) *reinterpret_cast<uint4*>(q.out + at) = pack8(v);
-    } else {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = 0.f;
     }
     if constexpr (kRows) {
       float am = 0.f;
