@@ -91,27 +91,10 @@ struct Fp8Gemm::Impl {
     const uint64_t ws = kWorkspace;
     MXDP_FP8_CUBLAS_CHECK(
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    // The heuristic's first answer, except for the fp32-accumulating wgrad:
-    // there its first answers split K (a partial-sum pass, then a reduce
-    // kernel: 0.72x the bf16 wgrad at GPT-2 124M, measured), so the first
-    // answer that does not is taken (the first one if all do). The list is
-    // the same on every call for a device and library, so the choice is too.
-    cublasLtMatmulHeuristicResult_t results[8]{};
+    cublasLtMatmulHeuristicResult_t res{};
     int found = 0;
-    const cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.cd, p.cd, pref, s.fp32_out ? 8 : 1, results, &found);
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.cd, p.cd, pref, 1, &res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatmulHeuristicResult_t res = results[0];
-    for (int i = 0; s.fp32_out && st == CUBLAS_STATUS_SUCCESS && i < found; ++i) {
-      int32_t split = 1;
-      size_t written = 0;
-      if (cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof split,
-                                               &written) == CUBLAS_STATUS_SUCCESS &&
-          split <= 1) {
-        res = results[i];
-        break;
-      }
-    }
     if (s.bias && (st != CUBLAS_STATUS_SUCCESS || found == 0)) {
       p.ok = false;  // no fused bias for this shape: the caller adds it
       return plans.emplace(s, p).first->second;
