@@ -14,7 +14,7 @@
 
 #include <string>
 
-#include "comm/comm.h"
+#include "util/check.h"
 
 namespace mxdp {
 
