@@ -75,6 +75,10 @@ uint64_t get_u64(const unsigned char* p) {
   for (int i = 0; i < 8; ++i) v |= uint64_t(p[i]) << (8 * i);
   return v;
 }
+// Token i of a little-endian payload of `token_bytes`-byte (2 or 4) tokens.
+uint32_t token_at(const unsigned char* payload, uint32_t token_bytes, size_t i) {
+  return token_bytes == 2 ? uint32_t(payload[2 * i] | (payload[2 * i + 1] << 8)) : get_u32(payload + 4 * i);
+}
 
 }  // namespace
 
@@ -141,8 +145,7 @@ ShardInfo check_shard_bytes(std::span<const uint8_t> bytes, const std::string& p
     MXDP_FAIL("token shard '", path, "' is corrupt: payload checksum is ", os.str());
   }
   for (size_t i = 0; i < count; ++i) {
-    const uint32_t t = token_bytes == 2 ? uint32_t(tokens[2 * i] | (tokens[2 * i + 1] << 8))
-                                        : get_u32(tokens + 4 * i);
+    const uint32_t t = token_at(tokens, token_bytes, i);
     MXDP_CHECK(t < info.vocab_size, "token shard '", path, "': token ", t, " at position ", i, " is >= vocab_size ",
                info.vocab_size);
   }
@@ -178,14 +181,8 @@ TokenDataset::TokenDataset(const std::string& path) : path_(path) {
   // From here on, a failed check unmaps through release() before throwing.
   try {
     const auto* h = static_cast<const unsigned char*>(map_);
-    if (has_llmc_magic(h, size)) {  // an llm.c shard (llmc_shards.h): GPT-2 tokens
-      count_ = parse_llmc_header(h, size, path).count;
-      const auto* t = reinterpret_cast<const uint16_t*>(h + kLlmcHeaderBytes);
-      payload_ = t;
-      vocab_size_ = kGpt2VocabSize;
-      for (size_t i = 0; i < count_; ++i)
-        MXDP_CHECK(t[i] < vocab_size_, "llm.c shard '", path, "': token ", t[i], " at position ", i,
-                   " is >= GPT-2's vocab_size ", vocab_size_);
+    if (llmc_format_of(h, size)) {  // an llm.c shard (llmc_shards.h): GPT-2 or Llama 3 tokens
+      open_llmc(h, size);
       return;
     }
     const ShardInfo info = check_shard_bytes(std::span(static_cast<const uint8_t*>(map_), size), path);
@@ -196,6 +193,20 @@ TokenDataset::TokenDataset(const std::string& path) : path_(path) {
   } catch (...) {
     release();
     throw;
+  }
+}
+
+void TokenDataset::open_llmc(const unsigned char* h, size_t size) {
+  const LlmcHeader lh = parse_llmc_header(h, size, path_);
+  count_ = size_t(lh.count);
+  token_bytes_ = lh.format->token_bytes;
+  vocab_size_ = lh.format->vocab_size;
+  const unsigned char* t = h + kLlmcHeaderBytes;
+  payload_ = t;
+  for (size_t i = 0; i < count_; ++i) {
+    const uint32_t id = token_at(t, token_bytes_, i);
+    MXDP_CHECK(id < vocab_size_, "llm.c shard '", path_, "': token ", id, " at position ", i, " is >= ",
+               lh.format->name, "'s vocab_size ", vocab_size_);
   }
 }
 

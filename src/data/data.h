@@ -91,8 +91,8 @@ struct ShardInfo {
 ShardInfo check_shard_bytes(std::span<const uint8_t> bytes, const std::string& what);
 
 // A validated, read-only, memory-mapped shard. Move-only. `path` may also be
-// an llm.c token shard (llmc_shards.h; told apart by its magic): GPT-2 tokens,
-// vocab_size 50257.
+// an llm.c token shard (llmc_shards.h; told apart by its magic): GPT-2 tokens
+// (2 bytes, vocab_size 50257) or Llama 3 tokens (4 bytes, vocab_size 128256).
 class TokenDataset {
  public:
   explicit TokenDataset(const std::string& path);
@@ -120,6 +120,7 @@ class TokenDataset {
 
  private:
   void release();
+  void open_llmc(const unsigned char* header, size_t size);  // the mapped file is an llm.c shard
   std::string path_;
   void* map_ = nullptr;
   size_t map_bytes_ = 0;

@@ -48,37 +48,62 @@ bool is_val_name(const std::string& path) {
   return false;
 }
 
-}  // namespace
-
-bool has_llmc_magic(const unsigned char* bytes, size_t size) {
-  return size >= 4 && le32(bytes) == uint32_t(kLlmcMagic);
+// "GPT-2: magic 20240520, version 1, uint16 tokens"
+std::string describe(const LlmcFormat& f) {
+  return std::string(f.name) + ": magic " + std::to_string(f.magic) + ", version " + std::to_string(f.version) +
+         ", uint" + std::to_string(8 * f.token_bytes) + " tokens";
 }
 
-bool is_llmc_shard(const std::string& path) {
+// GPT-2 and Llama 3 shards hold two tokenizers' ids: one run reads one kind.
+void check_one_format(const std::vector<std::string>& files) {
+  const LlmcFormat* first = llmc_format_of_file(files.front());
+  for (const auto& f : files) {
+    const LlmcFormat* k = llmc_format_of_file(f);
+    MXDP_CHECK(k == first, "--data: '", files.front(), "' holds llm.c ", first->name, " tokens but '", f, "' ",
+               k ? k->name : "no llm.c", " tokens (two tokenizers' ids, not one sequence); name the shards of one "
+               "of them");
+  }
+}
+
+}  // namespace
+
+const LlmcFormat* llmc_format_of(const unsigned char* bytes, size_t size) {
+  if (size < 4) return nullptr;
+  for (const LlmcFormat* f : {&kLlmcGpt2, &kLlmcLlama3})
+    if (le32(bytes) == uint32_t(f->magic)) return f;
+  return nullptr;
+}
+
+const LlmcFormat* llmc_format_of_file(const std::string& path) {
   std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) return false;
+  if (!fs::is_regular_file(path, ec)) return nullptr;
   std::ifstream in(path, std::ios::binary);
   unsigned char b[4] = {};
   in.read(reinterpret_cast<char*>(b), 4);
-  return in.gcount() == 4 && has_llmc_magic(b, 4);
+  return in.gcount() == 4 ? llmc_format_of(b, 4) : nullptr;
 }
 
+bool is_llmc_shard(const std::string& path) { return llmc_format_of_file(path) != nullptr; }
+
 LlmcHeader parse_llmc_header(const unsigned char* h, size_t size, const std::string& path) {
-  MXDP_CHECK(has_llmc_magic(h, size), "'", path, "' is not an llm.c token shard (magic is not ", kLlmcMagic, ")");
+  LlmcHeader r;
+  r.format = llmc_format_of(h, size);
+  MXDP_CHECK(r.format, "'", path, "' is not an llm.c token shard (magic is neither ", kLlmcGpt2.magic, " nor ",
+             kLlmcLlama3.magic, ")");
+  const LlmcFormat& f = *r.format;
   MXDP_CHECK(size >= kLlmcHeaderBytes, "llm.c shard '", path, "' is truncated: ", size, " bytes, smaller than its ",
              kLlmcHeaderBytes, "-byte header");
-  LlmcHeader r;
-  r.version = le32(h + 4);
-  MXDP_CHECK(r.version != 2, "llm.c shard '", path,
-             "' has version 2 (uint32 LLaMA-3 tokens); mxdp reads version 1 (uint16 GPT-2 tokens)");
-  MXDP_CHECK(r.version == kLlmcVersionGpt2, "llm.c shard '", path, "' has version ", r.version,
-             "; mxdp reads version 1 (uint16 GPT-2 tokens)");
+  const uint32_t version = le32(h + 4);
+  MXDP_CHECK(version == f.version, "llm.c shard '", path, "' has magic ", f.magic, " (", f.name, ") but version ",
+             version, "; llm.c writes ", f.name, " shards as version ", f.version, " (", describe(kLlmcGpt2), "; ",
+             describe(kLlmcLlama3), ")");
   const int32_t count = int32_t(le32(h + 8));
   MXDP_CHECK(count >= 0, "llm.c shard '", path, "' has a negative token count ", count);
   r.count = uint64_t(count);
   const uint64_t payload = size - kLlmcHeaderBytes;
-  MXDP_CHECK(payload == 2 * r.count, "llm.c shard '", path, "' is ", size, " bytes, but its header says ", r.count,
-             " tokens = ", kLlmcHeaderBytes, " + 2*", r.count, " bytes (truncated or padded file)");
+  MXDP_CHECK(payload == f.token_bytes * r.count, "llm.c shard '", path, "' is ", size, " bytes, but its header says ",
+             r.count, " ", f.name, " tokens = ", kLlmcHeaderBytes, " + ", f.token_bytes, "*", r.count,
+             " bytes (truncated or padded file)");
   return r;
 }
 
@@ -102,8 +127,8 @@ std::optional<LlmcShardSet> find_llmc_shards(const std::string& data) {
     }
     MXDP_CHECK(!files.empty(), "--data '", data, "' names no file");
     for (const auto& f : files)
-      MXDP_CHECK(is_llmc_shard(f), "--data: '", f, "' is not an llm.c token shard (its first int32 is not ",
-                 kLlmcMagic, "); a list or glob must name llm.c shards");
+      MXDP_CHECK(is_llmc_shard(f), "--data: '", f, "' is not an llm.c token shard (its first int32 is neither ",
+                 kLlmcGpt2.magic, " nor ", kLlmcLlama3.magic, "); a list or glob must name llm.c shards");
   } else if (fs::is_directory(data, ec)) {
     if (fs::exists(fs::path(data) / "train.bin", ec)) return std::nullopt;  // mxdp prepare's directory
     for (const auto& e : fs::directory_iterator(data, ec))
@@ -115,6 +140,7 @@ std::optional<LlmcShardSet> find_llmc_shards(const std::string& data) {
   } else {
     return std::nullopt;
   }
+  check_one_format(files);
   LlmcShardSet s;
   for (const auto& f : files) (is_val_name(f) ? s.val : s.train).push_back(f);
   MXDP_CHECK(!s.train.empty(), "--data '", data, "': every llm.c shard it names is validation data (\"val\" in "
