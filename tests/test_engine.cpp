@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <limits>
+#include <regex>
+#include <string>
 
 #include "util/check.h"
 #include "comm/comm.h"
@@ -354,4 +356,54 @@ TEST(MemoryPlan, CliPrintsEveryModeAndRefusesBadInput) {
   auto bad = mxdp::testing::run_mxdp("plan --model gpt9", d / "bad.txt");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_TRUE(mxdp::testing::contains(bad.output, "gpt9")) << bad.output;
+}
+
+// `mxdp plan --compute-dtype fp8`: a row for the fp8b128 mode with FP8
+// compute, whose "fp8 W+W^T" column holds every rank's W and W^T of the block
+// linears. The count by hand for d_model 128 (docs/fp8.md's layouts: per
+// matrix 1 byte an element, one fp32 scale per 128x128 tile in the compact
+// layout, and in the GEMM layout each tile row padded to 4 scales; W^T the
+// same for cols x rows):
+//   qkv 384x128   codes 2 x 49152, scales W 3 + 3x4, W^T 3 + 1x4  = 22
+//   proj 128x128  codes 2 x 16384, scales W 1 + 1x4, W^T 1 + 1x4  = 10
+//   fc 512x128    codes 2 x 65536, scales W 4 + 4x4, W^T 4 + 1x4  = 28
+//   proj 128x512  codes 2 x 65536, scales W 4 + 1x4, W^T 4 + 4x4  = 28
+// a block: 2 x 196608 + 4 x 88 = 393568 bytes; two blocks 787136 bytes =
+// 768.7 KiB (the codes alone would be 768.0 KiB), at any dp.
+TEST(MemoryPlan, CliShowsFp8ComputeWeights) {
+  mxdp::testing::TempDir d;
+  const std::string model = "plan --model tiny --n-layer 2 --d-model 128 ";
+  const std::string value = R"( +([0-9.]+ [KMG]iB|-))";
+  // mode, then masters, adam, grads, payload, fp8 W+W^T, total | gather, ratio, reduce
+  const std::regex fp8_row("distributed, fp8b128 \\+ fp8 compute" + value + value + value + value + value + value +
+                           " \\|" + value);
+  const std::regex fp8b128_row("distributed, fp8b128 gather" + value + value + value + value + value + value + " \\|" +
+                               value);
+  for (int dp : {1, 4}) {
+    auto r = mxdp::testing::run_mxdp(model + "--compute-dtype fp8 --dp " + std::to_string(dp), d / "fp8.txt");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::smatch m, bf;
+    ASSERT_TRUE(std::regex_search(r.output, m, fp8_row)) << r.output;
+    EXPECT_EQ(m[5].str(), "768.7 KiB") << "dp " << dp << "\n" << r.output;
+    EXPECT_TRUE(mxdp::testing::contains(r.output, "of the 8 linear weights")) << r.output;
+    EXPECT_TRUE(mxdp::testing::contains(r.output, ": 787136 bytes")) << r.output;
+    // The bf16-compute fp8b128 row stays, with no FP8 weights: the same gather.
+    ASSERT_TRUE(std::regex_search(r.output, bf, fp8b128_row)) << r.output;
+    EXPECT_EQ(bf[5].str(), "-") << r.output;
+    EXPECT_EQ(bf[7].str(), m[7].str()) << r.output;
+    for (int c : {1, 2, 3, 4}) EXPECT_EQ(bf[c].str(), m[c].str()) << "column " << c << "\n" << r.output;
+  }
+  auto plain = mxdp::testing::run_mxdp(model + "--dp 2", d / "plain.txt");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_FALSE(mxdp::testing::contains(plain.output, "fp8 compute")) << plain.output;
+  EXPECT_FALSE(mxdp::testing::contains(plain.output, "W+W^T")) << plain.output;
+  // What train refuses, plan refuses: a width without whole 128x128 tiles, a
+  // model without an FP8 compute path, a dtype that is none of the two.
+  for (auto [args, want] : {std::pair{"--model tiny --compute-dtype fp8", "multiple of 128"},
+                            {"--model llama-tiny --compute-dtype fp8", "does not compute with FP8"},
+                            {"--model tiny --compute-dtype fp16", "--compute-dtype"}}) {
+    auto bad = mxdp::testing::run_mxdp(std::string("plan ") + args, d / "bad.txt");
+    EXPECT_NE(bad.exit_code, 0) << args << "\n" << bad.output;
+    EXPECT_TRUE(mxdp::testing::contains(bad.output, want)) << args << "\n" << bad.output;
+  }
 }

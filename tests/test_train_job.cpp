@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -469,4 +470,57 @@ TEST_F(TrainJob, Fp8ComputeRunEndsWithItsSample) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(mt::contains(r.output, "sample (5 tokens")) << r.output;
   EXPECT_FALSE(mt::contains(r.output, "no FP8 weights")) << r.output;
+}
+
+namespace {
+// Every file under `dir` (by its path there) and its bytes, the lock file aside
+// (each job writes its holder there).
+std::map<std::string, std::string> files_of(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file() && e.path().filename() != ".mxdp-lock")
+      out[fs::relative(e.path(), dir).string()] = mt::read_file(e.path().string());
+  return out;
+}
+}  // namespace
+
+// A requeued job (SLURM, torchrun restarts) repeats its command after its run
+// finished: --load auto at (or past) --steps has nothing to do, says so in one
+// line and exits 0, writing no checkpoint and no metrics line (--eval-first
+// included: there is no first step). An explicit --load at --steps is still an
+// error: that command asks to train what cannot be trained.
+TEST_F(TrainJob, LoadAutoOnAFinishedRunDoesNothing) {
+  const std::string ck = d / "ck", m = d / "m.jsonl";
+  const std::string out = " --eval-every 2 --save-dir " + quote(ck) + " --metrics " + quote(m);
+  auto first = train("--steps 3 --load auto" + out, "first.log");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  ASSERT_EQ(latest_of(ck), "step_000003.ckpt");
+  const auto checkpoints = files_of(ck);
+  const std::string metrics = mt::read_file(m);
+  ASSERT_FALSE(metrics.empty());
+
+  for (const std::string extra : {"--steps 3", "--steps 2", "--steps 3 --eval-first"}) {
+    auto again = train(extra + " --load auto" + out, "again.log");
+    EXPECT_EQ(again.exit_code, 0) << extra << "\n" << again.output;
+    const std::string want = "nothing to do: " + ck + "'s latest checkpoint is at step 3, --steps " +
+                             extra.substr(8, 1) + "\n";
+    EXPECT_TRUE(mt::contains(again.output, want)) << extra << "\n" << again.output;
+    EXPECT_FALSE(mt::contains(again.output, "resuming")) << extra << "\n" << again.output;
+    EXPECT_FALSE(mt::contains(again.output, "eval  step")) << extra << "\n" << again.output;
+    EXPECT_TRUE(files_of(ck) == checkpoints) << extra << ": the checkpoints changed";
+    EXPECT_TRUE(mt::read_file(m) == metrics) << extra << ": the metrics file changed";
+  }
+
+  auto given = train("--steps 3 --load " + quote(ck) + out, "given.log");
+  EXPECT_NE(given.exit_code, 0) << given.output;
+  EXPECT_TRUE(mt::contains(given.output, "nothing to train: '" + ck + "/step_000003.ckpt' is already at step 3"))
+      << given.output;
+  EXPECT_TRUE(files_of(ck) == checkpoints) << "the checkpoints changed";
+  EXPECT_TRUE(mt::read_file(m) == metrics) << "the metrics file changed";
+
+  // Past the end, auto still trains on.
+  auto longer = train("--steps 4 --load auto" + out, "longer.log");
+  ASSERT_EQ(longer.exit_code, 0) << longer.output;
+  EXPECT_TRUE(mt::contains(longer.output, "--load auto: resuming from " + ck + "/step_000003.ckpt")) << longer.output;
+  EXPECT_EQ(latest_of(ck), "step_000004.ckpt");
 }

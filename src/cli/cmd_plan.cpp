@@ -9,8 +9,10 @@
 
 #include "cli/commands.h"
 #include "engine/engine.h"
+#include "engine/layout.h"
 #include "formats/format.h"
 #include "train/trainer.h"
+#include "util/check.h"
 
 namespace mxdp::cli {
 
@@ -20,6 +22,54 @@ std::string bytes(int64_t b) {
   if (b >= (int64_t(1) << 20)) return ::fmt::format("{:.1f} MiB", double(b) / (1 << 20));
   return ::fmt::format("{:.1f} KiB", double(b) / 1024);
 }
+
+struct Mode {
+  std::string name;
+  bool dist;
+  WeightFormat f;
+  bool reuse;
+  LinearCompute compute = LinearCompute::Bf16;
+};
+
+// The reference mode, then each format's distributed gather (and, for a
+// format whose payload fits the idle grad buffer, the same with it there;
+// with FP8 compute, fp8b128's with it).
+std::vector<Mode> plan_modes(bool fp8_compute) {
+  std::vector<Mode> modes = {{"reference: replicated (gathers grads)", false, WeightFormat::Bf16, false}};
+  for (const FormatTraits& t : all_formats()) {
+    modes.push_back({::fmt::format("distributed, {} gather", t.name), true, t.id, false});
+    if (t.fits_grad_buffer) modes.push_back({::fmt::format("distributed, {} + grad-buf reuse", t.name), true, t.id, true});
+    if (fp8_compute && t.id == WeightFormat::Fp8b128)
+      modes.push_back({::fmt::format("distributed, {} + fp8 compute", t.name), true, t.id, false, LinearCompute::Fp8});
+  }
+  return modes;
+}
+
+// --compute-dtype fp8 as train takes it: the model's linear weights (those
+// that compute in FP8) in whole 128x128 tiles. Returns how many there are.
+int fp8_linear_weights(const std::vector<ParamSpec>& params, const std::string& model) {
+  int n = 0;
+  for (const ParamSpec& p : params) {
+    if (!p.fp8_linear) continue;
+    MXDP_CHECK(gather_format(p, WeightFormat::Fp8b128) == WeightFormat::Fp8b128,
+               "--compute-dtype fp8 computes with whole 128x128 tiles of each linear weight, but ", model, "'s ",
+               p.name, " is ", p.shape[0], " x ", p.shape[1],
+               ": pass a --d-model that is a multiple of 128, or --compute-dtype bf16");
+    ++n;
+  }
+  MXDP_CHECK(n > 0, "--compute-dtype fp8: model ", model,
+             " does not compute with FP8 weights (yet); use --compute-dtype bf16");
+  return n;
+}
+
+// One line of the table: the mode, its memory columns (the total last), its traffic.
+void print_row(const std::string& mode, const std::vector<std::string>& memory, const std::string& gather,
+               const std::string& ratio, const std::string& reduce) {
+  std::string line = ::fmt::format("{:<38}", mode);
+  for (const std::string& m : memory) line += ::fmt::format(" {:>11}", m);
+  line += ::fmt::format(" | {:>12} {:>8} {:>14}", gather, ratio, reduce);
+  std::puts(line.c_str());
+}
 }  // namespace
 
 void add_plan_command(CLI::App& app, Runner& run) {
@@ -28,6 +78,7 @@ void add_plan_command(CLI::App& app, Runner& run) {
     int dp = 8;
     int64_t bucket = DpOptions{}.bucket_size;  // what mxdp train uses
     std::string grad_dtype = "fp32";
+    std::string compute_dtype = "bf16";
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand("plan", "Memory per rank and traffic per step of each gather mode (nothing runs)");
@@ -39,35 +90,29 @@ void add_plan_command(CLI::App& app, Runner& run) {
   cmd->add_option("--dp", o->dp, "Data-parallel ranks")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--bucket-size", o->bucket, "Elements per bucket")->check(CLI::PositiveNumber);
   cmd->add_option("--grad-reduce-dtype", o->grad_dtype, "Reduce-scatter dtype")->check(CLI::IsMember({"fp32", "bf16"}));
+  add_compute_dtype_option(cmd, o->compute_dtype);
   cmd->callback([o, &run] {
     run = [o] {
       const ModelConfig mc = resolve_model(o->c);
       const auto params = mc.spec().param_specs(mc);
-      struct Mode {
-        std::string name;
-        bool dist;
-        WeightFormat f;
-        bool reuse;
-      };
-      // The reference mode, then each format's distributed gather (and, for a
-      // format whose payload fits the idle grad buffer, the same with it there).
-      std::vector<Mode> modes = {{"reference: replicated (gathers grads)", false, WeightFormat::Bf16, false}};
-      for (const FormatTraits& t : all_formats()) {
-        modes.push_back({::fmt::format("distributed, {} gather", t.name), true, t.id, false});
-        if (t.fits_grad_buffer) modes.push_back({::fmt::format("distributed, {} + grad-buf reuse", t.name), true, t.id, true});
-      }
-      std::printf("mxdp plan: %s, %lld params, dp %d, buckets of %lld elements, %s reduce-scatter\n",
+      const bool fp8 = parse_compute_dtype(o->compute_dtype) == LinearCompute::Fp8;
+      const int fp8_weights = fp8 ? fp8_linear_weights(params, o->c.model) : 0;
+      std::printf("mxdp plan: %s, %lld params, dp %d, buckets of %lld elements, %s reduce-scatter%s\n",
                   o->c.model.c_str(), (long long)mc.spec().num_parameters(mc), o->dp, (long long)o->bucket,
-                  o->grad_dtype.c_str());
-      std::printf("%-38s %11s %11s %11s %11s %11s | %12s %8s %14s\n", "mode (per rank)", "masters", "adam m+v",
-                  "grads", "payload", "total", "gather/step", "vs bf16", "reduce/step");
+                  o->grad_dtype.c_str(), fp8 ? ", fp8 compute in the fp8b128 mode" : "");
+      std::vector<std::string> head = {"masters", "adam m+v", "grads", "payload"};
+      if (fp8) head.push_back("fp8 W+W^T");
+      head.push_back("total");
+      print_row("mode (per rank)", head, "gather/step", "vs bf16", "reduce/step");
       MemoryPlan bf16{};
-      for (const Mode& m : modes) {
+      int64_t fp8_weight_bytes = 0;
+      for (const Mode& m : plan_modes(fp8)) {
         DpOptions d;
         d.distributed_optimizer = m.dist;
         d.overlap_param_gather = m.dist;
         d.weight_format = m.f;
         d.reuse_grad_buf = m.reuse;
+        d.compute_dtype = m.compute;
         d.bucket_size = o->bucket;
         d.grad_reduce_dtype = parse_grad_reduce_dtype(o->grad_dtype);
         d.validate(o->dp);
@@ -75,13 +120,21 @@ void add_plan_command(CLI::App& app, Runner& run) {
         if (m.dist && !format_traits(m.f).low_precision()) bf16 = p;
         const std::string ratio =
             m.dist && bf16.gather_bytes ? ::fmt::format("{:.3f}x", double(p.gather_bytes) / bf16.gather_bytes) : "-";
-        std::printf("%-38s %11s %11s %11s %11s %11s | %12s %8s %14s\n", m.name.c_str(), bytes(p.master_bytes).c_str(),
-                    bytes(p.adam_bytes).c_str(), bytes(p.main_grad_bytes + p.grad_bytes + p.grad_reduce_bytes).c_str(),
-                    bytes(p.payload_bytes).c_str(), bytes(p.total_bytes()).c_str(),
-                    bytes(p.gather_bytes).c_str(), ratio.c_str(), bytes(p.reduce_bytes).c_str());
+        std::vector<std::string> memory = {bytes(p.master_bytes), bytes(p.adam_bytes),
+                                           bytes(p.main_grad_bytes + p.grad_bytes + p.grad_reduce_bytes),
+                                           bytes(p.payload_bytes)};
+        if (fp8) memory.push_back(m.compute == LinearCompute::Fp8 ? bytes(p.fp8_weight_bytes) : "-");
+        memory.push_back(bytes(p.total_bytes()));
+        print_row(m.name, memory, bytes(p.gather_bytes), ratio, bytes(p.reduce_bytes));
+        if (m.compute == LinearCompute::Fp8) fp8_weight_bytes = p.fp8_weight_bytes;
       }
       std::printf("gather/step: bytes all-gathered per optimizer step, each rank sending 1/dp of them: the\n"
                   "parameter payload, or in the reference mode the reduced fp32 gradients.\n");
+      if (fp8)
+        std::printf("fp8 W+W^T: every rank's W and W^T (E4M3 codes, fp32 tile scales in the compact and GEMM\n"
+                    "layouts) of the %d linear weights that compute in FP8: %lld bytes; the model keeps no\n"
+                    "bf16 copy of them (the model's own weights are in no column).\n",
+                    fp8_weights, (long long)fp8_weight_bytes);
       return 0;
     };
   });

@@ -120,7 +120,7 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_option("--keep-last", c.keep_last, "Keep only the newest N checkpoints in --save-dir (0 = all)")->group(ev);
   cmd->add_option("--load", c.load,
                   "Resume from a checkpoint (step_NNNNNN.ckpt), a save directory (its latest), or auto (--save-dir's "
-                  "latest if it has one, else start fresh: for jobs that are requeued)")->group(ev);
+                  "latest if it has one, else start fresh: for jobs that are requeued; a run already at --steps is done, exit 0)")->group(ev);
   cmd->add_flag("--start-over", c.start_over,
                 "Train from scratch into a --save-dir that holds checkpoints, removing them (else refused)")->group(ev);
   cmd->add_option("--max-skipped-steps", c.max_skipped_steps,
@@ -136,9 +136,7 @@ void add_train_command(CLI::App& app, Runner& run) {
   o->sw.add(cmd, "--distributed-optimizer", "on", "Shard fp32 masters + AdamW state over ranks (off = reference mode)", core);
   cmd->add_option("--weight-format", o->weight_format, "Param gather format of 2-D weights")
       ->check(CLI::IsMember({"bf16", "mxfp8", "nvfp4", "fp8b128"}))->group(core);
-  cmd->add_option("--compute-dtype", o->compute_dtype,
-                  "Linear layers compute with the dequantized weights (bf16) or FP8 GEMMs on the fp8b128 tiles (fp8; needs --weight-format fp8b128)")
-      ->check(CLI::IsMember({"bf16", "fp8"}))->group(core);
+  add_compute_dtype_option(cmd, o->compute_dtype)->group(core);
   cmd->add_option("--mxfp8-scale-rounding", o->rounding, "E8M0 scale rounding: rceil (TransformerEngine) or floor (OCP MX)")
       ->check(CLI::IsMember({"rceil", "floor"}))->group(core);
   o->sw.add(cmd, "--overlap-param-gather", "auto", "Defer each bucket's all-gather to just before its first layer (auto: on with the distributed optimizer)", core);

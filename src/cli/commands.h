@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
 
 namespace mxdp::cli {
 
@@ -17,5 +18,14 @@ void add_sample_command(CLI::App& app, Runner& run);     // sample (cmd_sample.c
 void add_plot_command(CLI::App& app, Runner& run);       // plot (cmd_plot.cpp)
 void add_plan_command(CLI::App& app, Runner& run);       // plan (cmd_plan.cpp)
 void add_export_command(CLI::App& app, Runner& run);     // export (cmd_export.cpp)
+
+// --compute-dtype (bf16 or fp8) into `into`, as train and plan both take it.
+inline CLI::Option* add_compute_dtype_option(CLI::App* cmd, std::string& into) {
+  return cmd
+      ->add_option("--compute-dtype", into,
+                   "Linear layers compute with the dequantized weights (bf16) or FP8 GEMMs on the fp8b128 tiles (fp8; "
+                   "needs --weight-format fp8b128)")
+      ->check(CLI::IsMember({"bf16", "fp8"}));
+}
 
 }  // namespace mxdp::cli

@@ -89,6 +89,7 @@ class Trainer {
   void open_data();
   void read_resume_point();
   void resolve_schedule();
+  bool auto_run_finished();
   bool nothing_to_train();
   void build_engine();
   void check_finite_init();
@@ -131,6 +132,7 @@ class Trainer {
   std::unique_ptr<LanguageModel> model_;
   std::unique_ptr<DataParallel> engine_;
   // Resuming.
+  bool load_auto_found_ = false;  // --load auto found a checkpoint in --save-dir
   std::string load_path_;
   int64_t start_step_ = 0;
   json ckpt_extra_ = json::object();
@@ -160,6 +162,7 @@ int Trainer::run() {
   open_data();
   read_resume_point();
   resolve_schedule();
+  if (auto_run_finished()) return 0;
   const bool eval_only = nothing_to_train();
   build_engine();
   resume();
@@ -233,9 +236,9 @@ void Trainer::open_save_dir() {
   lead([&] { newest = newest_checkpoint_in(dir); });
   broadcast_text(newest);
   if (cfg_.load == "auto") {
+    load_auto_found_ = !newest.empty();
     cfg_.load = newest.empty() ? "" : dir;
-    println(newest.empty() ? ::fmt::format("--load auto: no checkpoint in {} yet: a fresh run", dir)
-                           : ::fmt::format("--load auto: resuming from {}", (fs::path(dir) / newest).string()));
+    if (newest.empty()) println(::fmt::format("--load auto: no checkpoint in {} yet: a fresh run", dir));
   }
   if (!cfg_.load.empty() || newest.empty()) return;
   MXDP_CHECK(cfg_.start_over, "--save-dir '", dir, "' already holds checkpoints (the latest: ", newest,
@@ -359,6 +362,18 @@ void Trainer::resolve_schedule() {
   o.warmup_steps = schedule_.warmup_steps;
   o.lr_decay_steps = schedule_.decay_end(cfg_.steps);
   o.validate(dp_);
+}
+
+// --load auto, which a requeued job (SLURM, torchrun restarts) repeats
+// unchanged: it resumes, or its run already reached --steps and there is
+// nothing to do, which is no error (an explicit --load there is one).
+bool Trainer::auto_run_finished() {
+  if (!load_auto_found_) return false;
+  const bool finished = cfg_.steps <= start_step_;
+  println(finished ? ::fmt::format("nothing to do: {}'s latest checkpoint is at step {}, --steps {}", cfg_.save_dir,
+                                   start_step_, cfg_.steps)
+                   : ::fmt::format("--load auto: resuming from {}", load_path_));
+  return finished;
 }
 
 bool Trainer::nothing_to_train() {

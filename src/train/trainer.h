@@ -8,9 +8,11 @@
 // What a job promises (issue 12): every file it writes is checked (a failed
 // write stops the run with the path and the reason, non-zero exit); a resumed
 // run continues the checkpoint's learning-rate schedule unless told otherwise;
-// a run with nothing to train says so; a diverged run stops with an error and
-// never replaces a good checkpoint; interrupted saves leave nothing behind
-// after the next run; --keep-last bounds the checkpoints kept.
+// a run with nothing to train says so (an error, but for --load auto on a run
+// already at --steps: a requeued job with nothing to do, exit 0); a diverged
+// run stops with an error and never replaces a good checkpoint; interrupted
+// saves leave nothing behind after the next run; --keep-last bounds the
+// checkpoints kept.
 //
 // And (issue 21): the save directory is probed and locked before the first
 // step (train/save_dir.h); a fresh run never replaces a directory's
@@ -68,6 +70,7 @@ struct TrainConfig {
   int keep_last = 0;        // keep only the newest N checkpoints in save_dir (0 = all)
   std::string load;         // step directory, single-file checkpoint, a save_dir holding `latest`,
                             // or "auto": save_dir's latest when it has one, else a fresh run
+                            // (a latest already at `steps`: nothing to do, train() returns 0)
   bool start_over = false;  // a fresh run into a save_dir holding checkpoints removes them (else refused)
   // divergence: stop with an error after this many consecutive steps skipped
   // for non-finite gradients (0 = never stop)
