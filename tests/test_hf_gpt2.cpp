@@ -3,7 +3,8 @@
 // export, and a numpy forward pass of GPT-2 (scripts/hf_gpt2_numpy.py) must
 // reproduce mxdp's eval loss within 1e-5 relative from it. export -> init-from
 // gives back the masters bit for bit, also from a file the safetensors package
-// wrote in the hub's naming; wrong names, shapes and configs are refused.
+// wrote in the hub's naming and from two shards and an index written without
+// mxdp's exporter; wrong names, shapes and configs are refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,8 +13,12 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "hf_shards.h"
 #include "io/checkpoint.h"
+#include "models/gpt2/hf_gpt2.h"
+#include "models/gpt2/spec.h"
 #include "python_util.h"
+#include "train/trained_weights.h"
 
 using namespace mxdp::testing;
 using nlohmann::json;
@@ -193,6 +198,31 @@ TEST(HfGpt2, ExportThenInitFromRoundTripsBitForBit) {
     const std::vector<double> ev = eval_losses(d / (name + ".jsonl"));
     ASSERT_EQ(ev.size(), 2u);
     EXPECT_EQ(ev[0], eval_a) << from << ": the first eval reads the loaded weights through the same gather";
+  }
+}
+
+// In memory, without the CLI: export, then init-from the directory and from
+// its two shards gives every weight back bit for bit (wte's padding rows 0).
+TEST(HfGpt2, InitFromReadsAShardedDirectory) {
+  TempDir d;
+  const mxdp::GptConfig c{.vocab = 300, .padded_vocab = 384, .max_seq = 32, .n_layer = 2, .n_head = 4, .d_model = 64};
+  mxdp::Gpt a(c);
+  a.init_weights(7);
+  mxdp::InferenceWeights w;
+  w.path = "memory";
+  w.config = mxdp::gpt2_model_config(c);
+  w.specs = a.params();
+  for (size_t p = 0; p < w.specs.size(); ++p) w.weights.emplace_back(a.weights(int(p)), a.weights(int(p)) + w.specs[p].numel());
+  w.describe = "master";
+  mxdp::export_hf_gpt2(w, d / "hf", /*bf16=*/false, nullptr);
+  write_two_shards(d / "hf/model.safetensors", d / "sharded");
+  for (const std::string& from : {d / "hf", d / "sharded"}) {
+    mxdp::Gpt b(c);
+    b.init_weights(8);  // other values everywhere: the import must overwrite each
+    mxdp::init_from_hf_gpt2(b, from);
+    for (size_t p = 0; p < w.specs.size(); ++p)
+      EXPECT_EQ(std::memcmp(b.weights(int(p)), w.weights[p].data(), 4 * w.weights[p].size()), 0)
+          << from << ": " << w.specs[p].name;
   }
 }
 

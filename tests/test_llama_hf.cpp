@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "formats/codec.h"
+#include "hf_shards.h"
 #include "io/safetensors.h"
 #include "models/llama/hf_llama.h"
 #include "models/llama/spec.h"
@@ -143,26 +144,13 @@ TEST(LlamaHf, RoundTripsBitForBitAlsoSharded) {
   expect_weights(d / "hf16", true);
 
   // Two shards and an index, as save_pretrained writes big models.
-  fs::create_directories(d / "sharded");
+  auto shard = write_two_shards(d / "hf/model.safetensors", d / "sharded");
   fs::copy_file(d / "hf/config.json", d / "sharded/config.json");
-  const SafetensorsFile f(d / "hf/model.safetensors");
-  std::vector<SafeTensorOut> shard[2];
-  json map;
-  int i = 0;
-  for (const SafeTensorInfo& t : f.tensors()) {
-    const int s = i++ % 2;
-    const uint8_t* b = f.data(t);
-    shard[s].push_back({t.name, t.dtype, t.shape, std::vector<uint8_t>(b, b + (t.end - t.begin))});
-    map[t.name] = s == 0 ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
-  }
-  write_safetensors(d / "sharded/model-00001-of-00002.safetensors", shard[0], {});
-  write_safetensors(d / "sharded/model-00002-of-00002.safetensors", shard[1], {});
-  mxdp::testing::write_file(d / "sharded/model.safetensors.index.json", json{{"metadata", json::object()}, {"weight_map", map}}.dump());
   expect_weights(d / "sharded", false);
 
   // A shard missing a tensor is refused, naming it.
   shard[1].pop_back();
-  write_safetensors(d / "sharded/model-00002-of-00002.safetensors", shard[1], {});
+  write_safetensors(d / ("sharded/" + shard_name(1)), shard[1], {});
   Llama m(c);
   try {
     init_from_hf_llama(m, d / "sharded");

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "io/fileio.h"
 #include "models/gpt2/spec.h"
+#include "models/hf_files.h"
 #include "models/llama/spec.h"
 #include "util/check.h"
 
@@ -38,13 +38,7 @@ namespace {
 
 ModelConfig hf_dir_model_config(const std::string& dir, const ModelOverrides& overrides) {
   const std::string cj = (std::filesystem::path(dir) / "config.json").string();
-  const std::vector<uint8_t> b = read_file(cj);
-  json c;
-  try {
-    c = json::parse(b.begin(), b.end());
-  } catch (const std::exception& e) {
-    MXDP_FAIL("'", cj, "' is not valid JSON: ", e.what());
-  }
+  const json c = read_json_file(cj);
   for (const ModelSpec* s : all_models())
     if (s->reads_hf_config && s->from_hf_dir && s->reads_hf_config(c)) return s->from_hf_dir(dir, overrides);
   MXDP_FAIL("'", cj, "': mxdp has no architecture for model_type ", c.is_object() && c.contains("model_type")

@@ -55,15 +55,17 @@ struct ModelSpec {
   ModelConfig (*from_json)(const nlohmann::json& model, const std::string& what);
   // For the run header: "n_layer 4, n_head 4, d_model 64, max_seq 128, vocab 256".
   std::string (*describe)(const ModelConfig& c);
-  int64_t (*num_parameters)(const ModelConfig& c);  // stored parameters, padding included
-  std::vector<ParamSpec> (*param_specs)(const ModelConfig& c);
-  int (*vocab)(const ModelConfig& c);    // real vocabulary
-  int (*max_seq)(const ModelConfig& c);  // longest sequence
-  int (*n_layer)(const ModelConfig& c);  // blocks (for messages)
+  // What follows from the architecture's config type (with_config_entries
+  // below fills these in from it).
+  int64_t (*num_parameters)(const ModelConfig& c) = nullptr;  // stored parameters, padding included
+  std::vector<ParamSpec> (*param_specs)(const ModelConfig& c) = nullptr;
+  int (*vocab)(const ModelConfig& c) = nullptr;    // real vocabulary
+  int (*max_seq)(const ModelConfig& c) = nullptr;  // longest sequence
+  int (*n_layer)(const ModelConfig& c) = nullptr;  // blocks (for messages)
   // The model on the CPU (fp32, host memory), and on the current GPU computing
   // on `stream` (a cudaStream_t); build_cuda is null where this mxdp was built
   // without CUDA and cuDNN.
-  std::unique_ptr<LanguageModel> (*build_cpu)(const ModelConfig& c);
+  std::unique_ptr<LanguageModel> (*build_cpu)(const ModelConfig& c) = nullptr;
   std::unique_ptr<LanguageModel> (*build_cuda)(const ModelConfig& c, void* stream);
   // Hugging Face adapter: overwrite every weight of `model` (built by this
   // spec) from a Hugging Face directory or .safetensors file; write a
@@ -76,6 +78,28 @@ struct ModelSpec {
   bool (*reads_hf_config)(const nlohmann::json& config_json) = nullptr;
   ModelConfig (*from_hf_dir)(const std::string& dir, const ModelOverrides& overrides) = nullptr;
 };
+
+// For an architecture's spec.cpp: `spec` with the entries that follow from
+// its config type filled in (num_parameters, param_specs, vocab, max_seq,
+// n_layer, build_cpu). config_of maps a ModelConfig to the architecture's
+// config (validated, as ModelSpec's functions need), params_of lists a
+// config's parameters, CpuModel is built from a config.
+template <auto config_of, auto params_of, class CpuModel>
+ModelSpec with_config_entries(ModelSpec spec) {
+  spec.num_parameters = [](const ModelConfig& c) {
+    int64_t n = 0;
+    for (const ParamSpec& p : params_of(config_of(c))) n += p.numel();
+    return n;
+  };
+  spec.param_specs = [](const ModelConfig& c) { return params_of(config_of(c)); };
+  spec.vocab = [](const ModelConfig& c) { return config_of(c).vocab; };
+  spec.max_seq = [](const ModelConfig& c) { return config_of(c).max_seq; };
+  spec.n_layer = [](const ModelConfig& c) { return config_of(c).n_layer; };
+  spec.build_cpu = [](const ModelConfig& c) -> std::unique_ptr<LanguageModel> {
+    return std::make_unique<CpuModel>(config_of(c));
+  };
+  return spec;
+}
 
 // Every registered architecture, in table order (the first is the default).
 std::span<const ModelSpec* const> all_models();

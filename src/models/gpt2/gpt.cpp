@@ -1,20 +1,20 @@
 // GPT-2 on the CPU. See gpt.h for the architecture and the parameter layout.
 //
-// Its layer loops are in gpt_cpu.cpp.
+// Its own layer loops are in gpt_cpu.cpp, the ones every CPU model shares in
+// models/cpu/.
 #include "models/gpt2/gpt.h"
-
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <numbers>
 
 #include <fmt/format.h>
 
-#include "util/check.h"
+#include "models/cpu/parallel.h"
+#include "models/cpu/residual.h"
 #include "models/gpt2/gpt_cpu.h"
 #include "models/gpt2/gpt_fp8.h"
+#include "models/init_rng.h"
+#include "util/check.h"
 
 namespace mxdp {
 
@@ -104,39 +104,10 @@ int64_t gpt_num_parameters(const GptConfig& c) {
 
 using namespace cpu;
 
-namespace {
-
-// ---------------------------------------------------------------- RNG
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-// Standard normal number j of stream `key`: Box-Muller on the pair j/2, whose
-// two uniforms come from splitmix64 of consecutive counters.
-float normal_at(uint64_t key, uint64_t j) {
-  const uint64_t c = key + 2 * (j / 2);
-  const double u1 = double((splitmix64(c) >> 11) + 1) * 0x1p-53;  // (0, 1]
-  const double u2 = double(splitmix64(c + 1) >> 11) * 0x1p-53;    // [0, 1)
-  const double r = std::sqrt(-2.0 * std::log(u1));
-  const double th = 2.0 * std::numbers::pi * u2;
-  return float(j % 2 ? r * std::sin(th) : r * std::cos(th));
-}
-
-}  // namespace
-
 // ---------------------------------------------------------------- Gpt
 
-Gpt::Gpt(const GptConfig& cfg) : cfg_(cfg), specs_(gpt_param_specs(cfg)) {
-  offsets_.reserve(specs_.size());
-  for (const auto& p : specs_) {
-    offsets_.push_back(num_params_);
-    num_params_ += p.numel();
-  }
-  weights_.assign(size_t(num_params_), 0.f);
+Gpt::Gpt(const GptConfig& cfg)
+    : cfg_(cfg), params_(gpt_param_specs(cfg)), head_(cfg.vocab, cfg.padded_vocab) {
   int i = 2;
   for (int l = 0; l < cfg_.n_layer; ++l, i += 12)
     blocks_.push_back({i, i + 1, i + 2, i + 3, i + 4, i + 5, i + 6, i + 7, i + 8, i + 9, i + 10, i + 11});
@@ -150,51 +121,30 @@ void Gpt::set_fp8_compute(bool on) {
   fp8_ = on;
 }
 
-float* Gpt::weights(int param) {
-  MXDP_CHECK(param >= 0 && param < int(specs_.size()), "param index ", param, " out of range [0, ",
-             specs_.size(), ")");
-  return w(param);
-}
-
 void gpt_init_param(const GptConfig& cfg, const std::vector<ParamSpec>& specs, uint64_t seed, int p, float* x) {
   MXDP_CHECK(p >= 0 && p < int(specs.size()), "param index ", p, " out of range");
   const float resid_std = 0.02f / std::sqrt(2.f * cfg.n_layer);
   const ParamSpec& s = specs[p];
   const int64_t n = s.numel();
   const std::string& nm = s.name;
-  auto ends_with = [&](const char* suf) {
-    const size_t k = std::strlen(suf);
-    return nm.size() >= k && nm.compare(nm.size() - k, k, suf) == 0;
-  };
   if (s.shape.size() == 2) {
-    const float std = ends_with("proj.w") ? resid_std : 0.02f;
-    const uint64_t key = splitmix64(seed ^ splitmix64(uint64_t(p) + 1));
-    int64_t n_init = n;
-    if (nm == "wte") n_init = int64_t(cfg.vocab) * cfg.d_model;  // padding rows stay 0
-#pragma omp parallel for schedule(static) if(n >= kParallelMinWork)
-    for (int64_t j = 0; j < n; ++j) x[j] = j < n_init ? std * normal_at(key, uint64_t(j)) : 0.f;
+    const float std = nm.ends_with("proj.w") ? resid_std : 0.02f;
+    const int64_t n_init = nm == "wte" ? int64_t(cfg.vocab) * cfg.d_model : n;  // padding rows stay 0
+    fill_normal(x, n, n_init, std, seed, p);
   } else {
-    const float v = ends_with("ln1.w") || ends_with("ln2.w") || nm == "lnf.w" ? 1.f : 0.f;
+    const float v = nm.ends_with("ln1.w") || nm.ends_with("ln2.w") || nm == "lnf.w" ? 1.f : 0.f;
     std::fill(x, x + n, v);
   }
 }
 
 void Gpt::init_weights(uint64_t seed) {
-  for (size_t p = 0; p < specs_.size(); ++p) gpt_init_param(cfg_, specs_, seed, int(p), w(int(p)));
-}
-
-void Gpt::set_weights(int param, const float* host) {
-  const float* src = host;
-  std::copy(src, src + specs_.at(size_t(param)).numel(), weights(param));
+  for (size_t p = 0; p < params().size(); ++p) gpt_init_param(cfg_, params(), seed, int(p), w(int(p)));
 }
 
 void Gpt::ensure_activations(int B, int T) {
   if (B == B_ && T == T_) return;
   const int64_t BT = int64_t(B) * T, C = cfg_.d_model, L = cfg_.n_layer, NH = cfg_.n_head;
-  auto size = [](std::vector<float>& v, int64_t n) {
-    std::vector<float>().swap(v);  // release first: B, T may have shrunk
-    v.resize(size_t(n));
-  };
+  const auto size = cpu::resize_fresh;
   size(resid_, (L + 1) * BT * C);
   size(resid_mid_, L * BT * C);
   size(ln1_, L * BT * C);
@@ -212,25 +162,17 @@ void Gpt::ensure_activations(int B, int T) {
   size(lnf_, BT * C);
   size(lnf_mean_, BT);
   size(lnf_rstd_, BT);
-  size(probs_, BT * cfg_.padded_vocab);
-  size(losses_, BT);
+  head_.resize(B, T);
   size(tmp_, BT * C);
   for (auto* v : {&dresid_, &dln_, &dqkv_, &datty_, &dfch_, &dfchg_}) std::vector<float>().swap(*v);
   tokens_.assign(size_t(BT), 0);
-  targets_.assign(size_t(BT), 0);
   B_ = B;
   T_ = T;
 }
 
 void Gpt::run_forward(const int32_t* tokens, int B, int T, ModelHooks& hooks) {
-  MXDP_CHECK(B >= 1, "batch size B must be >= 1, got ", B);
-  MXDP_CHECK(T >= 1 && T <= cfg_.max_seq, "sequence length T must be in [1, max_seq=", cfg_.max_seq,
-             "], got ", T);
-  MXDP_CHECK(tokens != nullptr, "null token pointer");
+  check_inputs(tokens, B, T, cfg_.vocab, cfg_.max_seq);
   const int64_t BT = int64_t(B) * T;
-  for (int64_t i = 0; i < BT; ++i)
-    MXDP_CHECK(tokens[i] >= 0 && tokens[i] < cfg_.vocab, "token ", tokens[i], " at position ", i,
-               " outside [0, vocab=", cfg_.vocab, ")");
   ensure_activations(B, T);
   std::copy(tokens, tokens + BT, tokens_.begin());
   const int C = cfg_.d_model, NH = cfg_.n_head, Vp = cfg_.padded_vocab;
@@ -288,60 +230,22 @@ void Gpt::run_forward(const int32_t* tokens, int B, int T, ModelHooks& hooks) {
   hooks.before_layer(cfg_.n_layer + 1);
   layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(),
                     resid_.data() + cfg_.n_layer * BT * C, w(lnfw_), w(lnfb_), M, C);
-  matmul_forward(probs_.data(), lnf_.data(), w(wte_), nullptr, M, Vp, C, wt_);
+  matmul_forward(head_.buffer(), lnf_.data(), w(wte_), nullptr, M, Vp, C, wt_);
 }
 
 void Gpt::forward_logits(const int32_t* tokens, int B, int T, ModelHooks& hooks) {
-  state_ = State::kNone;
-  run_forward(tokens, B, T, hooks);
-  state_ = State::kLogits;
+  head_.forward_logits([&] { run_forward(tokens, B, T, hooks); });
 }
 
+// The loss: cross-entropy over the first `vocab` logits of each row. The
+// logits stay in head_ (logits() reads them); backward turns them into dlogits.
 float Gpt::forward(const Batch& batch, ModelHooks& hooks) {
-  state_ = State::kNone;
-  MXDP_CHECK(batch.targets != nullptr, "forward needs targets (use forward_logits for inference)");
-  const int64_t BT = int64_t(batch.B) * batch.T;
-  for (int64_t i = 0; i < BT; ++i)
-    MXDP_CHECK(batch.targets[i] >= 0 && batch.targets[i] < cfg_.vocab, "target ", batch.targets[i],
-               " at position ", i, " outside [0, vocab=", cfg_.vocab, ")");
-  run_forward(batch.inputs, batch.B, batch.T, hooks);
-  std::copy(batch.targets, batch.targets + BT, targets_.begin());
-
-  // Cross-entropy over the first `vocab` logits of each row: log-sum-exp
-  // minus the target's logit. The logits stay in probs_ (logits() reads them);
-  // backward turns them into probabilities and gradients.
-  const int V = cfg_.vocab, Vp = cfg_.padded_vocab;
-#pragma omp parallel for schedule(static) if(BT * Vp >= kParallelMinWork)
-  for (int64_t m = 0; m < BT; ++m) {
-    const float* z = probs_.data() + m * Vp;
-    float maxv = -INFINITY;
-    for (int v = 0; v < V; ++v) maxv = std::max(maxv, z[v]);
-    float sum = 0.f;
-    for (int v = 0; v < V; ++v) sum += std::exp(z[v] - maxv);
-    losses_[m] = std::log(sum) - (z[targets_[m]] - maxv);
-  }
-  double total = 0.0;  // in row order
-  for (int64_t m = 0; m < BT; ++m) total += losses_[m];
-  state_ = State::kLoss;
-  return float(total / double(BT));
-}
-
-const float* Gpt::logits(int b, int t) const {
-  MXDP_CHECK(state_ == State::kLogits || state_ == State::kLoss,
-             "logits() needs a forward since the last backward");
-  MXDP_CHECK(b >= 0 && b < B_ && t >= 0 && t < T_, "logits(", b, ", ", t, ") outside B=", B_, " T=", T_);
-  return probs_.data() + (int64_t(b) * T_ + t) * cfg_.padded_vocab;
-}
-
-std::vector<float> Gpt::logits_last(int b) const {
-  const float* z = logits(b, T_ - 1);
-  return std::vector<float>(z, z + cfg_.vocab);
+  return head_.forward(batch, [&] { run_forward(batch.inputs, batch.B, batch.T, hooks); });
 }
 
 void Gpt::backward(ModelHooks& hooks) {
-  MXDP_CHECK(state_ == State::kLoss, "backward needs a forward with targets since the last backward");
-  state_ = State::kBackwardDone;
-  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, V = cfg_.vocab, Vp = cfg_.padded_vocab;
+  const float* dlogits = head_.dlogits();  // (softmax - onehot) / BT over the real vocab, 0 on padding
+  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, Vp = cfg_.padded_vocab;
   const int64_t BT = int64_t(B) * T;
   const int M = int(BT);
   for (auto* v : {&dresid_, &dln_, &datty_}) v->resize(size_t(BT * C));
@@ -349,25 +253,10 @@ void Gpt::backward(ModelHooks& hooks) {
   dfch_.resize(size_t(BT * 4 * C));
   dfchg_.resize(size_t(BT * 4 * C));
 
-  // Layer n_layer+1. dlogits = (softmax - onehot) / BT over the real vocab, 0 on padding.
+  // Layer n_layer+1.
   {
-    const float inv_bt = 1.f / float(BT);
-#pragma omp parallel for schedule(static) if(BT * Vp >= kParallelMinWork)
-    for (int64_t m = 0; m < BT; ++m) {
-      float* z = probs_.data() + m * Vp;
-      float maxv = -INFINITY;
-      for (int v = 0; v < V; ++v) maxv = std::max(maxv, z[v]);
-      float sum = 0.f;
-      for (int v = 0; v < V; ++v) {
-        z[v] = std::exp(z[v] - maxv);
-        sum += z[v];
-      }
-      const float inv = 1.f / sum;
-      for (int v = 0; v < V; ++v) z[v] = (z[v] * inv - (v == targets_[m] ? 1.f : 0.f)) * inv_bt;
-      for (int v = V; v < Vp; ++v) z[v] = 0.f;
-    }
     // Head (weight = wte, layer 0): dwte += dlogits^T @ lnf, dlnf = dlogits @ wte.
-    matmul_backward(dln_.data(), hooks.grad(wte_), nullptr, probs_.data(), lnf_.data(), w(wte_), M, Vp, C);
+    matmul_backward(dln_.data(), hooks.grad(wte_), nullptr, dlogits, lnf_.data(), w(wte_), M, Vp, C);
     std::fill(dresid_.begin(), dresid_.end(), 0.f);
     layernorm_backward(dresid_.data(), hooks.grad(lnfw_), hooks.grad(lnfb_), dln_.data(),
                        resid_.data() + cfg_.n_layer * BT * C, w(lnfw_), lnf_mean_.data(), lnf_rstd_.data(),
@@ -425,13 +314,7 @@ void Gpt::backward(ModelHooks& hooks) {
         for (int i = 0; i < C; ++i) acc[i] += dx[(int64_t(b) * T + t) * C + i];
       for (int i = 0; i < C; ++i) o[i] += acc[i];
     }
-    // dwte[token] += dx, in position order. Sequential: O(BT*C), and rows
-    // repeat, so splitting positions between threads would race.
-    float* dwte = hooks.grad(wte_);
-    for (int64_t m = 0; m < BT; ++m) {
-      float* o = dwte + int64_t(tokens_[m]) * C;
-      for (int i = 0; i < C; ++i) o[i] += dx[m * C + i];
-    }
+    embedding_backward(hooks.grad(wte_), dx, tokens_.data(), BT, C);  // dwte[token] += dx, in position order
   }
   hooks.after_layer_backward(0);
 }

@@ -34,6 +34,8 @@
 #include <string>
 #include <vector>
 
+#include "models/cpu/lm_head.h"
+#include "models/cpu/storage.h"
 #include "models/gpt2/gpt_fp8.h"
 #include "models/model.h"
 
@@ -83,10 +85,10 @@ class Gpt : public GptModel {
   explicit Gpt(const GptConfig& cfg);
 
   const GptConfig& config() const override { return cfg_; }
-  const std::vector<ParamSpec>& params() const override { return specs_; }
+  const std::vector<ParamSpec>& params() const override { return params_.specs(); }
   int num_layers() const override { return cfg_.n_layer + 2; }
-  float* weights(int param) override;
-  int64_t num_parameters() const { return num_params_; }
+  float* weights(int param) override { return params_.checked(param); }
+  int64_t num_parameters() const { return params_.num_parameters(); }
   // FP8 compute (compute_dtype fp8, docs/fp8.md): the four linear layers of
   // each block read the engine's FP8 W / W^T (ModelHooks::fp8_weight) and
   // quantize their activations and gradients 1x128 (gpt_fp8.h); the
@@ -114,10 +116,10 @@ class Gpt : public GptModel {
   // Logits of sequence b, position t of the last forward: padded_vocab floats,
   // of which the first vocab are meaningful. Valid until the next forward or
   // backward (backward turns them into gradients).
-  const float* logits(int b, int t) const;
+  const float* logits(int b, int t) const { return head_.logits(b, t); }
   // The `vocab` real logits of position T-1 of sequence b (what a sampler needs).
-  std::vector<float> logits_last(int b = 0) const override;
-  void set_weights(int param, const float* host) override;
+  std::vector<float> logits_last(int b = 0) const override { return head_.logits_last(b); }
+  void set_weights(int param, const float* host) override { params_.set(param, host); }
 
  private:
   struct BlockParams {  // param indices of one block
@@ -125,27 +127,22 @@ class Gpt : public GptModel {
   };
   void ensure_activations(int B, int T);
   void run_forward(const int32_t* tokens, int B, int T, ModelHooks& hooks);
-  float* w(int i) { return weights_.data() + offsets_[i]; }
-  const float* w(int i) const { return weights_.data() + offsets_[i]; }
+  float* w(int i) { return params_[i]; }
 
   GptConfig cfg_;
-  std::vector<ParamSpec> specs_;
-  std::vector<int64_t> offsets_;  // element offset of each param in weights_
-  std::vector<float> weights_;
-  int64_t num_params_ = 0;
+  cpu::ParamStore params_;
   int wte_ = 0, wpe_ = 1, lnfw_ = 0, lnfb_ = 0;
   std::vector<BlockParams> blocks_;
 
   // Activations of the last forward (sized for B_ x T_; re-sized when they change).
   int B_ = 0, T_ = 0;
-  std::vector<int32_t> tokens_, targets_;
+  std::vector<int32_t> tokens_;
   std::vector<float> resid_;     // (n_layer+1) x [BT, C]: residual stream entering block l; last = output
   std::vector<float> resid_mid_; // n_layer x [BT, C]: after the attention half of block l
   std::vector<float> ln1_, ln1_mean_, ln1_rstd_, qkv_, atty_, att_;
   std::vector<float> ln2_, ln2_mean_, ln2_rstd_, fch_, fch_tanh_;
   std::vector<float> lnf_, lnf_mean_, lnf_rstd_;
-  std::vector<float> probs_;     // [BT, Vp]: logits, then probabilities, then dlogits
-  std::vector<float> losses_;    // [BT]
+  cpu::LmOutput head_;           // [BT, Vp]: the logits, their loss, then dlogits
   // Scratch.
   std::vector<float> wt_;        // a transposed weight for the forward GEMM
   bool fp8_ = false;             // FP8 compute of the block linears
@@ -153,7 +150,6 @@ class Gpt : public GptModel {
   std::vector<float> tmp_;       // [BT, C]
   std::vector<float> fch_gelu_;  // [BT, 4C]: gelu(fch) of the block at hand
   std::vector<float> dresid_, dln_, dqkv_, datty_, dfch_, dfchg_;
-  enum class State { kNone, kLogits, kLoss, kBackwardDone } state_ = State::kNone;
 };
 
 }  // namespace mxdp

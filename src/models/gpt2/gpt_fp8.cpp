@@ -6,8 +6,8 @@
 #include "models/gpt2/gpt_fp8.h"
 
 #include "formats/fp8_block.h"
+#include "models/cpu/matmul.h"  // colsum_accumulate
 #include "models/fp8/fp8_gemm_emulated.h"
-#include "models/gpt2/gpt_cpu.h"
 #include "util/check.h"
 
 namespace mxdp::cpu {

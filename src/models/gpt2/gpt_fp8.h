@@ -1,5 +1,5 @@
 // The CPU GPT's FP8 linear layers (gpt_fp8.cpp): the same contracts as
-// gpt_cpu.h's matmul_forward / matmul_backward, with the weight read as the
+// models/cpu/matmul.h's matmul_forward / matmul_backward, with the weight read as the
 // engine's FP8 W (forward) and W^T (backward), {N, K} and {K, N}.
 #pragma once
 

@@ -5,15 +5,13 @@
 #include <filesystem>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
-#include "util/check.h"
-#include "io/checkpoint.h"
-#include "formats/codec.h"
 #include "io/safetensors.h"
 #include "models/gpt2/spec.h"
+#include "models/hf_files.h"
+#include "util/check.h"
 
 namespace mxdp {
 
@@ -24,26 +22,12 @@ namespace {
 
 constexpr const char* kPrefix = "transformer.";
 
-bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
-bool ends_with(const std::string& s, const std::string& x) {
-  return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
-}
-
 // {rows, cols} row-major -> {cols, rows}.
 std::vector<float> transposed(const float* x, int64_t rows, int64_t cols) {
   std::vector<float> y(size_t(rows * cols));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) y[size_t(c * rows + r)] = x[r * cols + c];
   return y;
-}
-
-json read_json_file(const std::string& path) {
-  const std::vector<uint8_t> b = read_file(path);
-  try {
-    return json::parse(b.begin(), b.end());
-  } catch (const std::exception& e) {
-    MXDP_FAIL("'", path, "' is not valid JSON: ", e.what());
-  }
 }
 
 // config.json against the model being built.
@@ -78,6 +62,35 @@ void check_config(const json& c, const GptConfig& m, const std::string& path) {
     if (c.contains(key)) MXDP_CHECK(c[key] == false, "'", path, "': ", key, " is set; mxdp does not scale so");
   for (const char* key : {"scale_attn_weights", "tie_word_embeddings"})
     if (c.contains(key)) MXDP_CHECK(c[key] == true, "'", path, "': ", key, " is false; mxdp's GPT-2 needs it true");
+}
+
+// GPT2Config as transformers writes it, for the model mxdp trained.
+nlohmann::ordered_json hf_gpt2_config(const GptConfig& cfg) {
+  nlohmann::ordered_json c;
+  c["architectures"] = {"GPT2LMHeadModel"};
+  c["model_type"] = "gpt2";
+  c["vocab_size"] = cfg.vocab;
+  c["n_positions"] = cfg.max_seq;
+  c["n_ctx"] = cfg.max_seq;
+  c["n_embd"] = cfg.d_model;
+  c["n_layer"] = cfg.n_layer;
+  c["n_head"] = cfg.n_head;
+  c["n_inner"] = nullptr;
+  c["activation_function"] = "gelu_new";
+  c["resid_pdrop"] = 0.0;
+  c["embd_pdrop"] = 0.0;
+  c["attn_pdrop"] = 0.0;
+  c["layer_norm_epsilon"] = 1e-5;
+  c["initializer_range"] = 0.02;
+  c["scale_attn_weights"] = true;
+  c["scale_attn_by_inverse_layer_idx"] = false;
+  c["reorder_and_upcast_attn"] = false;
+  c["use_cache"] = true;
+  c["tie_word_embeddings"] = true;
+  // GPT-2's <|endoftext|>; a model of another vocabulary has no such token.
+  c["bos_token_id"] = cfg.vocab == 50257 ? json(50256) : json(nullptr);
+  c["eos_token_id"] = cfg.vocab == 50257 ? json(50256) : json(nullptr);
+  return c;
 }
 
 }  // namespace
@@ -120,116 +133,54 @@ std::vector<HfGpt2Tensor> hf_gpt2_tensors(const GptConfig& cfg) {
 
 void export_hf_gpt2(const InferenceWeights& w, const std::string& dir, bool bf16, std::FILE* log) {
   const GptConfig cfg = gpt2_config(w.config);
-  std::error_code ec;
-  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) MXDP_FAIL("--output '", dir, "' exists and is not a directory");
-  fs::create_directories(dir, ec);
-  MXDP_CHECK(!ec, "cannot create '", dir, "': ", ec.message());
-
   std::vector<SafeTensorOut> tensors;
-  int64_t params = 0;
   for (const HfGpt2Tensor& t : hf_gpt2_tensors(cfg)) {
     const ParamSpec& s = w.specs[size_t(t.param)];
-    const float* x = w.weights[size_t(t.param)].data();
-    std::vector<float> v = t.transpose ? transposed(x, s.shape[0], s.shape[1])
-                                       : std::vector<float>(x, x + t.shape[0] * (t.shape.size() > 1 ? t.shape[1] : 1));
-    const size_t n = v.size();
-    params += int64_t(n);
-    SafeTensorOut o{std::string(kPrefix).append(t.name), bf16 ? "BF16" : "F32", t.shape, {}};
-    if (bf16) {
-      o.bytes.resize(2 * n);
-      for (size_t i = 0; i < n; ++i) {
-        const uint16_t u = codec::bf16_from_f32(v[i]);
-        o.bytes[2 * i] = uint8_t(u);
-        o.bytes[2 * i + 1] = uint8_t(u >> 8);
-      }
-    } else {
-      o.bytes.resize(4 * n);
-      std::memcpy(o.bytes.data(), v.data(), 4 * n);
-    }
-    tensors.push_back(std::move(o));
+    const float* x = w.weights[size_t(t.param)].data();  // wte: its first vocab rows
+    const std::vector<float> xt = t.transpose ? transposed(x, s.shape[0], s.shape[1]) : std::vector<float>();
+    tensors.push_back(hf_tensor(std::string(kPrefix).append(t.name), t.shape, t.transpose ? xt.data() : x, bf16));
   }
-  const std::string st = (fs::path(dir) / "model.safetensors").string();
-  write_safetensors(st, tensors, {{"format", "pt"}, {"producer", "mxdp export"}});
-
-  nlohmann::ordered_json c;
-  c["architectures"] = {"GPT2LMHeadModel"};
-  c["model_type"] = "gpt2";
-  c["vocab_size"] = cfg.vocab;
-  c["n_positions"] = cfg.max_seq;
-  c["n_ctx"] = cfg.max_seq;
-  c["n_embd"] = cfg.d_model;
-  c["n_layer"] = cfg.n_layer;
-  c["n_head"] = cfg.n_head;
-  c["n_inner"] = nullptr;
-  c["activation_function"] = "gelu_new";
-  c["resid_pdrop"] = 0.0;
-  c["embd_pdrop"] = 0.0;
-  c["attn_pdrop"] = 0.0;
-  c["layer_norm_epsilon"] = 1e-5;
-  c["initializer_range"] = 0.02;
-  c["scale_attn_weights"] = true;
-  c["scale_attn_by_inverse_layer_idx"] = false;
-  c["reorder_and_upcast_attn"] = false;
-  c["use_cache"] = true;
-  c["tie_word_embeddings"] = true;
-  // GPT-2's <|endoftext|>; a model of another vocabulary has no such token.
-  c["bos_token_id"] = cfg.vocab == 50257 ? json(50256) : json(nullptr);
-  c["eos_token_id"] = cfg.vocab == 50257 ? json(50256) : json(nullptr);
-  c["torch_dtype"] = bf16 ? "bfloat16" : "float32";
-  c["mxdp"] = {{"checkpoint", w.path}, {"iteration", w.iteration}, {"weights", w.describe}};
-  const std::string js = c.dump(2) + "\n";
-  const std::string cj = (fs::path(dir) / "config.json").string();
-  write_file_atomic(cj, std::vector<uint8_t>(js.begin(), js.end()));
-  if (log) {
-    std::fprintf(log, "export: %s (step %lld), weights %s\n", w.path.c_str(), (long long)w.iteration,
-                 w.describe.c_str());
-    std::fprintf(log, "export: wrote %s (%zu tensors, %lld params, %s) and %s\n", st.c_str(), tensors.size(),
-                 (long long)params, bf16 ? "bf16" : "fp32", cj.c_str());
-  }
+  write_hf_dir(dir, tensors, hf_gpt2_config(cfg), w, bf16, log);
 }
 
 void init_from_hf_gpt2(GptModel& model, const std::string& path) {
   const GptConfig& cfg = model.config();
   std::error_code ec;
-  std::string st = path;
-  if (fs::is_directory(path, ec)) {
-    st = (fs::path(path) / "model.safetensors").string();
-    MXDP_CHECK(fs::is_regular_file(st, ec), "--init-from '", path, "' is a directory without model.safetensors");
-    const fs::path cj = fs::path(path) / "config.json";
-    if (fs::is_regular_file(cj, ec)) check_config(read_json_file(cj.string()), cfg, cj.string());
-  }
-  const SafetensorsFile f(st);
+  const fs::path cj = fs::path(path) / "config.json";
+  if (fs::is_directory(path, ec) && fs::is_regular_file(cj, ec))
+    check_config(read_json_file(cj.string()), cfg, cj.string());
+  const HfTensors files(path);
 
   // Names without the prefix; buffers and a tied head set aside.
-  std::map<std::string, const SafeTensorInfo*> by_name;
-  const SafeTensorInfo* lm_head = nullptr;
-  for (const SafeTensorInfo& t : f.tensors()) {
-    std::string n = starts_with(t.name, kPrefix) ? t.name.substr(std::strlen(kPrefix)) : t.name;
-    if (n == "lm_head.weight" || t.name == "lm_head.weight") {
-      lm_head = &t;
+  std::map<std::string, const HfTensors::Entry*> by_name;
+  const HfTensors::Entry* lm_head = nullptr;
+  for (const auto& [name, e] : files.by_name()) {
+    const std::string n = name.starts_with(kPrefix) ? name.substr(std::strlen(kPrefix)) : name;
+    if (n == "lm_head.weight") {
+      lm_head = &e;
       continue;
     }
-    if (starts_with(n, "h.") && (ends_with(n, ".attn.masked_bias") || (ends_with(n, ".attn.bias") && t.shape.size() == 4)))
+    if (n.starts_with("h.") && (n.ends_with(".attn.masked_bias") || (n.ends_with(".attn.bias") && e.info->shape.size() == 4)))
       continue;  // attention-mask buffers, not weights
-    MXDP_CHECK(by_name.emplace(n, &t).second, "--init-from '", st, "': tensor '", n,
+    MXDP_CHECK(by_name.emplace(n, &e).second, "--init-from '", path, "': tensor '", n,
                "' appears both with and without the 'transformer.' prefix");
   }
   const std::vector<HfGpt2Tensor> want = hf_gpt2_tensors(cfg);
   std::set<std::string> expected;
   for (const auto& t : want) expected.insert(t.name);
   for (const auto& [n, t] : by_name)
-    MXDP_CHECK(expected.count(n), "--init-from '", st, "': tensor '", t->name,
+    MXDP_CHECK(expected.count(n), "--init-from '", path, "': tensor '", t->info->name,
                "' is not part of a GPT-2 with the model's ", cfg.n_layer, " layers (pass --n-layer to match)");
   std::vector<float> wte_f32;
   for (const HfGpt2Tensor& t : want) {
     auto it = by_name.find(t.name);
-    MXDP_CHECK(it != by_name.end(), "--init-from '", st, "': tensor '", kPrefix, t.name, "' (", shape_string(t.shape),
+    MXDP_CHECK(it != by_name.end(), "--init-from '", path, "': tensor '", kPrefix, t.name, "' (", shape_string(t.shape),
                ") is missing");
-    const SafeTensorInfo& info = *it->second;
-    MXDP_CHECK(info.shape == t.shape, "--init-from '", st, "': tensor '", info.name, "' has shape ",
+    const SafeTensorInfo& info = *it->second->info;
+    MXDP_CHECK(info.shape == t.shape, "--init-from '", path, "': tensor '", info.name, "' has shape ",
                shape_string(info.shape), " but the model (vocab ", cfg.vocab, ", max_seq ", cfg.max_seq, ", d_model ",
                cfg.d_model, ") needs ", shape_string(t.shape), " (pass --vocab / --max-seq / --d-model to match)");
-    std::vector<float> v = f.read_f32(info);
+    std::vector<float> v = HfTensors::read_f32(*it->second);
     const ParamSpec& s = model.params()[size_t(t.param)];
     if (t.transpose) v = transposed(v.data(), t.shape[0], t.shape[1]);
     if (t.name == "wte.weight") {
@@ -241,10 +192,10 @@ void init_from_hf_gpt2(GptModel& model, const std::string& path) {
     model.set_weights(t.param, v.data());
   }
   if (lm_head) {
-    MXDP_CHECK(lm_head->shape == std::vector<int64_t>({cfg.vocab, cfg.d_model}), "--init-from '", st,
-               "': lm_head.weight has shape ", shape_string(lm_head->shape), ", not wte's");
-    const std::vector<float> head = f.read_f32(*lm_head);
-    MXDP_CHECK(std::memcmp(head.data(), wte_f32.data(), head.size() * sizeof(float)) == 0, "--init-from '", st,
+    MXDP_CHECK(lm_head->info->shape == std::vector<int64_t>({cfg.vocab, cfg.d_model}), "--init-from '", path,
+               "': lm_head.weight has shape ", shape_string(lm_head->info->shape), ", not wte's");
+    const std::vector<float> head = HfTensors::read_f32(*lm_head);
+    MXDP_CHECK(std::memcmp(head.data(), wte_f32.data(), head.size() * sizeof(float)) == 0, "--init-from '", path,
                "': lm_head.weight differs from wte.weight; mxdp's GPT-2 ties the head to the embedding");
   }
 }

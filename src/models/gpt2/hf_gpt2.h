@@ -18,7 +18,8 @@
 //     transformer.ln_f.weight / .bias      [C]
 //   with no lm_head.weight: the head is tied to wte (as save_pretrained writes it).
 //
-// Reading (init_from_hf_gpt2) takes such a directory or a bare .safetensors
+// Reading (init_from_hf_gpt2) takes such a directory (or one whose weights are
+// the shards a model.safetensors.index.json lists) or a bare .safetensors
 // file, with or without the "transformer." prefix (the GPT-2 files on the
 // Hugging Face hub have none), F32, BF16 or F16 tensors; it ignores the
 // attention-mask buffers older files carry (h.N.attn.bias [1,1,n,n],

@@ -50,12 +50,12 @@ std::string describe(const ModelConfig& c) {
          std::to_string(m.d_model) + ", max_seq " + std::to_string(m.max_seq) + ", vocab " + std::to_string(m.vocab);
 }
 
-std::unique_ptr<LanguageModel> build_cpu(const ModelConfig& c) { return std::make_unique<Gpt>(gpt2_config(c)); }
-
 #if defined(MXDP_HAVE_CUDA) && defined(MXDP_HAVE_CUDNN)
 std::unique_ptr<LanguageModel> build_cuda(const ModelConfig& c, void* stream) {
   return cuda::make_gpt(gpt2_config(c), static_cast<cudaStream_t>(stream), {.cuda_graphs = cuda::cuda_graphs_from_env()});
 }
+#else
+constexpr std::nullptr_t build_cuda = nullptr;  // built without CUDA and cuDNN
 #endif
 
 void hf_import(LanguageModel& model, const std::string& path) {
@@ -74,26 +74,16 @@ GptConfig gpt2_config(const ModelConfig& c) {
 }
 
 const ModelSpec& gpt2_spec() {
-  static const ModelSpec spec{
+  static const ModelSpec spec = with_config_entries<gpt2_config, gpt_param_specs, Gpt>({
       .name = "gpt2",
       .presets = gpt_config_names,
       .from_preset = from_preset,
       .from_json = from_json,
       .describe = describe,
-      .num_parameters = [](const ModelConfig& c) { return gpt_num_parameters(gpt2_config(c)); },
-      .param_specs = [](const ModelConfig& c) { return gpt_param_specs(gpt2_config(c)); },
-      .vocab = [](const ModelConfig& c) { return gpt2_config(c).vocab; },
-      .max_seq = [](const ModelConfig& c) { return gpt2_config(c).max_seq; },
-      .n_layer = [](const ModelConfig& c) { return gpt2_config(c).n_layer; },
-      .build_cpu = build_cpu,
-#if defined(MXDP_HAVE_CUDA) && defined(MXDP_HAVE_CUDNN)
       .build_cuda = build_cuda,
-#else
-      .build_cuda = nullptr,
-#endif
       .hf_import = hf_import,
       .hf_export = export_hf_gpt2,
-  };
+  });
   return spec;
 }
 

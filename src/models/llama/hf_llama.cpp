@@ -3,15 +3,12 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
-#include <memory>
 #include <set>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
-#include "formats/codec.h"
-#include "io/fileio.h"
 #include "io/safetensors.h"
+#include "models/hf_files.h"
 #include "models/llama/spec.h"
 #include "util/check.h"
 
@@ -19,58 +16,6 @@ namespace mxdp {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-namespace {
-
-json read_json(const std::string& path) {
-  const std::vector<uint8_t> b = read_file(path);
-  try {
-    return json::parse(b.begin(), b.end());
-  } catch (const std::exception& e) {
-    MXDP_FAIL("'", path, "' is not valid JSON: ", e.what());
-  }
-}
-
-// The tensors of a Hugging Face directory: one file or the shards an index names.
-struct HfFiles {
-  std::vector<std::unique_ptr<SafetensorsFile>> files;
-  std::map<std::string, std::pair<const SafetensorsFile*, const SafeTensorInfo*>> by_name;
-
-  explicit HfFiles(const std::string& path) {
-    std::error_code ec;
-    std::vector<std::string> paths;
-    if (!fs::is_directory(path, ec)) {
-      paths.push_back(path);
-    } else if (fs::is_regular_file(fs::path(path) / "model.safetensors", ec)) {
-      paths.push_back((fs::path(path) / "model.safetensors").string());
-    } else {
-      const fs::path index = fs::path(path) / "model.safetensors.index.json";
-      MXDP_CHECK(fs::is_regular_file(index, ec), "--init-from '", path,
-                 "' holds neither model.safetensors nor model.safetensors.index.json");
-      const json j = read_json(index.string());
-      MXDP_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), "'", index.string(),
-                 "' has no weight_map object");
-      std::set<std::string> shards;
-      for (const auto& [name, file] : j["weight_map"].items()) {
-        MXDP_CHECK(file.is_string(), "'", index.string(), "': the shard of '", name, "' is not a file name");
-        shards.insert(file.get<std::string>());
-      }
-      for (const std::string& s : shards) {
-        MXDP_CHECK(fs::path(s).filename() == fs::path(s), "'", index.string(), "': shard '", s,
-                   "' is not a file name in the directory");
-        paths.push_back((fs::path(path) / s).string());
-      }
-    }
-    for (const std::string& p : paths) {
-      files.push_back(std::make_unique<SafetensorsFile>(p));
-      for (const SafeTensorInfo& t : files.back()->tensors())
-        MXDP_CHECK(by_name.emplace(t.name, std::pair{files.back().get(), &t}).second, "--init-from '", path,
-                   "': tensor '", t.name, "' appears in two files");
-    }
-  }
-};
-
-}  // namespace
 
 std::vector<HfLlamaTensor> hf_llama_tensors(const LlamaConfig& c) {
   const std::vector<ParamSpec> specs = llama_param_specs(c);
@@ -108,50 +53,18 @@ LlamaConfig read_hf_llama_config(const std::string& dir) {
   const std::string cj = (fs::path(dir) / "config.json").string();
   std::error_code ec;
   MXDP_CHECK(fs::is_regular_file(cj, ec), "'", dir, "' has no config.json (a Hugging Face model directory has one)");
-  return llama_from_hf_config(read_json(cj), cj);
+  return llama_from_hf_config(read_json_file(cj), cj);
 }
 
 void export_hf_llama(const InferenceWeights& w, const std::string& dir, bool bf16, std::FILE* log) {
   const LlamaConfig c = llama_config_of(w.config);
-  std::error_code ec;
-  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) MXDP_FAIL("--output '", dir, "' exists and is not a directory");
-  fs::create_directories(dir, ec);
-  MXDP_CHECK(!ec, "cannot create '", dir, "': ", ec.message());
   std::vector<SafeTensorOut> tensors;
-  int64_t params = 0;
   for (const HfLlamaTensor& t : hf_llama_tensors(c)) {
     const ParamSpec& s = w.specs[size_t(t.param)];
     const int64_t row = s.shape.size() == 2 ? s.shape[1] : 1;
-    const float* x = w.weights[size_t(t.param)].data() + t.row0 * row;
-    const int64_t n = t.shape[0] * (t.shape.size() == 2 ? t.shape[1] : 1);
-    params += n;
-    SafeTensorOut o{t.name, bf16 ? "BF16" : "F32", t.shape, {}};
-    if (bf16) {
-      o.bytes.resize(size_t(2 * n));
-      for (int64_t i = 0; i < n; ++i) {
-        const uint16_t u = codec::bf16_from_f32(x[i]);
-        o.bytes[size_t(2 * i)] = uint8_t(u);
-        o.bytes[size_t(2 * i + 1)] = uint8_t(u >> 8);
-      }
-    } else {
-      o.bytes.resize(size_t(4 * n));
-      std::memcpy(o.bytes.data(), x, size_t(4 * n));
-    }
-    tensors.push_back(std::move(o));
+    tensors.push_back(hf_tensor(t.name, t.shape, w.weights[size_t(t.param)].data() + t.row0 * row, bf16));
   }
-  const std::string st = (fs::path(dir) / "model.safetensors").string();
-  write_safetensors(st, tensors, {{"format", "pt"}, {"producer", "mxdp export"}});
-  nlohmann::ordered_json j = llama_to_hf_config(c);
-  j["torch_dtype"] = bf16 ? "bfloat16" : "float32";
-  j["mxdp"] = {{"checkpoint", w.path}, {"iteration", w.iteration}, {"weights", w.describe}};
-  const std::string cj = (fs::path(dir) / "config.json").string();
-  write_file_atomic(cj, j.dump(2) + "\n");
-  if (log) {
-    std::fprintf(log, "export: %s (step %lld), weights %s\n", w.path.c_str(), (long long)w.iteration,
-                 w.describe.c_str());
-    std::fprintf(log, "export: wrote %s (%zu tensors, %lld params, %s) and %s\n", st.c_str(), tensors.size(),
-                 (long long)params, bf16 ? "bf16" : "fp32", cj.c_str());
-  }
+  write_hf_dir(dir, tensors, llama_to_hf_config(c), w, bf16, log);
 }
 
 void init_from_hf_llama(LlamaModel& model, const std::string& path) {
@@ -163,12 +76,12 @@ void init_from_hf_llama(LlamaModel& model, const std::string& path) {
                " but the model being built is ", llama_describe(c), " (pass --model '", path,
                "' to build the model its config.json describes)");
   }
-  const HfFiles files(path);
+  const HfTensors files(path);
   const std::vector<HfLlamaTensor> want = hf_llama_tensors(c);
   std::set<std::string> expected;
   for (const auto& t : want) expected.insert(t.name);
-  const bool tied_head_in_file = c.tie_embeddings && files.by_name.count("lm_head.weight");
-  for (const auto& [n, ft] : files.by_name) {
+  const bool tied_head_in_file = c.tie_embeddings && files.by_name().count("lm_head.weight");
+  for (const auto& [n, e] : files.by_name()) {
     if (n == "lm_head.weight" && tied_head_in_file) continue;
     if (n.find(".rotary_emb.inv_freq") != std::string::npos) continue;  // a buffer older files carry
     MXDP_CHECK(expected.count(n), "--init-from '", path, "': tensor '", n, "' is not part of the model (",
@@ -177,20 +90,19 @@ void init_from_hf_llama(LlamaModel& model, const std::string& path) {
   std::vector<std::vector<float>> values(model.params().size());
   for (size_t p = 0; p < values.size(); ++p) values[p].assign(size_t(model.params()[p].numel()), 0.f);
   for (const HfLlamaTensor& t : want) {
-    auto it = files.by_name.find(t.name);
-    MXDP_CHECK(it != files.by_name.end(), "--init-from '", path, "': tensor '", t.name, "' (", shape_string(t.shape),
+    auto it = files.by_name().find(t.name);
+    MXDP_CHECK(it != files.by_name().end(), "--init-from '", path, "': tensor '", t.name, "' (", shape_string(t.shape),
                ") is missing");
-    const SafeTensorInfo& info = *it->second.second;
+    const SafeTensorInfo& info = *it->second.info;
     MXDP_CHECK(info.shape == t.shape, "--init-from '", path, "': tensor '", t.name, "' has shape ",
                shape_string(info.shape), " but the model (", llama_describe(c), ") needs ", shape_string(t.shape));
-    const std::vector<float> v = it->second.first->read_f32(info);
+    const std::vector<float> v = HfTensors::read_f32(it->second);
     const ParamSpec& s = model.params()[size_t(t.param)];
     const int64_t row = s.shape.size() == 2 ? s.shape[1] : 1;
     std::copy(v.begin(), v.end(), values[size_t(t.param)].begin() + t.row0 * row);
   }
   if (tied_head_in_file) {
-    const auto& [f, info] = files.by_name.at("lm_head.weight");
-    const std::vector<float> head = f->read_f32(*info);
+    const std::vector<float> head = HfTensors::read_f32(files.by_name().at("lm_head.weight"));
     const std::vector<float>& embed = values[0];
     MXDP_CHECK(head.size() == embed.size() && std::memcmp(head.data(), embed.data(), 4 * head.size()) == 0,
                "--init-from '", path,

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "models/cpu/lm_head.h"
+#include "models/cpu/storage.h"
 #include "models/llama/llama_config.h"
 #include "models/model.h"
 
@@ -26,19 +28,19 @@ class Llama : public LlamaModel {
   explicit Llama(const LlamaConfig& cfg);
 
   const LlamaConfig& config() const override { return cfg_; }
-  const std::vector<ParamSpec>& params() const override { return specs_; }
+  const std::vector<ParamSpec>& params() const override { return params_.specs(); }
   int num_layers() const override { return cfg_.n_layer + 2; }
-  float* weights(int param) override;
+  float* weights(int param) override { return params_.checked(param); }
   void init_weights(uint64_t seed) override;
-  void set_weights(int param, const float* host) override;
+  void set_weights(int param, const float* host) override { params_.set(param, host); }
 
   float forward(const Batch& batch, ModelHooks& hooks) override;
   void forward_into(const Batch& b, ModelHooks& h, float* loss) override { *loss = forward(b, h); }
   void backward(ModelHooks& hooks) override;
   void forward_logits(const int32_t* tokens, int B, int T, ModelHooks& hooks) override;
   // vocab floats: the logits of sequence b, position t of the last forward.
-  const float* logits(int b, int t) const;
-  std::vector<float> logits_last(int b = 0) const override;
+  const float* logits(int b, int t) const { return head_.logits(b, t); }
+  std::vector<float> logits_last(int b = 0) const override { return head_.logits_last(b); }
 
  private:
   struct BlockParams {
@@ -47,28 +49,24 @@ class Llama : public LlamaModel {
   void ensure_activations(int B, int T);
   void run_forward(const int32_t* tokens, int B, int T, ModelHooks& hooks);
   void block_backward(int l, ModelHooks& hooks);
-  float* w(int i) { return weights_.data() + offsets_[size_t(i)]; }
+  float* w(int i) { return params_[i]; }
 
   LlamaConfig cfg_;
-  std::vector<ParamSpec> specs_;
-  std::vector<int64_t> offsets_;
-  std::vector<float> weights_;
+  cpu::ParamStore params_;
   std::vector<float> inv_freq_;
-  int embed_ = 0, norm_ = 0, head_ = 0;
+  int embed_ = 0, norm_ = 0, head_w_ = 0;  // head_w_: the head's weight (embed_ when tied)
   std::vector<BlockParams> blocks_;
 
   int B_ = 0, T_ = 0;
-  std::vector<int32_t> tokens_, targets_;
+  std::vector<int32_t> tokens_;
   std::vector<float> resid_;      // (L+1) x [BT, C]: the stream entering block l; last = output
   std::vector<float> resid_mid_;  // L x [BT, C]: after the attention half
   std::vector<float> hn1_, rstd1_, qkv_, atty_, att_;  // per block
   std::vector<float> hn2_, rstd2_, gate_up_;           // per block
   std::vector<float> hnf_, rstdf_;
-  std::vector<float> probs_;  // [BT, V]: logits, then dlogits
-  std::vector<float> losses_;
+  cpu::LmOutput head_;  // [BT, V]: the logits, their loss, then dlogits
   std::vector<float> wt_, tmp_, act_;  // scratch: transposed weight, [BT, C], [BT, F]
   std::vector<float> dresid_, dln_, dqkv_, datty_, dact_, dgu_;
-  enum class State { kNone, kLogits, kLoss, kBackwardDone } state_ = State::kNone;
 };
 
 }  // namespace mxdp

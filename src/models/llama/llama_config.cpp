@@ -1,11 +1,11 @@
 #include "models/llama/llama_config.h"
 
 #include <cmath>
-#include <cstring>
 #include <numbers>
 
 #include <fmt/format.h>
 
+#include "models/init_rng.h"
 #include "util/check.h"
 
 namespace mxdp {
@@ -100,45 +100,16 @@ int64_t llama_num_parameters(const LlamaConfig& c) {
   return n;
 }
 
-namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-// Standard normal number j of stream `key` (Box-Muller on a counter-based RNG:
-// no dependence on the standard library's generators).
-float normal_at(uint64_t key, uint64_t j) {
-  const uint64_t c = key + 2 * (j / 2);
-  const double u1 = double((splitmix64(c) >> 11) + 1) * 0x1p-53;
-  const double u2 = double(splitmix64(c + 1) >> 11) * 0x1p-53;
-  const double r = std::sqrt(-2.0 * std::log(u1));
-  const double th = 2.0 * std::numbers::pi * u2;
-  return float(j % 2 ? r * std::sin(th) : r * std::cos(th));
-}
-
-bool ends_with(const std::string& s, const char* suf) {
-  const size_t k = std::strlen(suf);
-  return s.size() >= k && s.compare(s.size() - k, k, suf) == 0;
-}
-
-}  // namespace
-
 void llama_init_param(const LlamaConfig& c, const std::vector<ParamSpec>& specs, uint64_t seed, int p, float* x) {
   MXDP_CHECK(p >= 0 && p < int(specs.size()), "param index ", p, " out of range");
   const ParamSpec& s = specs[size_t(p)];
   const int64_t n = s.numel();
   if (s.shape.size() == 2) {
-    const bool resid = ends_with(s.name, "o.w") || ends_with(s.name, "down.w");
+    const bool resid = s.name.ends_with("o.w") || s.name.ends_with("down.w");
     const float std = resid ? 0.02f / std::sqrt(2.f * float(c.n_layer)) : 0.02f;
-    const uint64_t key = splitmix64(seed ^ splitmix64(uint64_t(p) + 1));
-#pragma omp parallel for schedule(static) if (n >= (1 << 13))
-    for (int64_t j = 0; j < n; ++j) x[j] = std * normal_at(key, uint64_t(j));
+    fill_normal(x, n, n, std, seed, p);
   } else {
-    const float v = ends_with(s.name, "norm.w") ? 1.f : 0.f;
+    const float v = s.name.ends_with("norm.w") ? 1.f : 0.f;
     std::fill(x, x + n, v);
   }
 }

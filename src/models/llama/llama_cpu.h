@@ -1,12 +1,16 @@
-// The CPU Llama's layer loops (llama.cpp): RMSNorm, RoPE, grouped-query
-// attention, SwiGLU, forward and backward, fp32. The GEMMs are GPT-2's CPU
-// GEMMs (models/gpt2/gpt_cpu.h). The same rule as there: every output element
-// is written by one sequential loop in a fixed order; OpenMP only splits the
-// outputs between threads, so results are bitwise the same for any thread count.
-// Exposed as the references the GPU kernels are tested against.
+// The CPU Llama's own layer loops (llama_cpu.cpp: RMSNorm, RoPE, SwiGLU,
+// forward and backward, fp32) and its view of the shared causal attention
+// (models/cpu/attention.h); the linear layers are models/cpu/matmul.h's. The
+// determinism contract of models/cpu/parallel.h: every output element is
+// written by one sequential loop in a fixed order; OpenMP only splits the
+// outputs between threads, so results are bitwise the same for any thread
+// count. Exposed as the references the GPU kernels are tested against
+// (tests/gputest_llama.cu).
 #pragma once
 
 #include <cstdint>
+
+#include "models/cpu/attention.h"
 
 namespace mxdp::cpu::llama {
 
@@ -23,12 +27,16 @@ void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* in
 void rope(float* qkv, const float* inv_freq, int B, int T, int NH, int KV, int hd, bool inverse);
 
 // Causal GQA over qkv [B*T, (NH+2KV)*hd] (q, k after RoPE) -> out [B*T, NH*hd];
-// att [B, NH, T, T] keeps the softmax.
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int KV, int hd);
-// dqkv [B*T, (NH+2KV)*hd] OVERWRITTEN. One (b, kv head) per task: the q heads
-// of a group add into their k/v head in a fixed order.
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int NH,
-                        int KV, int hd);
+// att [B, NH, T, T] keeps the softmax. The shared attention, under the name
+// the GPU tests know it by.
+inline void attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int KV, int hd) {
+  causal_attention_forward(out, att, qkv, B, T, NH, KV, hd);
+}
+// dqkv [B*T, (NH+2KV)*hd] OVERWRITTEN.
+inline void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
+                               int NH, int KV, int hd) {
+  causal_attention_backward(dqkv, dout, qkv, att, B, T, NH, KV, hd);
+}
 
 // gate_up [M, 2F] (rows [gate | up]) -> out [M, F] = silu(gate) * up.
 void swiglu_forward(float* out, const float* gate_up, int M, int F);

@@ -65,13 +65,13 @@ bool reads_hf_config(const json& hf) {
   return t == "llama" || t == "qwen2";
 }
 
-std::unique_ptr<LanguageModel> build_cpu(const ModelConfig& c) { return std::make_unique<Llama>(llama_config_of(c)); }
-
 #if defined(MXDP_HAVE_CUDA) && defined(MXDP_HAVE_CUDNN)
 std::unique_ptr<LanguageModel> build_cuda(const ModelConfig& c, void* stream) {
   return cuda::make_llama(llama_config_of(c), static_cast<cudaStream_t>(stream),
                           {.cuda_graphs = cuda::cuda_graphs_from_env()});
 }
+#else
+constexpr std::nullptr_t build_cuda = nullptr;  // built without CUDA and cuDNN
 #endif
 
 void hf_import(LanguageModel& model, const std::string& path) {
@@ -83,7 +83,7 @@ void hf_import(LanguageModel& model, const std::string& path) {
 }  // namespace
 
 const ModelSpec& llama_spec() {
-  static const ModelSpec spec{
+  static const ModelSpec spec = with_config_entries<llama_config_of, llama_param_specs, Llama>({
       .name = "llama",
       .presets = llama_config_names,
       .from_preset = from_preset,
@@ -91,22 +91,12 @@ const ModelSpec& llama_spec() {
         return llama_model_config(llama_config_from_json(m, what));
       },
       .describe = [](const ModelConfig& c) { return llama_describe(llama_config_of(c)); },
-      .num_parameters = [](const ModelConfig& c) { return llama_num_parameters(llama_config_of(c)); },
-      .param_specs = [](const ModelConfig& c) { return llama_param_specs(llama_config_of(c)); },
-      .vocab = [](const ModelConfig& c) { return llama_config_of(c).vocab; },
-      .max_seq = [](const ModelConfig& c) { return llama_config_of(c).max_seq; },
-      .n_layer = [](const ModelConfig& c) { return llama_config_of(c).n_layer; },
-      .build_cpu = build_cpu,
-#if defined(MXDP_HAVE_CUDA) && defined(MXDP_HAVE_CUDNN)
       .build_cuda = build_cuda,
-#else
-      .build_cuda = nullptr,
-#endif
       .hf_import = hf_import,
       .hf_export = export_hf_llama,
       .reads_hf_config = reads_hf_config,
       .from_hf_dir = from_hf_dir,
-  };
+  });
   return spec;
 }
 
