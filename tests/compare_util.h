@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "formats/codec.h"
@@ -26,6 +27,15 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
 }
 inline bool same_bits(double a, double b) { return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b); }
 inline bool same_bits(float a, float b) { return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); }
+
+// n normal(0, scale) floats from std::mt19937(seed): the tests' random inputs.
+inline std::vector<float> randn(size_t n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = nd(rng);
+  return v;
+}
 
 // x rounded to bf16 (round to nearest even) and back.
 inline float bfr(float x) { return codec::bf16_to_f32(codec::bf16_from_f32(x)); }

@@ -19,20 +19,13 @@
 #include "fp8_ref.h"
 
 using namespace mxdp;
+using mxdp::testing::randn;
 using mxdp::testing::FlatShape;
 using mxdp::testing::flat_shape;
 using mxdp::testing::same_bits;
 using mxdp::testing::step_ctl;
 
 namespace {
-
-std::vector<float> randn(size_t n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = nd(rng);
-  return v;
-}
 
 
 struct State {

@@ -10,20 +10,14 @@
 #include <random>
 #include <vector>
 
+#include "compare_util.h"
 #include "fp8_ref.h"
 #include "models/gpt2/gpt_fp8.h"
 
 using namespace mxdp;
+using mxdp::testing::randn;
 
 namespace {
-
-std::vector<float> randn(size_t n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = nd(rng);
-  return v;
-}
 
 // Dequantized 1x128 operand (rows x cols, blocks along cols) by the reference.
 std::vector<double> q_rows(const std::vector<float>& x, int64_t rows, int64_t cols) {
