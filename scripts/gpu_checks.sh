@@ -44,6 +44,8 @@ step llama_torch_trajectory python3 tests/gpu_llama_trajectory.py "$B"
 step gpu_cpu_checkpoint bash scripts/check_gpu_cpu_checkpoint.sh "$B"
 step launchers bash scripts/check_launchers.sh "$B"
 step hf_export python3 scripts/check_hf_export.py --mxdp "$B/mxdp" --device cuda
+# Llama / Qwen2 against transformers both ways: export loaded by transformers, --init-from its save_pretrained.
+step llama_hf python3 scripts/check_llama_hf.py --mxdp "$B/mxdp"
 step train_124m "$B/mxdp" train --device cuda --model gpt2-124m --batch-size 16 --seq-len 1024 --steps 60 \
   --eval-every 30 --eval-batches 4 --sample-tokens 0 --progress lines --log-every 10 --save-dir "$LOGDIR/ckpt" --start-over
 # FP8 compute (docs/fp8.md): the same job with the block linears' GEMMs in FP8, its closing sample included.

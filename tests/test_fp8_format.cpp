@@ -61,6 +61,53 @@ TEST(Fp8Codes, BlockScaleRule) {
   EXPECT_EQ(codec::fp8_block_scale(1e-44f, Fp8Kind::E4M3), 1.0f);  // amax / 448 underflows to 0
 }
 
+// codec::block_div, the activation kernels' division by a block scale,
+// against the IEEE division it replaces: bit for bit for every bf16 x within
+// 1024 s (NaN: NaN; below 2^-100 the FP8 codes of the quotient), over block
+// scales of random amaxes, random fp32 scales
+// across the fast range, its edges and mantissas 1.0 / all ones; scales
+// outside that range take the division itself.
+TEST(Fp8Codes, BlockDivisionIsTheIeeeDivision) {
+  std::mt19937 g(5);
+  std::vector<float> scales;
+  std::uniform_int_distribution<uint32_t> mant(0, (1u << 23) - 1);
+  std::uniform_int_distribution<int> ex(-80, 99), amax_ex(-71, 107);  // amax / 448 within the fast range
+  for (int i = 0; i < 400; ++i)
+    scales.push_back(codec::fp8_block_scale(std::ldexp(1.0f + float(mant(g)) * 0x1p-23f, amax_ex(g)), Fp8Kind::E4M3));
+  for (int i = 0; i < 400; ++i) scales.push_back(std::ldexp(1.0f + float(mant(g)) * 0x1p-23f, ex(g)));
+  for (int e : {-80, -79, -1, 0, 1, 99}) {
+    scales.push_back(std::ldexp(1.0f, e));
+    scales.push_back(std::ldexp(2.0f - 0x1p-23f, e));
+  }
+  scales.push_back(0x1p100f);
+  int64_t checked = 0;
+  for (float s : scales) {
+    const codec::BlockDivisor d = codec::block_divisor(s);
+    ASSERT_TRUE(d.fast) << s;
+    for (uint32_t h = 0; h < 65536; ++h) {
+      const float x = codec::bf16_to_f32(uint16_t(h));
+      if (!std::isnan(x) && !(std::fabs(x) <= 1024.0f * s)) continue;
+      const float want = x / s, got = codec::block_div(x, d);
+      if (std::fabs(x) < 0x1p-100f) {  // a quotient below 2^-20: its codes only
+        ASSERT_LT(std::fabs(want), 0x1p-20f);
+        for (Fp8Kind k : {Fp8Kind::E4M3, Fp8Kind::E5M2})
+          ASSERT_EQ(codec::fp8_from_f32(got, k), codec::fp8_from_f32(want, k)) << x << " / " << s;
+      } else if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(got)) << x << " / " << s;
+      } else {
+        ASSERT_EQ(bits(got), bits(want)) << x << " / " << s << ": " << got << " vs " << want;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, int64_t(scales.size()) * 20000);
+  for (float s : {0x1p-81f, 1e-40f, 0x1p101f, FLT_MAX}) {
+    const codec::BlockDivisor d = codec::block_divisor(s);
+    EXPECT_FALSE(d.fast) << s;
+    EXPECT_EQ(bits(codec::block_div(3.0f, d)), bits(3.0f / s)) << s;
+  }
+}
+
 // One 128x128 tile whose amax is 896 (scale 2, exact), elements worked out by hand.
 TEST(Fp8b128, HandComputedTile) {
   std::vector<float> x(128 * 128, 0.0f);

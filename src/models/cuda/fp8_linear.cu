@@ -1,12 +1,17 @@
 // Kernels and GEMM plumbing behind fp8_linear.h.
 //
-// act_quantize: one CTA of 256 threads per 128x128 tile. Phase 1: each thread
-// takes 8 consecutive elements of a row (16 threads a row, 8 passes), applies
-// bias and op, and for the rows operand folds the 128-element amax across its
-// 16 lanes and writes 8 codes at once. For the cols operand the bf16 values go
-// to shared memory (row stride 130 halves: the column reads of phase 2 hit 32
-// different banks); phase 2 gives each warp 16 columns, each column's 128
-// values 4 per lane, one warp amax, and 32 consecutive code bytes a store.
+// act_quantize: one CTA of 256 threads per 128x128 tile, in two phases.
+// Phase 1: each thread takes 8 consecutive elements of a row (16 threads a
+// row, 8 passes), applies bias and op, and for the rows operand folds the
+// 128-element amax across its 16 lanes and writes 8 codes at once. For the
+// cols operand the bf16 values go to shared memory, one 16-byte chunk per
+// thread and pass. Phase 2: each warp takes 8 columns (one chunk column) at a
+// time, each lane 4 consecutive rows of them: one warp amax per column and, per
+// lane, 4 codes as one 32-bit store, so a warp writes a column's 128 codes at
+// once. The tile is stored with chunk k of row r at k ^ ((r >> 2) & 7): both
+// phases' 16-byte accesses then hit 8 different bank groups per quarter-warp
+// (no bank conflicts). Divisions by a block scale are codec::block_div (one
+// division per block, then a product and two FMAs per element).
 #include "models/cuda/fp8_linear.h"
 
 #include <cuda_runtime.h>
@@ -24,19 +29,30 @@ namespace {
 
 constexpr int kTile = 128;
 constexpr int kThreads = 256;
-constexpr int kStride = kTile + 2;  // halves per shared row
+constexpr int kChunks = kTile / 8;  // 16-byte chunks (8 bf16) in a tile row
 
-__device__ __forceinline__ float gelu_tanh(float x) {
-  constexpr float kS = 0.7978845608028654f;  // sqrt(2 / pi), as gelu_forward
-  return 0.5f * x * (1.f + tanhf(kS * (x + 0.044715f * x * x * x)));
+// Where chunk k of tile row r lives in shared memory (see the top of the file).
+__device__ __forceinline__ int chunk_at(int r, int k) { return r * kChunks + (k ^ ((r >> 2) & 7)); }
+
+// GELU, tanh form, through the logistic function: 0.5 (1 + tanh(u)) = sigma(2u),
+// so gelu(x) = x sigma(2u) and gelu'(x) = sigma + 2 x sigma (1 - sigma) u'(x)
+// with u = sqrt(2/pi) (x + 0.044715 x^3): an exp and a reciprocal (two MUFU
+// operations, a few ulp) instead of tanhf's longer sequence, and no
+// cancellation in 1 + tanh for large negative x. The values differ from the
+// tanhf formula (the CPU model's) by a few fp32 ulp before the bf16 rounding.
+__device__ __forceinline__ float gelu_sigmoid(float x) {  // sigma(2u(x))
+  constexpr float kS2 = 2.f * 0.7978845608028654f;         // 2 sqrt(2 / pi)
+  return __fdividef(1.f, 1.f + __expf(-kS2 * (x + 0.044715f * x * x * x)));
 }
-// d gelu_tanh / dx, the CPU model's gelu_backward formula.
+__device__ __forceinline__ float gelu_tanh(float x) { return x * gelu_sigmoid(x); }
 __device__ __forceinline__ float gelu_grad(float x) {
   constexpr float kS = 0.7978845608028654f;
-  const float th = tanhf(kS * (x + 0.044715f * x * x * x));
-  return 0.5f * (1.f + th) + 0.5f * x * (1.f - th * th) * kS * (1.f + 3.f * 0.044715f * x * x);
+  const float sg = gelu_sigmoid(x);
+  return sg + 2.f * x * (sg - sg * sg) * kS * (1.f + 3.f * 0.044715f * x * x);
 }
 __device__ __forceinline__ float round_bf16(float x) { return codec::bf16_to_f32(codec::bf16_from_f32(x)); }
+// codec::amax_fold as one instruction: fmaxf drops a NaN |x|, and acc is never NaN.
+__device__ __forceinline__ float fold(float acc, float x) { return fmaxf(acc, fabsf(x)); }
 
 __device__ __forceinline__ void unpack8(uint4 v, float* f) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
@@ -54,11 +70,43 @@ __device__ __forceinline__ uint4 pack8(const float* f) {
     w[i] = uint32_t(codec::bf16_from_f32(f[2 * i])) | (uint32_t(codec::bf16_from_f32(f[2 * i + 1])) << 16);
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
+// Element i (0-7) of a chunk of 8 bf16.
+__device__ __forceinline__ float half_of(const uint4& v, int i) {
+  const uint32_t w = i < 2 ? v.x : i < 4 ? v.y : i < 6 ? v.z : v.w;
+  return codec::bf16_to_f32(uint16_t(i & 1 ? w >> 16 : w & 0xffffu));
+}
+__device__ __forceinline__ uint32_t encode4_scaled(float a, float b, float c, float d, codec::BlockDivisor q) {
+  return device::encode4<Fp8Kind::E4M3, device::kEnc>(codec::block_div(a, q), codec::block_div(b, q),
+                                                       codec::block_div(c, q), codec::block_div(d, q));
+}
+
+// Phase 2: the cols operand of the tile from its bf16 values in shared memory.
+__device__ __forceinline__ void cols_phase(const uint4* tile, const Fp8Slot& cols, int m0, int n0, int N, int Mp) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll 1
+  for (int k = warp; k < kChunks; k += kThreads / 32) {
+    uint4 v[4];  // rows 4 lane .. 4 lane + 3, columns 8 k .. 8 k + 7
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = tile[chunk_at(4 * lane + j, k)];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      float f[4], am = 0.f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) am = fold(am, f[j] = half_of(v[j], i));
+      am = device::warp_max(am, 32);
+      const float s = codec::fp8_block_scale(am, Fp8Kind::E4M3);
+      const int n = n0 + 8 * k + i;
+      *reinterpret_cast<uint32_t*>(cols.codes + int64_t(n) * Mp + m0 + 4 * lane) =
+          encode4_scaled(f[0], f[1], f[2], f[3], codec::block_divisor(s));
+      if (lane == 0) cols.scales[int64_t(m0 / kTile) * N + n] = s;
+    }
+  }
+}
 
 template <ActOp kOp, bool kBias, bool kRows, bool kCols>
 __global__ void __launch_bounds__(kThreads) act_quantize_kernel(ActQuant q, int M, int N, int Mp) {
   constexpr int kPasses = kTile * 16 / kThreads;  // rows of the tile a thread visits
-  __shared__ uint16_t tile[kCols ? kTile * kStride : 1];
+  __shared__ uint4 tile[kCols ? kTile * kChunks : 1];
   const int n0 = blockIdx.x * kTile, m0 = blockIdx.y * kTile;
   const int seg = threadIdx.x & 15, c = seg * 8;  // the thread's 8 columns, the same in every pass
   // Every load first (x, and the pre-activation for the GELU gradient), so that
@@ -101,41 +149,19 @@ __global__ void __launch_bounds__(kThreads) act_quantize_kernel(ActQuant q, int 
     if constexpr (kRows) {
       float am = 0.f;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) am = codec::amax_fold(am, v[i]);
+      for (int i = 0; i < 8; ++i) am = fold(am, v[i]);
       am = device::warp_max(am, 16);
       const float s = codec::fp8_block_scale(am, Fp8Kind::E4M3);
-      const uint32_t lo = device::encode4<Fp8Kind::E4M3, device::kEnc>(v[0] / s, v[1] / s, v[2] / s, v[3] / s);
-      const uint32_t hi = device::encode4<Fp8Kind::E4M3, device::kEnc>(v[4] / s, v[5] / s, v[6] / s, v[7] / s);
-      *reinterpret_cast<uint2*>(q.rows.codes + int64_t(m) * N + n0 + c) = make_uint2(lo, hi);
+      const codec::BlockDivisor d = codec::block_divisor(s);
+      *reinterpret_cast<uint2*>(q.rows.codes + int64_t(m) * N + n0 + c) =
+          make_uint2(encode4_scaled(v[0], v[1], v[2], v[3], d), encode4_scaled(v[4], v[5], v[6], v[7], d));
       if (seg == 0) q.rows.scales[int64_t(blockIdx.x) * Mp + m] = s;
     }
-    if constexpr (kCols) {
-      uint32_t* t = reinterpret_cast<uint32_t*>(tile + r * kStride + c);
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        t[i] = uint32_t(codec::bf16_from_f32(v[2 * i])) | (uint32_t(codec::bf16_from_f32(v[2 * i + 1])) << 16);
-    }
+    if constexpr (kCols) tile[chunk_at(r, seg)] = kOp == ActOp::Identity && !kBias ? raw[pass] : pack8(v);
   }
   if constexpr (kCols) {
     __syncthreads();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-#pragma unroll 1
-    for (int k = 0; k < kTile / (kThreads / 32); ++k) {
-      const int c = warp * (kTile / (kThreads / 32)) + k;
-      float v[4];
-      float am = 0.f;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        v[j] = codec::bf16_to_f32(tile[(lane + 32 * j) * kStride + c]);
-        am = codec::amax_fold(am, v[j]);
-      }
-      am = device::warp_max(am, 32);
-      const float s = codec::fp8_block_scale(am, Fp8Kind::E4M3);
-      uint8_t* row = q.cols.codes + int64_t(n0 + c) * Mp + m0;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) row[lane + 32 * j] = device::encode1<Fp8Kind::E4M3, device::kEnc>(v[j] / s);
-      if (lane == 0) q.cols.scales[int64_t(blockIdx.y) * N + n0 + c] = s;
-    }
+    cols_phase(tile, q.cols, m0, n0, N, Mp);
   }
 }
 

@@ -118,6 +118,8 @@ class GptCuda final : public GptModel {
     MXDP_CHECK(!ran_, "set_fp8_compute: set it before the model's first forward");
     fp8_ = on;
     if (on && !lin_) lin_ = std::make_unique<Fp8Linear>(s_);
+    fw_.assign(on ? specs_.size() : 0, {});
+    fwt_.assign(on ? specs_.size() : 0, {});
     layout_weights();
   }
   bool reads_fp8_weights() const override { return fp8_; }
@@ -244,6 +246,13 @@ class GptCuda final : public GptModel {
   void upload_batch(const int32_t* tokens, const int32_t* targets, int B, int T);
   void run_forward(ModelHooks& hooks);
   void forward_stage(int s);
+  // Block l's slices of the activations.
+  struct BlockActs {
+    uint16_t *x, *ln1, *qkv, *atty, *mid, *ln2, *pre;  // pre: fc's output before the GELU
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *stats;  // stats: attention's softmax statistics
+  };
+  BlockActs block_acts(int l);
+  void forward_block(int l);
   void forward_block_fp8(int l);
   void backward_head(float* dwte, float* dlnfw, float* dlnfb);
   void backward_block(int l, float* const* g);
@@ -429,7 +438,6 @@ void GptCuda::segment(int id, std::span<float* const> pointers, const std::funct
 
 std::vector<intptr_t> GptCuda::fetch_fp8(int l, ModelHooks& hooks, bool transposed) {
   if (!fp8_) return {};
-  if (fw_.empty()) fw_.assign(specs_.size(), {}), fwt_.assign(specs_.size(), {});
   std::vector<intptr_t> key;
   const BlockParams& p = blocks_[size_t(l)];
   for (int wp : {p.qkvw, p.projw, p.fcw, p.mprojw}) {
@@ -455,7 +463,7 @@ void GptCuda::run_forward(ModelHooks& hooks) {
 // body; stage s >= 2 the residual add closing block s - 2 fused with the
 // LayerNorm of layer s, then block s - 1's body (or, for s = L + 1, the head).
 void GptCuda::forward_stage(int s) {
-  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, HS = C / NH, Vp = cfg_.padded_vocab, L = cfg_.n_layer;
+  const int B = B_, T = T_, C = cfg_.d_model, Vp = cfg_.padded_vocab, L = cfg_.n_layer;
   const int M = B * T;
   const int64_t BTC = int64_t(M) * C;
   Activations& a = act_;
@@ -480,23 +488,31 @@ void GptCuda::forward_stage(int s) {
     gemm_.forward(a.logits, a.lnf, w(0), nullptr, M, Vp, C);
     return;
   }
-  if (fp8_) return forward_block_fp8(l);
-  const BlockParams& p = blocks_[l];
-  uint16_t* x = a.resid + l * BTC;
-  uint16_t* ln1 = a.ln1 + l * BTC;
-  uint16_t* qkv = a.qkv + l * 3 * BTC;
-  uint16_t* atty = a.atty + l * BTC;
-  uint16_t* mid = a.resid_mid + l * BTC;
-  uint16_t* ln2 = a.ln2 + l * BTC;
-  uint16_t* pre = a.fch_pre + l * 4 * BTC;
-  uint16_t* h = a.dfch;  // the GELU output is not kept (backward recomputes it): dfch is free in forward
-  gemm_.forward(qkv, ln1, w(p.qkvw), w(p.qkvb), M, 3 * C, C);
-  att_.forward(atty, a.stats + int64_t(l) * B * NH * T, qkv, B, T, NH, HS);
-  gemm_.forward(a.tmp, atty, w(p.projw), w(p.projb), M, C, C);
-  residual_layernorm_forward(mid, ln2, a.ln2_mean + int64_t(l) * M, a.ln2_rstd + int64_t(l) * M, x, a.tmp,
-                             w(p.ln2w), w(p.ln2b), M, C, s_);
-  gemm_.forward(h, ln2, w(p.fcw), w(p.fcb), M, 4 * C, C, pre);
-  gemm_.forward(a.tmp, h, w(p.mprojw), w(p.mprojb), M, C, 4 * C);
+  fp8_ ? forward_block_fp8(l) : forward_block(l);
+}
+
+GptCuda::BlockActs GptCuda::block_acts(int l) {
+  const int M = B_ * T_;
+  const int64_t BTC = int64_t(M) * cfg_.d_model, lm = int64_t(l) * M;
+  Activations& a = act_;
+  return {a.resid + l * BTC,        a.ln1 + l * BTC,   a.qkv + l * 3 * BTC, a.atty + l * BTC,
+          a.resid_mid + l * BTC,    a.ln2 + l * BTC,   a.fch_pre + l * 4 * BTC,
+          a.ln1_mean + lm,          a.ln1_rstd + lm,   a.ln2_mean + lm,     a.ln2_rstd + lm,
+          a.stats + int64_t(l) * B_ * cfg_.n_head * T_};
+}
+
+void GptCuda::forward_block(int l) {
+  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, HS = C / NH, M = B * T;
+  const BlockParams& p = blocks_[size_t(l)];
+  const BlockActs b = block_acts(l);
+  uint16_t* tmp = act_.tmp;
+  uint16_t* h = act_.dfch;  // the GELU output is not kept (backward recomputes it): dfch is free in forward
+  gemm_.forward(b.qkv, b.ln1, w(p.qkvw), w(p.qkvb), M, 3 * C, C);
+  att_.forward(b.atty, b.stats, b.qkv, B, T, NH, HS);
+  gemm_.forward(tmp, b.atty, w(p.projw), w(p.projb), M, C, C);
+  residual_layernorm_forward(b.mid, b.ln2, b.ln2_mean, b.ln2_rstd, b.x, tmp, w(p.ln2w), w(p.ln2b), M, C, s_);
+  gemm_.forward(h, b.ln2, w(p.fcw), w(p.fcb), M, 4 * C, C, b.pre);
+  gemm_.forward(tmp, h, w(p.mprojw), w(p.mprojb), M, C, 4 * C);
 }
 
 void GptCuda::backward(ModelHooks& hooks) {
@@ -535,42 +551,34 @@ void GptCuda::backward_head(float* dwte, float* dlnfw, float* dlnfb) {
 
 // g: the block's gradients in BlockParams order (ln1w ... mprojb).
 void GptCuda::backward_block(int l, float* const* g) {
-  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, HS = C / NH;
-  const int M = B * T;
-  const int64_t BTC = int64_t(M) * C;
+  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, HS = C / NH, M = B * T;
   Activations& a = act_;
-  const BlockParams& p = blocks_[l];
+  const BlockParams& p = blocks_[size_t(l)];
+  const BlockActs b = block_acts(l);
   float *d_ln1w = g[0], *d_ln1b = g[1], *d_qkvw = g[2], *d_qkvb = g[3], *d_projw = g[4], *d_projb = g[5];
   float *d_ln2w = g[6], *d_ln2b = g[7], *d_fcw = g[8], *d_fcb = g[9], *d_mprojw = g[10], *d_mprojb = g[11];
-  const uint16_t* x = a.resid + l * BTC;
-  const uint16_t* ln1 = a.ln1 + l * BTC;
-  const uint16_t* qkv = a.qkv + l * 3 * BTC;
-  const uint16_t* atty = a.atty + l * BTC;
-  const uint16_t* mid = a.resid_mid + l * BTC;
-  const uint16_t* ln2 = a.ln2 + l * BTC;
-  const uint16_t* pre = a.fch_pre + l * 4 * BTC;
   // MLP: resid[l+1] = mid + mproj(gelu(fc(ln2))). The GELU's output is
   // recomputed from pre into dfch, used by mproj's weight gradient, then
   // overwritten there by the gradient through the GELU.
-  gelu_forward(a.dfch, pre, 4 * BTC, s_);
+  gelu_forward(a.dfch, b.pre, 4 * int64_t(M) * C, s_);
   gemm_.backward_weight(d_mprojw, a.dresid, a.dfch, M, C, 4 * C);
   bias_backward(d_mprojb, a.scratch, a.dresid, M, C, s_);
-  gemm_.backward_data(a.dfch, a.dresid, w(p.mprojw), M, C, 4 * C, pre);  // through the GELU too
+  gemm_.backward_data(a.dfch, a.dresid, w(p.mprojw), M, C, 4 * C, b.pre);  // through the GELU too
   gemm_.backward_data(a.dln, a.dfch, w(p.fcw), M, 4 * C, C);
-  gemm_.backward_weight(d_fcw, a.dfch, ln2, M, 4 * C, C);
+  gemm_.backward_weight(d_fcw, a.dfch, b.ln2, M, 4 * C, C);
   bias_backward(d_fcb, a.scratch, a.dfch, M, 4 * C, s_);
-  layernorm_backward(a.dresid, true, d_ln2w, d_ln2b, a.scratch, a.dln, mid, w(p.ln2w), a.ln2_mean + int64_t(l) * M,
-                     a.ln2_rstd + int64_t(l) * M, M, C, s_);
+  layernorm_backward(a.dresid, true, d_ln2w, d_ln2b, a.scratch, a.dln, b.mid, w(p.ln2w), b.ln2_mean, b.ln2_rstd, M,
+                     C, s_);
   // Attention: mid = x + proj(attn(qkv(ln1))).
   gemm_.backward_data(a.datty, a.dresid, w(p.projw), M, C, C);
-  gemm_.backward_weight(d_projw, a.dresid, atty, M, C, C);
+  gemm_.backward_weight(d_projw, a.dresid, b.atty, M, C, C);
   bias_backward(d_projb, a.scratch, a.dresid, M, C, s_);
-  att_.backward(a.dqkv, a.datty, qkv, atty, a.stats + int64_t(l) * B * NH * T, B, T, NH, HS);
+  att_.backward(a.dqkv, a.datty, b.qkv, b.atty, b.stats, B, T, NH, HS);
   gemm_.backward_data(a.dln, a.dqkv, w(p.qkvw), M, 3 * C, C);
-  gemm_.backward_weight(d_qkvw, a.dqkv, ln1, M, 3 * C, C);
+  gemm_.backward_weight(d_qkvw, a.dqkv, b.ln1, M, 3 * C, C);
   bias_backward(d_qkvb, a.scratch, a.dqkv, M, 3 * C, s_);
-  layernorm_backward(a.dresid, true, d_ln1w, d_ln1b, a.scratch, a.dln, x, w(p.ln1w), a.ln1_mean + int64_t(l) * M,
-                     a.ln1_rstd + int64_t(l) * M, M, C, s_);
+  layernorm_backward(a.dresid, true, d_ln1w, d_ln1b, a.scratch, a.dln, b.x, w(p.ln1w), b.ln1_mean, b.ln1_rstd, M, C,
+                     s_);
 }
 
 void GptCuda::layout_weights() {
@@ -602,31 +610,22 @@ void GptCuda::to_compute_weights() {
 // (and fc's GELU, whose output goes straight to the next GEMM's operand) in
 // act_quantize. The GELU output is not stored: backward recomputes it.
 void GptCuda::forward_block_fp8(int l) {
-  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, HS = C / NH;
-  const int M = B * T;
-  const int64_t BTC = int64_t(M) * C;
-  Activations& a = act_;
+  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, HS = C / NH, M = B * T;
   const BlockParams& p = blocks_[size_t(l)];
-  uint16_t* x = a.resid + l * BTC;
-  uint16_t* ln1 = a.ln1 + l * BTC;
-  uint16_t* qkv = a.qkv + l * 3 * BTC;
-  uint16_t* atty = a.atty + l * BTC;
-  uint16_t* mid = a.resid_mid + l * BTC;
-  uint16_t* ln2 = a.ln2 + l * BTC;
-  uint16_t* pre = a.fch_pre + l * 4 * BTC;
+  const BlockActs b = block_acts(l);
+  uint16_t* tmp = act_.tmp;
   const Fp8Slot q = lin_->slot(Fp8Linear::kRows);
   const auto quantize = [&](const uint16_t* in, int N) { act_quantize({.x = in, .rows = q}, M, N, s_); };
-  quantize(ln1, C);
-  lin_->fprop(qkv, q, fw_[size_t(p.qkvw)], w(p.qkvb), M, 3 * C, C);
-  att_.forward(atty, a.stats + int64_t(l) * B * NH * T, qkv, B, T, NH, HS);
-  quantize(atty, C);
-  lin_->fprop(a.tmp, q, fw_[size_t(p.projw)], w(p.projb), M, C, C);
-  residual_layernorm_forward(mid, ln2, a.ln2_mean + int64_t(l) * M, a.ln2_rstd + int64_t(l) * M, x, a.tmp,
-                             w(p.ln2w), w(p.ln2b), M, C, s_);
-  quantize(ln2, C);
-  lin_->fprop(pre, q, fw_[size_t(p.fcw)], nullptr, M, 4 * C, C);
-  act_quantize({.x = pre, .bias = w(p.fcb), .biased = pre, .op = ActOp::Gelu, .rows = q}, M, 4 * C, s_);
-  lin_->fprop(a.tmp, q, fw_[size_t(p.mprojw)], w(p.mprojb), M, C, 4 * C);
+  quantize(b.ln1, C);
+  lin_->fprop(b.qkv, q, fw_[size_t(p.qkvw)], w(p.qkvb), M, 3 * C, C);
+  att_.forward(b.atty, b.stats, b.qkv, B, T, NH, HS);
+  quantize(b.atty, C);
+  lin_->fprop(tmp, q, fw_[size_t(p.projw)], w(p.projb), M, C, C);
+  residual_layernorm_forward(b.mid, b.ln2, b.ln2_mean, b.ln2_rstd, b.x, tmp, w(p.ln2w), w(p.ln2b), M, C, s_);
+  quantize(b.ln2, C);
+  lin_->fprop(b.pre, q, fw_[size_t(p.fcw)], nullptr, M, 4 * C, C);
+  act_quantize({.x = b.pre, .bias = w(p.fcb), .biased = b.pre, .op = ActOp::Gelu, .rows = q}, M, 4 * C, s_);
+  lin_->fprop(tmp, q, fw_[size_t(p.mprojw)], w(p.mprojb), M, C, 4 * C);
 }
 
 // backward_block under FP8 compute. Per linear layer: the output gradient dY
@@ -634,51 +633,44 @@ void GptCuda::forward_block_fp8(int l) {
 // the input X's transpose (kXCols) for wgrad; mproj's dgrad goes through the
 // GELU in the next act_quantize, which also makes fc's dY operands.
 void GptCuda::backward_block_fp8(int l, float* const* g) {
-  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, HS = C / NH;
-  const int M = B * T;
-  const int64_t BTC = int64_t(M) * C;
+  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, HS = C / NH, M = B * T;
   Activations& a = act_;
   const BlockParams& p = blocks_[size_t(l)];
+  const BlockActs b = block_acts(l);
   float *d_ln1w = g[0], *d_ln1b = g[1], *d_qkvw = g[2], *d_qkvb = g[3], *d_projw = g[4], *d_projb = g[5];
   float *d_ln2w = g[6], *d_ln2b = g[7], *d_fcw = g[8], *d_fcb = g[9], *d_mprojw = g[10], *d_mprojb = g[11];
-  const uint16_t* x = a.resid + l * BTC;
-  const uint16_t* ln1 = a.ln1 + l * BTC;
-  const uint16_t* qkv = a.qkv + l * 3 * BTC;
-  const uint16_t* atty = a.atty + l * BTC;
-  const uint16_t* mid = a.resid_mid + l * BTC;
-  const uint16_t* ln2 = a.ln2 + l * BTC;
-  const uint16_t* pre = a.fch_pre + l * 4 * BTC;
   const Fp8Slot dy = lin_->slot(Fp8Linear::kRows), dyt = lin_->slot(Fp8Linear::kCols);
   const Fp8Slot xt = lin_->slot(Fp8Linear::kXCols);
   const auto grad_operands = [&](const uint16_t* d, int N) { act_quantize({.x = d, .rows = dy, .cols = dyt}, M, N, s_); };
   const auto input_t = [&](const uint16_t* in, int N) { act_quantize({.x = in, .cols = xt}, M, N, s_); };
   // MLP: resid[l+1] = mid + mproj(gelu(fc(ln2))).
   grad_operands(a.dresid, C);
-  act_quantize({.x = pre, .op = ActOp::Gelu, .cols = xt}, M, 4 * C, s_);  // gelu(pre)^T
+  act_quantize({.x = b.pre, .op = ActOp::Gelu, .cols = xt}, M, 4 * C, s_);  // gelu(pre)^T
   lin_->wgrad(d_mprojw, dyt, xt, M, C, 4 * C);
   bias_backward(d_mprojb, a.scratch, a.dresid, M, C, s_);
   lin_->dgrad(a.dfch, dy, fwt_[size_t(p.mprojw)], M, C, 4 * C);
-  act_quantize({.x = a.dfch, .op = ActOp::GeluGrad, .aux = pre, .out = a.dfch, .rows = dy, .cols = dyt}, M, 4 * C, s_);
-  input_t(ln2, C);
+  act_quantize({.x = a.dfch, .op = ActOp::GeluGrad, .aux = b.pre, .out = a.dfch, .rows = dy, .cols = dyt}, M, 4 * C,
+               s_);
+  input_t(b.ln2, C);
   lin_->wgrad(d_fcw, dyt, xt, M, 4 * C, C);
   lin_->dgrad(a.dln, dy, fwt_[size_t(p.fcw)], M, 4 * C, C);
   bias_backward(d_fcb, a.scratch, a.dfch, M, 4 * C, s_);
-  layernorm_backward(a.dresid, true, d_ln2w, d_ln2b, a.scratch, a.dln, mid, w(p.ln2w), a.ln2_mean + int64_t(l) * M,
-                     a.ln2_rstd + int64_t(l) * M, M, C, s_);
+  layernorm_backward(a.dresid, true, d_ln2w, d_ln2b, a.scratch, a.dln, b.mid, w(p.ln2w), b.ln2_mean, b.ln2_rstd, M,
+                     C, s_);
   // Attention: mid = x + proj(attn(qkv(ln1))).
   grad_operands(a.dresid, C);
-  input_t(atty, C);
+  input_t(b.atty, C);
   lin_->wgrad(d_projw, dyt, xt, M, C, C);
   lin_->dgrad(a.datty, dy, fwt_[size_t(p.projw)], M, C, C);
   bias_backward(d_projb, a.scratch, a.dresid, M, C, s_);
-  att_.backward(a.dqkv, a.datty, qkv, atty, a.stats + int64_t(l) * B * NH * T, B, T, NH, HS);
+  att_.backward(a.dqkv, a.datty, b.qkv, b.atty, b.stats, B, T, NH, HS);
   grad_operands(a.dqkv, 3 * C);
-  input_t(ln1, C);
+  input_t(b.ln1, C);
   lin_->wgrad(d_qkvw, dyt, xt, M, 3 * C, C);
   lin_->dgrad(a.dln, dy, fwt_[size_t(p.qkvw)], M, 3 * C, C);
   bias_backward(d_qkvb, a.scratch, a.dqkv, M, 3 * C, s_);
-  layernorm_backward(a.dresid, true, d_ln1w, d_ln1b, a.scratch, a.dln, x, w(p.ln1w), a.ln1_mean + int64_t(l) * M,
-                     a.ln1_rstd + int64_t(l) * M, M, C, s_);
+  layernorm_backward(a.dresid, true, d_ln1w, d_ln1b, a.scratch, a.dln, b.x, w(p.ln1w), b.ln1_mean, b.ln1_rstd, M, C,
+                     s_);
 }
 
 }  // namespace
