@@ -252,6 +252,25 @@ TEST_F(TrainRobust, NothingToTrainIsSaidPlainly) {
   EXPECT_EQ(eval_steps, std::vector<int64_t>{3});
 }
 
+// A val.bin of another tokenizer than train.bin's (here GPT-2's 50257 ids
+// beside the bytes) is refused before the first step, as a train.bin the model
+// cannot read is, even where the model's vocabulary holds both; a run that
+// never evaluates scores nothing on val.bin and is not refused.
+TEST_F(TrainRobust, ValidationDataOfAnotherTokenizerIsRefused) {
+  const std::vector<uint16_t> gpt2_ids(4000, 198);  // every id < 256: only the header tells them apart
+  mxdp::write_shard(d / "data/val.bin", gpt2_ids, 50257);
+  const std::string want = "is 50257 but the training data's ('" + d / "data/train.bin" + "') is 256";
+  for (const std::string vocab : {"", " --vocab 50304"}) {
+    auto r = train("--steps 2 --eval-every 1" + vocab, "val_vocab.log");
+    EXPECT_NE(r.exit_code, 0) << vocab << "\n" << r.output;
+    EXPECT_TRUE(mt::contains(r.output, "the validation data's ('" + d / "data/val.bin" + "') vocab")) << r.output;
+    EXPECT_TRUE(mt::contains(r.output, want)) << r.output;
+    EXPECT_FALSE(mt::contains(r.output, "done:")) << r.output;
+  }
+  auto no_eval = train("--steps 2 --eval-every 0", "no_eval.log");
+  EXPECT_EQ(no_eval.exit_code, 0) << no_eval.output;
+}
+
 // Point 4: a run whose every step is skipped stops after --max-skipped-steps
 // in a row with an error; a checkpoint of non-finite masters is never written,
 // so `latest` keeps naming the last good one.
