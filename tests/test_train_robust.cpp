@@ -205,12 +205,16 @@ TEST_F(TrainRobust, RunInsideTheWarmupLeavesTheDecayToTheResumedRun) {
   auto first = train("--steps 3 --save-dir " + quote(d / "ck") + sched + " --metrics " + quote(d / "w1.jsonl"), "w1.log");
   ASSERT_EQ(first.exit_code, 0) << first.output;
   for (const Metric& m : metrics(d / "w1.jsonl"))
-    if (m.kind == "config") EXPECT_EQ(m.line["schedule"].value("lr_decay_steps", 0), -1) << m.line.dump();
+    if (m.kind == "config") {
+      EXPECT_EQ(m.line["schedule"].value("lr_decay_steps", 0), -1) << m.line.dump();
+    }
   auto longer = train("--steps 10 --load " + quote(d / "ck") + sched + " --metrics " + quote(d / "w2.jsonl"), "w2.log");
   ASSERT_EQ(longer.exit_code, 0) << longer.output;
   int seen = 0;
   for (const Metric& m : metrics(d / "w2.jsonl")) {
-    if (m.kind == "config") EXPECT_EQ(m.line["schedule"].value("lr_decay_steps", 0), 10) << m.line.dump();
+    if (m.kind == "config") {
+      EXPECT_EQ(m.line["schedule"].value("lr_decay_steps", 0), 10) << m.line.dump();
+    }
     if (m.kind != "train") continue;
     ++seen;
     const double it = double(m.step - 1);  // 0-based
