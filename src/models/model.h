@@ -57,9 +57,6 @@ struct ParamSpec {
     for (int64_t d : shape) n *= d;
     return n;
   }
-  // Eligible for the low-precision gather: a 2-D weight whose rows hold whole
-  // 32-element blocks. Everything else travels in BF16.
-  bool lowp_eligible() const { return shape.size() == 2 && shape[1] % 32 == 0; }
 };
 
 // FP8 compute (compute_dtype fp8, --compute-dtype fp8; docs/fp8.md) for a
