@@ -7,7 +7,9 @@
 
 #include "engine/engine_ops.h"
 #include "engine/options.h"
+#include "formats/format.h"
 #include "formats/quant.h"
+#include "util/check.h"
 
 namespace mxdp::testing {
 
@@ -19,9 +21,10 @@ inline FlatShape flat_shape(WeightFormat f, int64_t n) {
   switch (f) {
     case WeightFormat::Bf16: return {2 * n, 2 * n};
     case WeightFormat::Mxfp8: return {mxfp8_code_bytes(1, n), mxfp8_code_bytes(1, n) + mxfp8_scale_bytes_rowwise(1, n)};
-    case WeightFormat::Nvfp4: break;
+    case WeightFormat::Nvfp4: return {nvfp4_code_bytes(1, n), nvfp4_code_bytes(1, n) + nvfp4_scale_bytes(1, n)};
+    case WeightFormat::Fp8b128: break;
   }
-  return {nvfp4_code_bytes(1, n), nvfp4_code_bytes(1, n) + nvfp4_scale_bytes(1, n)};
+  MXDP_FAIL("flat_shape: ", to_string(f), " quantizes 128x128 tiles of a matrix, not a flat range of elements");
 }
 
 // The control of an applied step with AdamW count t and clip coefficient gs

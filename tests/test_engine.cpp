@@ -12,6 +12,7 @@
 #include "comm/comm.h"
 #include "engine/engine.h"
 #include "models/gpt2/gpt.h"
+#include "error_of.h"
 #include "lifecycle.h"
 #include "tmpdir_util.h"
 #include "models/toy/toy_model.h"
@@ -307,6 +308,68 @@ TEST(Engine, Fp8ComputeNeedsFp8b128AndAModelThatReadsIt) {
   }
   EXPECT_EQ(parse_compute_dtype("fp8"), LinearCompute::Fp8);
   EXPECT_THROW(parse_compute_dtype("fp16"), Error);
+}
+
+// check_fp8_compute (model.h), the one refusal of FP8 compute: linear weights
+// that read FP8 must exist, each of whole 128x128 tiles; the count is theirs.
+TEST(Fp8Compute, NeedsLinearWeightsOfWholeTiles) {
+  const auto spec = [](std::vector<int64_t> shape, bool fp8_linear) {
+    return ParamSpec{"w" + shape_string(shape), shape, 0, true, fp8_linear};
+  };
+  const std::vector<ParamSpec> ok = {spec({384, 128}, true), spec({128, 512}, true), spec({50, 96}, false),
+                                     spec({96}, false)};
+  EXPECT_EQ(check_fp8_compute(ok), 2) << "params that do not read FP8 play no part";
+  for (const std::vector<int64_t>& bad : {std::vector<int64_t>{128, 96}, {96, 128}, {128, 200}, {128}}) {
+    const std::string e = error_of([&] { check_fp8_compute({spec({128, 128}, true), spec(bad, true)}); });
+    EXPECT_TRUE(contains(e, "whole 128x128 tiles")) << e;
+    EXPECT_TRUE(contains(e, "w" + shape_string(bad) + " is " + shape_string(bad))) << e;
+    EXPECT_TRUE(contains(e, "--d-model that is a multiple of 128")) << e;
+  }
+  const std::string none = error_of([&] { check_fp8_compute({spec({128, 128}, false)}); });
+  EXPECT_TRUE(contains(none, "does not compute with FP8 weights")) << none;
+  // GPT-2 at d_model 128: four linear weights a block; at 96 (n_head 4) the CPU model refuses.
+  GptConfig g = gpt_config("tiny");
+  g.d_model = 128;
+  g.n_layer = 3;
+  EXPECT_EQ(check_fp8_compute(gpt_param_specs(g)), 12);
+  g.d_model = 96;
+  Gpt narrow(g);
+  EXPECT_EQ(error_of([&] { narrow.set_fp8_compute(true); }), error_of([&] { check_fp8_compute(narrow.params()); }));
+}
+
+// train and plan refuse --compute-dtype fp8 with the same sentence: a width
+// without whole tiles, a model without an FP8 path.
+TEST(Fp8Compute, TrainAndPlanRefuseInOneSentence) {
+  TempDir d;
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "In the beginning " + std::to_string(i) + "\n";
+  write_file(d / "c.txt", text);
+  const auto error_line = [&](const std::string& args) {
+    const RunResult r = run_mxdp(args, d / "out.txt");
+    EXPECT_NE(r.exit_code, 0) << args << "\n" << r.output;
+    const size_t at = r.output.find("error: ");
+    return at == std::string::npos ? r.output : r.output.substr(at, r.output.find('\n', at) - at);
+  };
+  for (const std::string model : {"--model tiny --d-model 96", "--model llama-tiny"}) {
+    const std::string plan = error_line("plan " + model + " --compute-dtype fp8");
+    const std::string train = error_line("train " + model + " --compute-dtype fp8 --weight-format fp8b128 --steps 1 --eval-every 0 "
+                                         "--sample-tokens 0 --threads 1 --data " + quote(d / "c.txt"));
+    EXPECT_TRUE(contains(plan, "--compute-dtype fp8")) << plan;
+    EXPECT_EQ(train, plan) << model;
+  }
+}
+
+// plan has no --weight-format (it shows every format): its --compute-dtype
+// help must not send the user to one; train's does.
+TEST(Fp8Compute, HelpSaysWhatFp8MeansToEachCommand) {
+  TempDir d;
+  const RunResult plan = run_mxdp("plan --help", d / "plan.txt"), train = run_mxdp("train --help", d / "train.txt");
+  ASSERT_EQ(plan.exit_code, 0) << plan.output;
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  EXPECT_FALSE(contains(plan.output, "--weight-format")) << plan.output;
+  EXPECT_TRUE(contains(plan.output, "adds the row of the fp8b128 gather with FP8 compute")) << plan.output;
+  EXPECT_TRUE(contains(train.output, "needs --weight-format fp8b128")) << train.output;
+  for (const RunResult* r : {&plan, &train}) EXPECT_TRUE(contains(r->output, "d_model a multiple of 128")) << r->output;
 }
 
 TEST(MemoryPlan, Gpt2OnEightRanks) {

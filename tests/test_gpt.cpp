@@ -452,7 +452,7 @@ TEST(GptHooks, LayerOrderAndGradsFinalAtAfterLayerBackward) {
   for (const auto& p : m.params()) {
     EXPECT_EQ(p.decay, p.shape.size() == 2) << p.name;
     if (p.shape.size() == 2) {
-      EXPECT_TRUE(p.lowp_eligible()) << p.name;
+      EXPECT_EQ(p.shape[1] % 32, 0) << p.name << ": rows of whole 32-blocks travel in the low-precision format";
     }
   }
 
@@ -654,7 +654,7 @@ TEST(GptConfig, NamedConfigsHaveGpt2ParameterCounts) {
     EXPECT_EQ(gpt_num_parameters(c) - int64_t(c.padded_vocab - c.vocab) * c.d_model, w.hf_params) << w.name;
     for (const auto& p : gpt_param_specs(c))
       if (p.shape.size() == 2) {
-        EXPECT_TRUE(p.lowp_eligible()) << w.name << " " << p.name;
+        EXPECT_EQ(p.shape[1] % 32, 0) << w.name << " " << p.name << ": rows of whole 32-blocks";
       }
   }
   const GptConfig t = gpt_config("tiny");

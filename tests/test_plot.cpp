@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "util/check.h"
@@ -294,6 +295,47 @@ TEST(LossSvg, TwoRunsDrawnAtTheirValuesOnSharedAxes) {
   EXPECT_FALSE(contains(loss_svg(in[0].curves, {}), "data-run"));
 }
 
+// Beyond ten runs the colours repeat, so each further ten draws its lines in
+// a dash pattern of its own: among 40 runs no two train lines, and no two eval
+// lines, share both colour and pattern; the legend draws each the same way;
+// the 41st run looks like the first (as documented).
+TEST(LossSvg, FortyRunsAllLookDifferent) {
+  std::vector<NamedCurves> in;
+  for (int r = 0; r < 41; ++r) {
+    NamedCurves n{"run" + std::to_string(r), {}};
+    n.curves.train = {{0, 5.0 - 0.01 * r}, {10, 4.0 - 0.01 * r}};
+    n.curves.eval = {{10, 4.5 - 0.01 * r}};
+    in.push_back(std::move(n));
+  }
+  const std::string svg = loss_svg(in, {});
+  const std::regex dash_re(" stroke-dasharray=\"([^\"]*)\"");
+  const auto dash_of = [&](const std::string& attrs) {
+    std::smatch m;
+    return std::regex_search(attrs, m, dash_re) ? m[1].str() : std::string();
+  };
+  const std::string legend = section(svg, "<g class=\"legend\"", "</g>\n</svg>");
+  for (const char* cls : {"train", "eval"}) {
+    const auto lines = run_polylines(svg, cls);
+    ASSERT_EQ(lines.size(), 41u);
+    std::set<std::pair<std::string, std::string>> looks;
+    for (size_t r = 0; r < 40; ++r) {
+      const std::string dash = dash_of(lines[r].attrs);
+      EXPECT_TRUE(looks.insert({lines[r].stroke, dash}).second) << cls << " of run " << r << " looks like another's";
+      EXPECT_EQ(dash.empty(), std::string(cls) == "train" && r < 10) << cls << " " << r;
+      // The legend's sample line of this run and series: the same colour and pattern.
+      const std::string sample = "stroke=\"" + lines[r].stroke + "\" stroke-width=\"1.5\"" +
+                                 (dash.empty() ? "" : " stroke-dasharray=\"" + dash + "\"") + "/>";
+      const std::string text = ">run" + std::to_string(r) + " " + cls + " (last";
+      const size_t at = legend.find(text);
+      ASSERT_NE(at, std::string::npos) << text;
+      EXPECT_TRUE(contains(legend.substr(legend.rfind("<line", at), at - legend.rfind("<line", at)), sample))
+          << cls << " " << r << ": " << legend.substr(legend.rfind("<line", at), at - legend.rfind("<line", at));
+    }
+    EXPECT_EQ(lines[40].stroke, lines[0].stroke);
+    EXPECT_EQ(dash_of(lines[40].attrs), dash_of(lines[0].attrs));
+  }
+}
+
 TEST(LossSvg, SeveralRunsErrorsNameTheRun) {
   NamedCurves a{"fp8", {}}, b{"bf16", {}};
   a.curves.train.push_back({1, 3.0});
@@ -429,6 +471,16 @@ TEST(PlotCli, SeveralRunsWithLabels) {
     EXPECT_EQ(r.exit_code, 1) << r.output;
     EXPECT_TRUE(contains(r.output, "--label was given")) << r.output;
     EXPECT_TRUE(contains(r.output, "for 2 --metrics file(s)")) << r.output;
+    EXPECT_FALSE(fs::exists(d / "bad.svg"));
+  }
+
+  // An empty label, or one given to two runs, is refused: the legend could not tell the runs apart.
+  for (const auto& [labels, want] :
+       {std::pair<std::string, std::string>{"--label x --label ''", "--label number 2 is empty"},
+        {"--label same --label same", "--label 'same' is given twice (labels 1 and 2)"}}) {
+    r = run_mxdp("plot --metrics " + a + " " + b + " " + labels + " --output " + quote(d / "bad.svg"), out);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_TRUE(contains(r.output, want)) << r.output;
     EXPECT_FALSE(fs::exists(d / "bad.svg"));
   }
 

@@ -205,12 +205,16 @@ TEST_F(TrainRobust, RunInsideTheWarmupLeavesTheDecayToTheResumedRun) {
   auto first = train("--steps 3 --save-dir " + quote(d / "ck") + sched + " --metrics " + quote(d / "w1.jsonl"), "w1.log");
   ASSERT_EQ(first.exit_code, 0) << first.output;
   for (const Metric& m : metrics(d / "w1.jsonl"))
-    if (m.kind == "config") EXPECT_EQ(m.line["schedule"].value("lr_decay_steps", 0), -1) << m.line.dump();
+    if (m.kind == "config") {
+      EXPECT_EQ(m.line["schedule"].value("lr_decay_steps", 0), -1) << m.line.dump();
+    }
   auto longer = train("--steps 10 --load " + quote(d / "ck") + sched + " --metrics " + quote(d / "w2.jsonl"), "w2.log");
   ASSERT_EQ(longer.exit_code, 0) << longer.output;
   int seen = 0;
   for (const Metric& m : metrics(d / "w2.jsonl")) {
-    if (m.kind == "config") EXPECT_EQ(m.line["schedule"].value("lr_decay_steps", 0), 10) << m.line.dump();
+    if (m.kind == "config") {
+      EXPECT_EQ(m.line["schedule"].value("lr_decay_steps", 0), 10) << m.line.dump();
+    }
     if (m.kind != "train") continue;
     ++seen;
     const double it = double(m.step - 1);  // 0-based
@@ -250,6 +254,25 @@ TEST_F(TrainRobust, NothingToTrainIsSaidPlainly) {
   for (const Metric& m : metrics(d / "e3.jsonl"))
     if (m.kind == "eval") eval_steps.push_back(m.step);
   EXPECT_EQ(eval_steps, std::vector<int64_t>{3});
+}
+
+// A val.bin of another tokenizer than train.bin's (here GPT-2's 50257 ids
+// beside the bytes) is refused before the first step, as a train.bin the model
+// cannot read is, even where the model's vocabulary holds both; a run that
+// never evaluates scores nothing on val.bin and is not refused.
+TEST_F(TrainRobust, ValidationDataOfAnotherTokenizerIsRefused) {
+  const std::vector<uint16_t> gpt2_ids(4000, 198);  // every id < 256: only the header tells them apart
+  mxdp::write_shard(d / "data/val.bin", gpt2_ids, 50257);
+  const std::string want = "is 50257 but the training data's ('" + d / "data/train.bin" + "') is 256";
+  for (const std::string vocab : {"", " --vocab 50304"}) {
+    auto r = train("--steps 2 --eval-every 1" + vocab, "val_vocab.log");
+    EXPECT_NE(r.exit_code, 0) << vocab << "\n" << r.output;
+    EXPECT_TRUE(mt::contains(r.output, "the validation data's ('" + d / "data/val.bin" + "') vocab")) << r.output;
+    EXPECT_TRUE(mt::contains(r.output, want)) << r.output;
+    EXPECT_FALSE(mt::contains(r.output, "done:")) << r.output;
+  }
+  auto no_eval = train("--steps 2 --eval-every 0", "no_eval.log");
+  EXPECT_EQ(no_eval.exit_code, 0) << no_eval.output;
 }
 
 // Point 4: a run whose every step is skipped stops after --max-skipped-steps

@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "engine/layout.h"
 #include "formats/format.h"
+#include "models/model.h"
 #include "train/trainer.h"
 #include "util/check.h"
 
@@ -45,23 +46,6 @@ std::vector<Mode> plan_modes(bool fp8_compute) {
   return modes;
 }
 
-// --compute-dtype fp8 as train takes it: the model's linear weights (those
-// that compute in FP8) in whole 128x128 tiles. Returns how many there are.
-int fp8_linear_weights(const std::vector<ParamSpec>& params, const std::string& model) {
-  int n = 0;
-  for (const ParamSpec& p : params) {
-    if (!p.fp8_linear) continue;
-    MXDP_CHECK(gather_format(p, WeightFormat::Fp8b128) == WeightFormat::Fp8b128,
-               "--compute-dtype fp8 computes with whole 128x128 tiles of each linear weight, but ", model, "'s ",
-               p.name, " is ", p.shape[0], " x ", p.shape[1],
-               ": pass a --d-model that is a multiple of 128, or --compute-dtype bf16");
-    ++n;
-  }
-  MXDP_CHECK(n > 0, "--compute-dtype fp8: model ", model,
-             " does not compute with FP8 weights (yet); use --compute-dtype bf16");
-  return n;
-}
-
 // One line of the table: the mode, its memory columns (the total last), its traffic.
 void print_row(const std::string& mode, const std::vector<std::string>& memory, const std::string& gather,
                const std::string& ratio, const std::string& reduce) {
@@ -90,13 +74,13 @@ void add_plan_command(CLI::App& app, Runner& run) {
   cmd->add_option("--dp", o->dp, "Data-parallel ranks")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--bucket-size", o->bucket, "Elements per bucket")->check(CLI::PositiveNumber);
   cmd->add_option("--grad-reduce-dtype", o->grad_dtype, "Reduce-scatter dtype")->check(CLI::IsMember({"fp32", "bf16"}));
-  add_compute_dtype_option(cmd, o->compute_dtype);
+  add_compute_dtype_option(cmd, o->compute_dtype, "adds the row of the fp8b128 gather with FP8 compute");
   cmd->callback([o, &run] {
     run = [o] {
       const ModelConfig mc = resolve_model(o->c);
       const auto params = mc.spec().param_specs(mc);
       const bool fp8 = parse_compute_dtype(o->compute_dtype) == LinearCompute::Fp8;
-      const int fp8_weights = fp8 ? fp8_linear_weights(params, o->c.model) : 0;
+      const int fp8_weights = fp8 ? check_fp8_compute(params) : 0;  // what train refuses, plan refuses
       std::printf("mxdp plan: %s, %lld params, dp %d, buckets of %lld elements, %s reduce-scatter%s\n",
                   o->c.model.c_str(), (long long)mc.spec().num_parameters(mc), o->dp, (long long)o->bucket,
                   o->grad_dtype.c_str(), fp8 ? ", fp8 compute in the fp8b128 mode" : "");

@@ -38,6 +38,18 @@ std::vector<std::string> run_names(const std::vector<std::string>& paths) {
   return names;
 }
 
+// Each --label names one run in the legend and in data-run: none may be empty
+// or name two runs.
+void check_labels(const std::vector<std::string>& labels) {
+  std::map<std::string, size_t> first;  // label -> its 1-based position
+  for (size_t i = 0; i < labels.size(); ++i) {
+    MXDP_CHECK(!labels[i].empty(), "--label number ", i + 1, " is empty: give every run a name to show in the legend");
+    const auto [at, fresh] = first.emplace(labels[i], i + 1);
+    MXDP_CHECK(fresh, "--label '", labels[i], "' is given twice (labels ", at->second, " and ", i + 1,
+               "): give every run a name of its own, or the legend cannot tell them apart");
+  }
+}
+
 }  // namespace
 
 void add_plot_command(CLI::App& app, Runner& run) {
@@ -53,8 +65,9 @@ void add_plot_command(CLI::App& app, Runner& run) {
                   "--metrics A --metrics B) draw several runs on one plot")
       ->required();
   cmd->add_option("--label", o->labels,
-                  "Legend name of each run, in the order of --metrics, one per file (default: the file's "
-                  "directory name, else its file name)");
+                  "Legend name of each run, in the order of --metrics, one per file, each its own and not "
+                  "empty (default: the file's directory name, else its file name). Runs have tab10's ten "
+                  "colours; from the 11th run on, each ten draws its lines in a dash pattern of its own");
   cmd->add_option("--output", o->output, "SVG file to write (convert to PNG with rsvg-convert if needed)")
       ->required();
   cmd->add_option("--title", o->title, "Plot title (default: the metrics file name, or the run names)");
@@ -67,6 +80,7 @@ void add_plot_command(CLI::App& app, Runner& run) {
       MXDP_CHECK(o->labels.empty() || o->labels.size() == o->metrics.size(), "--label was given ",
                  o->labels.size(), " time(s) for ", o->metrics.size(),
                  " --metrics file(s): give one label per file, in the same order, or none");
+      check_labels(o->labels);
       const std::vector<std::string> names = o->labels.empty() ? run_names(o->metrics) : o->labels;
       std::vector<NamedCurves> runs;
       for (size_t r = 0; r < o->metrics.size(); ++r) {

@@ -19,12 +19,13 @@ void add_plot_command(CLI::App& app, Runner& run);       // plot (cmd_plot.cpp)
 void add_plan_command(CLI::App& app, Runner& run);       // plan (cmd_plan.cpp)
 void add_export_command(CLI::App& app, Runner& run);     // export (cmd_export.cpp)
 
-// --compute-dtype (bf16 or fp8) into `into`, as train and plan both take it.
-inline CLI::Option* add_compute_dtype_option(CLI::App* cmd, std::string& into) {
+// --compute-dtype (bf16 or fp8) into `into`, as train and plan both take it;
+// `fp8_note` says what fp8 means to this command.
+inline CLI::Option* add_compute_dtype_option(CLI::App* cmd, std::string& into, const std::string& fp8_note) {
   return cmd
       ->add_option("--compute-dtype", into,
-                   "Linear layers compute with the dequantized weights (bf16) or FP8 GEMMs on the fp8b128 tiles (fp8; "
-                   "needs --weight-format fp8b128)")
+                   "Linear layers compute with the dequantized weights (bf16) or FP8 GEMMs on the fp8b128 tiles (fp8: "
+                   "GPT-2 with d_model a multiple of 128; " + fp8_note + ")")
       ->check(CLI::IsMember({"bf16", "fp8"}));
 }
 

@@ -56,10 +56,10 @@ struct FormatTraits {
   int64_t code_bytes(int64_t n) const { return n * code_bits / 8; }
   int64_t scales_bytes(int64_t n) const { return scale_bytes == 0 ? 0 : n / block * scale_bytes; }
   bool low_precision() const { return id != WeightFormat::Bf16; }
-  // Whether a rows x cols weight can travel in this format. Row-block formats
-  // take any 2-D weight whose rows hold whole 32-element blocks (the engine's
-  // rule, ParamSpec::lowp_eligible); 128x128 tiles need rows and cols that are
-  // multiples of 128 (others travel in bf16).
+  // Whether a rows x cols weight can travel in this format (the engine's one
+  // rule, engine/layout.h's gather_format). Row-block formats take any 2-D
+  // weight whose rows hold whole 32-element blocks; 128x128 tiles need rows and
+  // cols that are multiples of 128 (others travel in bf16).
   bool eligible(int64_t rows, int64_t cols) const {
     if (block_rows == 1) return cols % 32 == 0;
     return rows % block_rows == 0 && cols % block_rows == 0;

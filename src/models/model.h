@@ -57,10 +57,17 @@ struct ParamSpec {
     for (int64_t d : shape) n *= d;
     return n;
   }
-  // Eligible for the low-precision gather: a 2-D weight whose rows hold whole
-  // 32-element blocks. Everything else travels in BF16.
-  bool lowp_eligible() const { return shape.size() == 2 && shape[1] % 32 == 0; }
 };
+
+// FP8 compute (compute_dtype fp8, --compute-dtype fp8; docs/fp8.md) for a
+// model with these params: it needs linear weights that read FP8 W / W^T
+// (fp8_linear), each of whole 128x128 tiles (rows and cols multiples of 128,
+// fp8b128's FormatTraits::eligible; their 1x128 activation blocks then fit
+// too): for GPT-2, d_model a multiple of 128. Throws mxdp::Error with the one
+// refusal every caller gives (the models' set_fp8_compute, `mxdp plan`);
+// returns how many such weights there are. The engine adds its own rules
+// (weight_format fp8b128, a model switched to FP8: DpOptions::validate, engine.cpp).
+int check_fp8_compute(const std::vector<ParamSpec>& params);
 
 // "[768, 2304]", for messages.
 inline std::string shape_string(const std::vector<int64_t>& shape) {
@@ -126,7 +133,9 @@ class Model {
   // (an error for a model that has none).
   virtual bool reads_fp8_weights() const { return false; }
   virtual void set_fp8_compute(bool on) {
-    MXDP_CHECK(!on, "this model has no FP8 compute path (compute_dtype fp8); use compute_dtype bf16");
+    if (!on) return;
+    check_fp8_compute(params());
+    MXDP_FAIL("this model lists FP8 linear weights but has no FP8 compute path; use --compute-dtype bf16");
   }
   // Deterministic initialisation of the compute weights from a seed.
   virtual void init_weights(uint64_t seed) = 0;

@@ -170,6 +170,33 @@ std::string points_attr(const std::vector<MetricPoint>& pts, const Axis& x, cons
   return s;
 }
 
+// How a run's lines are drawn: their colours and stroke-dasharrays ("" = solid).
+struct RunStyle {
+  const char* train_color;
+  const char* eval_color;
+  const char* train_dash;
+  const char* eval_dash;
+};
+
+// One run: train blue, eval red, both solid. Several: run r draws both lines
+// in tab10's colour r % 10; the first ten runs draw train solid and eval
+// dashed, each later ten both lines in a dash pattern of its own (dotted,
+// dash-dot, long dashes), so that runs r and r + 10 differ; after 40 runs the
+// styles repeat. Eval always has its markers.
+RunStyle run_style(size_t run, bool multi) {
+  if (!multi) return {"#1f77b4", "#d62728", "", ""};
+  static const char* const kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                        "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+  static const char* const kDashes[] = {"", "2,2", "8,3,2,3", "16,4"};
+  const char* color = kColors[run % std::size(kColors)];
+  const size_t ten = run / std::size(kColors) % std::size(kDashes);
+  return {color, color, kDashes[ten], ten == 0 ? "6,4" : kDashes[ten]};
+}
+
+std::string dash_attr(const char* dash) {
+  return *dash ? fmt::format(" stroke-dasharray=\"{}\"", dash) : std::string();
+}
+
 }  // namespace
 
 std::string loss_svg(const LossCurves& c, const PlotOptions& o) { return loss_svg({NamedCurves{"", c}}, o); }
@@ -180,16 +207,7 @@ std::string loss_svg(const std::vector<NamedCurves>& runs, const PlotOptions& o)
     MXDP_CHECK(!r.curves.train.empty() || !r.curves.eval.empty(), "no train or eval loss points to plot",
                r.name.empty() ? std::string() : " in run '" + r.name + "'");
   MXDP_CHECK(o.width >= 200 && o.height >= 150, "plot size ", o.width, "x", o.height, " is too small");
-  // One run: train and eval in two colours. Several: a colour per run (the
-  // tab10 palette, repeating after ten runs), eval dashed with markers.
   const bool multi = runs.size() > 1;
-  const char* kTrainColor = "#1f77b4";
-  const char* kEvalColor = "#d62728";
-  static const char* const kRunColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-                                           "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
-  const auto color_of = [&](size_t run, bool eval) -> const char* {
-    return multi ? kRunColors[run % std::size(kRunColors)] : eval ? kEvalColor : kTrainColor;
-  };
   // data-run="NAME" on a run's elements, where there are several.
   const auto run_attr = [&](size_t run) {
     return multi ? fmt::format(" data-run=\"{}\"", xml_escape(runs[run].name)) : std::string();
@@ -275,21 +293,22 @@ std::string loss_svg(const std::vector<NamedCurves>& runs, const PlotOptions& o)
   for (size_t i = 0; i < runs.size(); ++i) {
     const LossCurves& c = runs[i].curves;
     if (c.train.empty()) continue;
-    s += fmt::format("<polyline class=\"train\"{} fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" "
+    const RunStyle st = run_style(i, multi);
+    s += fmt::format("<polyline class=\"train\"{} fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"{} "
                      "stroke-linejoin=\"round\" points=\"{}\"/>\n",
-                     run_attr(i), color_of(i, false), points_attr(c.train, x, y));
+                     run_attr(i), st.train_color, dash_attr(st.train_dash), points_attr(c.train, x, y));
     if (c.train.size() == 1)  // a one-point line draws nothing
       s += fmt::format("<circle{} cx=\"{:.2f}\" cy=\"{:.2f}\" r=\"2.5\" fill=\"{}\"/>\n", run_attr(i),
-                       x.to_px(double(c.train[0].step)), y.to_px(c.train[0].loss), color_of(i, false));
+                       x.to_px(double(c.train[0].step)), y.to_px(c.train[0].loss), st.train_color);
   }
-  const char* dash = multi ? " stroke-dasharray=\"6,4\"" : "";
   for (size_t i = 0; i < runs.size(); ++i) {
     const LossCurves& c = runs[i].curves;
     if (c.eval.empty()) continue;
+    const RunStyle st = run_style(i, multi);
     s += fmt::format("<polyline class=\"eval\"{} fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"{} points=\"{}\"/>\n",
-                     run_attr(i), color_of(i, true), dash, points_attr(c.eval, x, y));
+                     run_attr(i), st.eval_color, dash_attr(st.eval_dash), points_attr(c.eval, x, y));
     s += fmt::format("<g class=\"eval-markers\"{} fill=\"white\" stroke=\"{}\" stroke-width=\"1.5\">\n", run_attr(i),
-                     color_of(i, true));
+                     st.eval_color);
     for (const auto& p : c.eval)
       s += fmt::format("<circle cx=\"{:.2f}\" cy=\"{:.2f}\" r=\"3.5\"/>\n", x.to_px(double(p.step)), y.to_px(p.loss));
     s += "</g>\n";
@@ -300,18 +319,20 @@ std::string loss_svg(const std::vector<NamedCurves>& runs, const PlotOptions& o)
     std::string label;
     bool eval;
     const char* color;
+    const char* dash;
   };
   std::vector<Entry> entries;
   size_t longest = 0;
   for (size_t i = 0; i < runs.size(); ++i) {
     const LossCurves& c = runs[i].curves;
     const std::string who = multi ? runs[i].name + " " : "";
+    const RunStyle st = run_style(i, multi);
     if (!c.train.empty())
       entries.push_back({fmt::format("{}train{} (last {:.4f})", who, multi ? "" : " loss", c.train.back().loss), false,
-                         color_of(i, false)});
+                         st.train_color, st.train_dash});
     if (!c.eval.empty())
       entries.push_back({fmt::format("{}eval{} (last {:.4f})", who, multi ? "" : " loss", c.eval.back().loss), true,
-                         color_of(i, true)});
+                         st.eval_color, st.eval_dash});
   }
   for (const auto& e : entries) longest = std::max(longest, e.label.size());
   // Wide enough for the longest label (about 7 px a character at font-size 12).
@@ -324,7 +345,7 @@ std::string loss_svg(const std::vector<NamedCurves>& runs, const PlotOptions& o)
     const double cy = ly + 15 + 20.0 * i;
     const Entry& e = entries[i];
     s += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"1.5\"{}/>", lx + 10,
-                     cy, lx + 40, cy, e.color, e.eval ? dash : "");
+                     cy, lx + 40, cy, e.color, dash_attr(e.dash));
     if (e.eval)
       s += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"3.5\" fill=\"white\" stroke=\"{}\" stroke-width=\"1.5\"/>",
                        lx + 25, cy, e.color);

@@ -16,9 +16,12 @@
 // with a circle per point (<polyline class="eval"> + <g class="eval-markers">),
 // axes with ticks and labels, a title and a legend; y linear or log10.
 // Several runs share one plot: both axes span all of them, each run has its
-// own colour (train solid, eval dashed with markers), its elements carry
+// own colour (tab10; train solid, eval dashed with markers), its elements carry
 // data-run="NAME" and come in the order of the runs, and the legend names
-// them. One run is drawn as before: train blue, eval red, no run names.
+// them. The colours repeat after ten runs: each further ten draws both its
+// lines in a dash pattern of its own (dotted, dash-dot, long dashes), so the
+// first 40 runs all look different. One run is drawn as before: train blue,
+// eval red, no run names.
 #pragma once
 
 #include <cstdint>

@@ -57,6 +57,15 @@ struct OwnedBatch {
   }
 };
 
+// Both splits must come from one tokenizer: a val split of another would be
+// scored on ids that mean other tokens (or lie past the model's vocabulary).
+void check_same_tokenizer(const TokenDataset& train, const TokenDataset& val) {
+  MXDP_CHECK(val.vocab_size() == train.vocab_size(), "the validation data's ('", val.path(), "') vocab is ",
+             val.vocab_size(), " but the training data's ('", train.path(), "') is ", train.vocab_size(),
+             ": they were made by different tokenizers; prepare both from one tokenizer (mxdp prepare writes "
+             "train.bin and val.bin together)");
+}
+
 std::string human_time(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
   int64_t t = int64_t(s + 0.5);
@@ -292,6 +301,7 @@ void Trainer::open_data() {
              ") is larger than the model's (", vocab, "): pass --vocab ", train_ds_->vocab_size());
   loader_ = std::make_unique<DataLoader>(*train_ds_, cfg_.batch_size, cfg_.seq_len, rank_, dp_, cfg_.seed);
   if (cfg_.eval_every == 0 && !cfg_.eval_first) return;  // never evaluates: val.bin may be anything
+  check_same_tokenizer(*train_ds_, *val_ds_);
   const int max_eval = EvalLoader::max_batches(val_ds_->size(), cfg_.batch_size, cfg_.seq_len, dp_);
   MXDP_CHECK(max_eval >= 1, "val.bin (", val_ds_->size(), " tokens) is too small for one eval batch of ", dp_, " x ",
              cfg_.batch_size, " x ", cfg_.seq_len + 1, " tokens");

@@ -40,7 +40,7 @@ template <class... Args>
     if (*p == '/') base = p + 1;
   where << base << ":" << line;
   if (cond) where << " (check failed: " << cond << ")";
-  (msg << ... << args);
+  if constexpr (sizeof...(Args) > 0) (msg << ... << args);  // MXDP_CHECK(cond) gives none
   std::string text = msg.str();
   if (text.empty()) text = std::string("internal check failed: ") + (cond ? cond : "?");
   throw Error(text, where.str());

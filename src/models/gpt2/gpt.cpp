@@ -116,8 +116,7 @@ Gpt::Gpt(const GptConfig& cfg)
 }
 
 void Gpt::set_fp8_compute(bool on) {
-  MXDP_CHECK(!on || cfg_.d_model % 128 == 0, "FP8 compute needs d_model a multiple of 128 (whole 128x128 weight ",
-             "tiles and 1x128 activation blocks); got ", cfg_.d_model);
+  if (on) check_fp8_compute(params());
   fp8_ = on;
 }
 

@@ -92,7 +92,8 @@ class Gpt : public GptModel {
   // FP8 compute (compute_dtype fp8, docs/fp8.md): the four linear layers of
   // each block read the engine's FP8 W / W^T (ModelHooks::fp8_weight) and
   // quantize their activations and gradients 1x128 (gpt_fp8.h); the
-  // embeddings, attention and the LM head stay fp32. Needs d_model % 128 == 0.
+  // embeddings, attention and the LM head stay fp32. Needs d_model % 128 == 0
+  // (check_fp8_compute, model.h).
   void set_fp8_compute(bool on) override;
   bool reads_fp8_weights() const override { return fp8_; }
 

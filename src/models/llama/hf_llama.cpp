@@ -28,7 +28,7 @@ std::vector<HfLlamaTensor> hf_llama_tensors(const LlamaConfig& c) {
   };
   add("embed", "model.embed_tokens.weight", {V, C}, 0);
   for (int l = 0; l < c.n_layer; ++l) {
-    const std::string m = "h" + std::to_string(l) + ".", h = "model.layers." + std::to_string(l) + ".";
+    const std::string layer = std::to_string(l), m = "h" + layer + ".", h = "model.layers." + layer + ".";
     add(m + "attn_norm.w", h + "input_layernorm.weight", {C}, 0);
     add(m + "qkv.w", h + "self_attn.q_proj.weight", {Q, C}, 0);
     add(m + "qkv.w", h + "self_attn.k_proj.weight", {KV, C}, Q);

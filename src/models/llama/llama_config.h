@@ -57,7 +57,7 @@ struct LlamaConfig {
   int d_ff = 192;
   double rms_eps = 1e-5;
   double rope_theta = 10000.0;
-  Llama3RopeScaling rope_scaling;
+  Llama3RopeScaling rope_scaling{};  // factor 0: none
   bool qkv_bias = false;       // Qwen2: q/k/v projections have biases
   bool tie_embeddings = true;  // the head reads embed
   bool operator==(const LlamaConfig&) const = default;

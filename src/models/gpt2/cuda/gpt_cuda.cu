@@ -112,8 +112,7 @@ class GptCuda final : public GptModel {
   // have no bf16 copy here. The embeddings, attention, LayerNorms and the LM
   // head stay bf16. Set before the first forward; needs d_model % 128 == 0.
   void set_fp8_compute(bool on) override {
-    MXDP_CHECK(!on || cfg_.d_model % 128 == 0, "FP8 compute needs d_model a multiple of 128 (whole 128x128 weight ",
-               "tiles and 1x128 activation blocks); got ", cfg_.d_model);
+    if (on) check_fp8_compute(specs_);
     if (on == fp8_) return;
     MXDP_CHECK(!ran_, "set_fp8_compute: set it before the model's first forward");
     fp8_ = on;
