@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Where one training step's GPU time goes, kernel by kernel.
 
-Runs one step of `gpubench_gpt ... profile` (5 warm-up steps first) under
+Runs one step of `gpubench_gpt ... profile` (a Llama-family model:
+`gpubench_llama ... profile`; 5 warm-up steps first) under
 Nsight Compute, which times every kernel of the step alone on the GPU
 (gpu__time_duration, clocks not locked), and prints the time per part of the
 step (GEMMs, attention, LayerNorm, ...) and the longest kernels.
 
     python3 scripts/profile_step.py [--build build] [--model gpt2-124m] [--batch 16] [--seq 1024]
                                     [--format bf16] [--csv saved.csv]
+    python3 scripts/profile_step.py --model qwen2.5-0.5b --batch 8 --seq 2048
 
 Kernels run one at a time under ncu, so the sum is GPU busy time without
 overlap or launch gaps; compare it with the step's wall time from gpubench_gpt.
@@ -25,12 +27,15 @@ PARTS = [
     ("attention (cuDNN SDPA)", r"cudnn|sdpa|flash|fmha|attn"),
     ("GEMMs (cuBLASLt)", r"gemm|nvjet|cutlass|xmma|sm90_|sm100_|splitk|reduce_kernel"),
     ("LayerNorm", r"layernorm"),
+    ("RMSNorm", r"rmsnorm"),
+    ("RoPE", r"rope_"),
+    ("SwiGLU", r"swiglu"),
     ("column sums (bias, LN params)", r"colsum"),
     ("FP8 operands (act_quantize: bias, GELU, 1x128 quantize)", r"act_quantize"),
     ("GELU recompute", r"gelu"),
     ("classifier + loss", r"classifier|mean_loss"),
     ("engine: FP8 W^T (transpose, GEMM scales)", r"transpose_bytes|transpose_scales|pad_gemm_scales"),
-    ("embedding", r"encoder|wte_|wpe_"),
+    ("embedding", r"encoder|wte_|wpe_|embedding_"),
     ("AdamW (+ stage)", r"adamw"),
     ("engine: quantize/dequantize", r"quant|dequant|nvfp4|mxfp8|amax"),
     ("engine: grad norm, step control", r"sum_squares|sum_partials|step_control|sum_into"),
@@ -47,10 +52,16 @@ def part_of(name):
     return "other"
 
 
+def bench_of(model):
+    """The benchmark program that trains `model`: GPT-2 presets, or the Llama family."""
+    return "gpubench_gpt" if model.startswith("gpt2") else "gpubench_llama"
+
+
 def run_ncu(args):
     cmd = ["ncu", "--profile-from-start", "off", "--clock-control", "none", "--metrics",
            "gpu__time_duration.sum", "--csv", "--page", "raw",
-           f"{args.build}/bench/gpubench_gpt", args.model, str(args.batch), str(args.seq), "1", args.format, "profile"]
+           f"{args.build}/bench/{bench_of(args.model)}", args.model, str(args.batch), str(args.seq), "1",
+           args.format, "profile"]
     print("+", " ".join(cmd), file=sys.stderr, flush=True)
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:

@@ -1,0 +1,135 @@
+// What gpubench_gpt and gpubench_llama share: the device memory in use, the
+// bf16 GEMM rate of this GPU now, and the timing of whole training steps
+// through the engine (synced and pipelined, optionally one step under the
+// profiler for `ncu --profile-from-start off`, scripts/profile_step.py).
+#pragma once
+
+#include <cuda_profiler_api.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "engine/engine.h"
+#include "models/cuda/gemm.h"
+#include "util/cuda_check.h"
+
+namespace mxdp::bench {
+
+inline size_t used_bytes() {
+  size_t free = 0, total = 0;
+  MXDP_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return total - free;
+}
+
+// bf16 GEMM rate of this GPU now (8192^3 through the models' cuBLASLt path), TFLOP/s.
+inline double matmul_tflops(cudaStream_t s) {
+  const int n = 8192;
+  std::vector<uint16_t> h(size_t(n) * n);
+  std::mt19937 g(1);
+  for (auto& x : h) x = uint16_t(0x3c00 + (g() & 0xff));  // bf16 values near 0.008..
+  uint16_t *a, *b, *c;
+  for (uint16_t** p : {&a, &b, &c}) MXDP_CUDA_CHECK(cudaMalloc(p, h.size() * 2));
+  MXDP_CUDA_CHECK(cudaMemcpy(a, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+  MXDP_CUDA_CHECK(cudaMemcpy(b, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+  double best = 0;
+  {
+    cuda::Gemm gemm(s);
+    cudaEvent_t e0, e1;
+    MXDP_CUDA_CHECK(cudaEventCreate(&e0));
+    MXDP_CUDA_CHECK(cudaEventCreate(&e1));
+    for (int i = 0; i < 3; ++i) gemm.forward(c, a, b, nullptr, n, n, n);
+    for (int rep = 0; rep < 3; ++rep) {
+      MXDP_CUDA_CHECK(cudaEventRecord(e0, s));
+      for (int i = 0; i < 10; ++i) gemm.forward(c, a, b, nullptr, n, n, n);
+      MXDP_CUDA_CHECK(cudaEventRecord(e1, s));
+      MXDP_CUDA_CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      MXDP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      best = std::max(best, 10 * 2.0 * n * double(n) * n / (ms * 1e-3) / 1e12);
+    }
+    MXDP_CUDA_CHECK(cudaEventDestroy(e0));
+    MXDP_CUDA_CHECK(cudaEventDestroy(e1));
+  }
+  for (uint16_t* p : {a, b, c}) MXDP_CUDA_CHECK(cudaFree(p));
+  return best;
+}
+
+struct StepTimes {
+  double ms = 0;         // pipelined: each result read one step late, as the trainer runs (the window's mean)
+  double ms_synced = 0;  // the median step run alone (the host waits for its result)
+  double host_ms = 0;    // host time in one step's submission (its wait for the step before included)
+  size_t peak = 0;       // device memory in use, the largest seen
+  std::vector<double> losses;
+};
+
+// Random tokens and targets in [0, vocab), the same for every run of a benchmark.
+struct RandomBatch {
+  std::vector<int32_t> in, tgt;
+  RandomBatch(int B, int T, int vocab) : in(size_t(B) * T), tgt(in.size()) {
+    std::mt19937 g(7);
+    for (size_t i = 0; i < in.size(); ++i) {
+      in[i] = int32_t(g() % uint32_t(vocab));
+      tgt[i] = int32_t(g() % uint32_t(vocab));
+    }
+  }
+};
+
+// `warmup` steps, then `steps` synced steps (the one profiled when `profile`),
+// then `steps` pipelined ones.
+inline StepTimes time_steps(DataParallel& engine, const Batch& batch, int steps, int warmup, bool profile = false) {
+  StepTimes r;
+  const auto step = [&] {
+    engine.forward_backward(batch);
+    engine.launch_step();
+  };
+  const auto take = [&](bool all) {  // the results read back so far (all: every one)
+    while (engine.results_pending() > (all ? 0 : 1)) r.losses.push_back(engine.take_result(true)->loss);
+  };
+  using clock = std::chrono::steady_clock;
+  const auto secs = [](clock::time_point a) { return std::chrono::duration<double>(clock::now() - a).count(); };
+  for (int i = 0; i < warmup; ++i) {
+    step();
+    take(true);
+    r.peak = std::max(r.peak, used_bytes());
+  }
+  MXDP_CUDA_CHECK(cudaDeviceSynchronize());
+  if (profile) MXDP_CUDA_CHECK(cudaProfilerStart());
+  std::vector<double> times;
+  for (int i = 0; i < steps; ++i) {
+    const auto t0 = clock::now();
+    step();
+    take(true);
+    times.push_back(secs(t0));
+    r.peak = std::max(r.peak, used_bytes());
+  }
+  if (profile) {
+    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
+    MXDP_CUDA_CHECK(cudaProfilerStop());
+    return r;
+  }
+  const auto t0 = clock::now();
+  double submit = 0;
+  for (int i = 0; i < steps; ++i) {
+    const auto s0 = clock::now();
+    step();
+    submit += secs(s0);
+    take(false);
+  }
+  take(true);
+  const double window = secs(t0);
+  MXDP_CUDA_CHECK(cudaDeviceSynchronize());
+  r.peak = std::max(r.peak, used_bytes());
+  std::sort(times.begin(), times.end());
+  if (!times.empty()) {
+    r.ms_synced = times[times.size() / 2] * 1e3;
+    r.ms = window / steps * 1e3;
+    r.host_ms = submit / steps * 1e3;
+  }
+  return r;
+}
+
+}  // namespace mxdp::bench
