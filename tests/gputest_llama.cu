@@ -138,7 +138,8 @@ TEST(GpuLlamaKernels, RopeForwardAndInverseMatchCpu) {
   REQUIRE_GPU();
   Stream st;
   LlamaConfig c = llama_config("llama3.2-1b");  // llama3 scaling on the frequencies
-  for (auto [NH, KV, hd] : {std::tuple{4, 2, 16}, {14, 2, 64}, {8, 8, 64}}) {
+  // hd 16 and 64 take the 8-pairs-a-thread kernel, hd 12 the scalar one.
+  for (auto [NH, KV, hd] : {std::tuple{4, 2, 16}, {14, 2, 64}, {8, 8, 64}, {2, 1, 12}}) {
     const int B = 2, T = 70, S = (NH + 2 * KV) * hd, half = hd / 2;
     c.n_head = NH, c.n_kv_head = KV, c.head_dim = hd;
     const std::vector<float> f = llama_inv_freq(c);

@@ -473,14 +473,15 @@ void GptCuda::forward_stage(int s) {
   if (s == 1) {
     layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.resid, w(blocks_[0].ln1w), w(blocks_[0].ln1b), M, C, s_);
   } else {
-    const int l = s - 2;  // the block this residual add closes
-    uint16_t* x = a.resid + l * BTC;
-    const uint16_t* mid = a.resid_mid + l * BTC;
-    uint16_t* next_ln = l + 1 < L ? a.ln1 + (l + 1) * BTC : a.lnf;
-    float* next_mean = l + 1 < L ? a.ln1_mean + int64_t(l + 1) * M : a.lnf_mean;
-    float* next_rstd = l + 1 < L ? a.ln1_rstd + int64_t(l + 1) * M : a.lnf_rstd;
-    const int nw = l + 1 < L ? blocks_[l + 1].ln1w : lnfw_, nb = l + 1 < L ? blocks_[l + 1].ln1b : lnfb_;
-    residual_layernorm_forward(x + BTC, next_ln, next_mean, next_rstd, mid, a.tmp, w(nw), w(nb), M, C, s_);
+    const int l = s - 2;  // the block this residual add closes: resid[l + 1] = mid + tmp
+    const BlockActs b = block_acts(l);
+    if (l + 1 < L) {
+      const BlockActs n = block_acts(l + 1);
+      const BlockParams& np = blocks_[size_t(l + 1)];
+      residual_layernorm_forward(n.x, n.ln1, n.ln1_mean, n.ln1_rstd, b.mid, a.tmp, w(np.ln1w), w(np.ln1b), M, C, s_);
+    } else {
+      residual_layernorm_forward(b.x + BTC, a.lnf, a.lnf_mean, a.lnf_rstd, b.mid, a.tmp, w(lnfw_), w(lnfb_), M, C, s_);
+    }
   }
   const int l = s - 1;  // the block whose body runs now
   if (l == L) {

@@ -9,7 +9,8 @@
 //   qkv  = RoPE(q, k) in place        the rotated q, k are what attention and its backward read
 //   atty = attention(qkv)             cuDNN SDPA, causal, grouped-query; stats kept for backward
 //   mid  = resid[l] + atty @ Wo^T ; hn2 = RMSNorm(mid)         (one fused kernel)
-//   gu   = hn2 @ Wgate_up^T           kept; act = silu(gate) * up is recomputed in backward
+//   gu   = hn2 @ Wgate_up^T           kept
+//   act  = silu(gate) * up            kept (down's weight gradient reads it)
 //   resid[l+1] = mid + act @ Wdown^T ; next RMSNorm             (fused)
 // Head: logits = RMSNorm(resid[L]) @ head^T, then GPT-2's fused classifier
 // turns the logits into per-row losses and, in place, into dlogits.
@@ -207,7 +208,7 @@ class LlamaCuda final : public LlamaModel {
   // tables, so that the graphs' key, which names the arena, covers them).
   struct Activations {
     uint16_t *resid, *resid_mid, *hn1, *hn2, *qkv, *atty, *gu, *hnf, *logits;
-    uint16_t *tmp, *dresid, *dln, *datty, *dqkv, *act, *dgu;
+    uint16_t *act, *tmp, *dresid, *dln, *datty, *dqkv, *dact, *dgu;
     float *rstd1, *rstd2, *rstdf, *stats, *losses, *rms_scratch, *bias_scratch, *cos, *sin;
     int32_t *tokens, *targets, *order, *seg_start, *seg_token;
   };
@@ -292,6 +293,7 @@ void LlamaCuda::ensure_activations(int B, int T) {
     take(a.qkv, L * BT * S);
     take(a.atty, L * BT * Q);
     take(a.gu, L * BT * 2 * F);
+    take(a.act, L * BT * F);
     take(a.hnf, BT * C);
     take(a.logits, BT * V);
     take(a.tmp, BT * C);
@@ -299,7 +301,7 @@ void LlamaCuda::ensure_activations(int B, int T) {
     take(a.dln, BT * C);
     take(a.datty, BT * Q);
     take(a.dqkv, BT * S);
-    take(a.act, BT * F);
+    take(a.dact, BT * F);
     take(a.dgu, BT * 2 * F);
     take(a.rstd1, L * BT);
     take(a.rstd2, L * BT);
@@ -449,6 +451,7 @@ void LlamaCuda::block_forward(int l) {
   uint16_t* atty = a.atty + int64_t(l) * M * Q;
   uint16_t* mid = a.resid_mid + l * BTC;
   uint16_t* gu = a.gu + int64_t(l) * M * 2 * F;
+  uint16_t* act = a.act + int64_t(l) * M * F;
   gemm_.forward(qkv, a.hn1 + l * BTC, w(p.qkvw), bias(p.qkvb), M, S, C);
   llama::rope(qkv, a.cos, a.sin, B, T, NH, KV, hd, /*inverse=*/false, s_);
   att_.forward_gqa(atty, a.stats + int64_t(l) * B * NH * T, qkv, B, T, NH, KV, hd);
@@ -456,8 +459,8 @@ void LlamaCuda::block_forward(int l) {
   llama::residual_rmsnorm_forward(mid, a.hn2 + l * BTC, a.rstd2 + int64_t(l) * M, x, a.tmp, w(p.mlp_norm), M, C, eps,
                                   s_);
   gemm_.forward(gu, a.hn2 + l * BTC, w(p.gate_up), nullptr, M, 2 * F, C);
-  llama::swiglu_forward(a.act, gu, M, F, s_);
-  gemm_.forward(a.tmp, a.act, w(p.down), nullptr, M, C, F);
+  llama::swiglu_forward(act, gu, M, F, s_);
+  gemm_.forward(a.tmp, act, w(p.down), nullptr, M, C, F);
 }
 
 void LlamaCuda::backward(ModelHooks& hooks) {
@@ -510,13 +513,13 @@ void LlamaCuda::backward_block(int l, float* const* g) {
   const uint16_t* mid = a.resid_mid + l * BTC;
   const uint16_t* hn2 = a.hn2 + l * BTC;
   const uint16_t* gu = a.gu + int64_t(l) * M * 2 * F;
+  const uint16_t* act = a.act + int64_t(l) * M * F;
   // MLP half: y = mid + down(swiglu(gate_up(rmsnorm(mid)))). The SwiGLU
-  // output is recomputed into act for down's weight gradient, then act is
-  // overwritten by the gradient flowing into it.
-  llama::swiglu_forward(a.act, gu, M, F, s_);
-  gemm_.backward_weight(d_down, a.dresid, a.act, M, C, F);
-  gemm_.backward_data(a.act, a.dresid, w(p.down), M, C, F);
-  llama::swiglu_backward(a.dgu, a.act, gu, M, F, s_);
+  // output is kept from the forward: recomputing it here cost a pass over
+  // gate_up (3 d_ff values a token read and written) to save d_ff of memory.
+  gemm_.backward_weight(d_down, a.dresid, act, M, C, F);
+  gemm_.backward_data(a.dact, a.dresid, w(p.down), M, C, F);
+  llama::swiglu_backward(a.dgu, a.dact, gu, M, F, s_);
   gemm_.backward_data(a.dln, a.dgu, w(p.gate_up), M, 2 * F, C);
   gemm_.backward_weight(d_gate_up, a.dgu, hn2, M, 2 * F, C);
   llama::rmsnorm_backward(a.dresid, true, d_mlp_norm, a.rms_scratch, a.dln, mid, w(p.mlp_norm),
