@@ -13,7 +13,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "formats/fp8_block.h"
@@ -322,10 +324,11 @@ TEST(GpuGptKernels, ClassifierLossAndGradientMatchDoubleReference) {
   }
 }
 
-// act_quantize (FP8 compute's activation operands): its bf16 values against
-// the host's bias / GELU / GELU-gradient of the same inputs, and its codes and
-// scales bit for bit against the CPU quantizers (formats/fp8_block.h) of the
-// bf16 values it wrote, padded with zero rows to a multiple of 128 (M = 300).
+// act_quantize (FP8 compute's activation operands), every kernel variant: its
+// bf16 values against the host's bias / GELU / GELU-gradient of the same
+// inputs, and its codes and scales bit for bit against the CPU quantizers
+// (formats/fp8_block.h) of the bf16 values it wrote, padded with zero rows to a
+// multiple of 128 (M = 300).
 TEST(GpuGptKernels, Fp8ActQuantizeIsTheCpuQuantizerOfItsValues) {
   REQUIRE_GPU();
   Stream st;
@@ -340,6 +343,7 @@ TEST(GpuGptKernels, Fp8ActQuantizeIsTheCpuQuantizerOfItsValues) {
     x[size_t(9) * N + n] = n % 3 == 0 ? -0.f : x[size_t(9) * N + n];
   }
   for (int m = 0; m < M; ++m) x[size_t(m) * N + 3] = bfr(x[size_t(m) * N + 3] * 1e-30f);
+  for (int variant = 0; variant < cuda::detail::kActQuantizeVariants; ++variant)
   for (int made = 1; made <= 3; ++made)  // rows only, cols only, both: each its own kernel
   for (cuda::ActOp op : {cuda::ActOp::Identity, cuda::ActOp::Gelu, cuda::ActOp::GeluGrad})
     for (bool with_bias : {false, true}) {
@@ -350,9 +354,9 @@ TEST(GpuGptKernels, Fp8ActQuantizeIsTheCpuQuantizerOfItsValues) {
       cuda::ActQuant q{.x = dx.p, .bias = with_bias ? dbias.p : nullptr, .biased = with_bias ? biased.p : nullptr,
                        .op = op, .aux = daux.p, .out = op == cuda::ActOp::Identity ? nullptr : out.p,
                        .rows = {rows ? rc.p : nullptr, rs.p}, .cols = {cols ? cc.p : nullptr, cs.p}};
-      cuda::act_quantize(q, M, N, st.s);
+      cuda::detail::act_quantize_variant(variant, q, M, N, st.s);
       MXDP_CUDA_CHECK(cudaStreamSynchronize(st.s));
-      const std::string what = std::string(op == cuda::ActOp::Identity ? "identity" : op == cuda::ActOp::Gelu ? "gelu" : "dgelu") +
+      const std::string what = "V" + std::to_string(variant) + " " + std::string(op == cuda::ActOp::Identity ? "identity" : op == cuda::ActOp::Gelu ? "gelu" : "dgelu") +
                                (with_bias ? " + bias" : "") + (rows && cols ? ", both" : rows ? ", rows" : ", cols");
       // The values: host formulas on the same bf16 inputs; the kernel computes
       // 0.5 (1 + tanh u) as a logistic function with fast exp and reciprocal:
@@ -398,6 +402,69 @@ TEST(GpuGptKernels, Fp8ActQuantizeIsTheCpuQuantizerOfItsValues) {
         EXPECT_EQ(std::memcmp(cs_got.data(), cs_want.data(), cs_want.size() * 4), 0) << what << ": column scales";
       }
     }
+}
+
+// The variants against V0 at a size where every one loops (1260 tiles: V3's
+// persistent CTAs, 2 or 3 an SM for these calls, take 3 or more each on an H200),
+// with M not a multiple of 128 and the calls of the GPT's FP8 path
+// (gpt_cuda.cu's forward_block_fp8 / backward_block_fp8), in place where
+// those are: every output bit for bit, from freshly uploaded inputs each run.
+TEST(GpuGptKernels, Fp8ActQuantizeVariantsAreBitwiseV0) {
+  REQUIRE_GPU();
+  Stream st;
+  const int M = 8000, N = 2560, Mp = 8064;  // 63 x 20 = 1260 tiles, the last row of tiles partial
+  const std::vector<float> x0 = randn(size_t(M) * N, 21, 3.f), aux0 = randn(size_t(M) * N, 22), bias0 = randn(N, 23);
+  struct Call {
+    const char* name;
+    cuda::ActOp op;
+    bool bias, rows, cols, out;
+  };
+  const Call calls[] = {
+      {"rows (ln1, atty, ln2)", cuda::ActOp::Identity, false, true, false, false},
+      {"bias + gelu + rows, biased in place (fc)", cuda::ActOp::Gelu, true, true, false, false},
+      {"bias in place (fprop without the bias epilogue)", cuda::ActOp::Identity, true, false, false, false},
+      {"rows + cols (output gradients)", cuda::ActOp::Identity, false, true, true, false},
+      {"gelu + cols (gelu(pre)^T)", cuda::ActOp::Gelu, false, false, true, false},
+      {"dgelu + rows + cols, out in place (fc's dY)", cuda::ActOp::GeluGrad, false, true, true, true},
+      {"cols (the inputs' transposes)", cuda::ActOp::Identity, false, false, true, false},
+  };
+  struct Result {
+    std::vector<uint16_t> x;  // the input buffer after the call (biased / out in place)
+    std::vector<uint8_t> rc, cc;
+    std::vector<float> rs, cs;
+  };
+  const auto run = [&](int variant, const Call& c) {
+    Bf16 x(x0), aux(aux0), bias(bias0);
+    Dev<uint8_t> rc(size_t(Mp) * N), cc(size_t(Mp) * N);
+    F32 rs(size_t(Mp) * N / 128), cs(size_t(Mp) * N / 128);
+    const cuda::ActQuant q{.x = x.p, .bias = c.bias ? bias.p : nullptr, .biased = c.bias ? x.p : nullptr, .op = c.op,
+                           .aux = aux.p, .out = c.out ? x.p : nullptr, .rows = {c.rows ? rc.p : nullptr, rs.p},
+                           .cols = {c.cols ? cc.p : nullptr, cs.p}};
+    cuda::detail::act_quantize_variant(variant, q, M, N, st.s);
+    MXDP_CUDA_CHECK(cudaStreamSynchronize(st.s));
+    Result r{std::vector<uint16_t>(x.n), std::vector<uint8_t>(rc.n), std::vector<uint8_t>(cc.n), rs.get(), cs.get()};
+    MXDP_CUDA_CHECK(cudaMemcpy(r.x.data(), x.p, x.n * 2, cudaMemcpyDeviceToHost));
+    MXDP_CUDA_CHECK(cudaMemcpy(r.rc.data(), rc.p, rc.n, cudaMemcpyDeviceToHost));
+    MXDP_CUDA_CHECK(cudaMemcpy(r.cc.data(), cc.p, cc.n, cudaMemcpyDeviceToHost));
+    return r;
+  };
+  const auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+  };
+  for (const Call& c : calls) {
+    const Result want = run(0, c);
+    if (c.bias || c.out) EXPECT_NE(want.x, std::vector<uint16_t>(want.x.size())) << c.name;
+    for (int variant = 1; variant < cuda::detail::kActQuantizeVariants; ++variant) {
+      const Result got = run(variant, c);
+      const std::string what = "V" + std::to_string(variant) + ", " + c.name;
+      EXPECT_EQ(got.x, want.x) << what << ": the bf16 values written";
+      // Unmade operands stay the poison the buffers start with, in every variant.
+      EXPECT_EQ(got.rc, want.rc) << what << ": row codes";
+      EXPECT_TRUE(same_bits(got.rs, want.rs)) << what << ": row scales";
+      EXPECT_EQ(got.cc, want.cc) << what << ": column codes";
+      EXPECT_TRUE(same_bits(got.cs, want.cs)) << what << ": column scales";
+    }
+  }
 }
 
 // ---------------------------------------------------------------- the model

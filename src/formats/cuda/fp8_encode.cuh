@@ -19,9 +19,15 @@ __device__ __forceinline__ float warp_max(float v, int width) {
   for (int o = width / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
   return v;
 }
-// acc folded with |x|, |y|, |z|, |w| (codec::amax_fold: NaN ignored).
+// codec::amax_fold (max(acc, |x|), a NaN x dropped) in one instruction. fmaxf
+// returns the other operand when one is NaN, so a NaN |x| is dropped as there;
+// the two agree whenever acc is not NaN (nor -0, where fmaxf(-0, +0) may give
+// +0): true of every fold that starts at 0, since fmaxf of a non-NaN acc is
+// never NaN. Every device fold starts at 0.
+__device__ __forceinline__ float amax_fold(float acc, float x) { return fmaxf(acc, fabsf(x)); }
+// acc folded with |x|, |y|, |z|, |w|.
 __device__ __forceinline__ float fold4(float acc, float4 v) {
-  return codec::amax_fold(codec::amax_fold(codec::amax_fold(codec::amax_fold(acc, v.x), v.y), v.z), v.w);
+  return amax_fold(amax_fold(amax_fold(amax_fold(acc, v.x), v.y), v.z), v.w);
 }
 
 template <Fp8Kind K, detail::Fp8Encoder E>

@@ -1,0 +1,160 @@
+// act_quantize's kernel variants (cuda::detail::act_quantize_variant, see
+// fp8_linear.cu) against each other and the device copy bandwidth, one GPU,
+// same run: for gpt2-124m at 16384 tokens and gpt2-774m at 8192, each call the
+// GPT-2 FP8 path makes (gpt_cuda.cu's forward_block_fp8 / backward_block_fp8,
+// and Fp8Linear::fprop's bias pass where cuBLASLt has no bias epilogue), each
+// variant. Outputs go to buffers of their own (the model writes biased / out
+// in place: the same bytes, but repeated calls would compound the values).
+// One JSON line per measurement:
+//   {"what": "copy", ...}: cudaMemcpyAsync device to device, read + write bytes / s;
+//   {"what": "act_quantize", "model", "M", "N", "call", "variant", "ms", "bytes", "gb_s", "of_copy"}:
+//     bytes = what the call must read and write (x, aux, biased, out, codes, scales);
+//   {"what": "block", "model", "variant", "ms", "of_floor"}: one block's act_quantize
+//     calls (3 forward, 7 backward; not the bias fallback), and the copy-bandwidth floor over it.
+//
+//   gpubench_act_quantize [reps=20]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "formats/codec.h"
+#include "models/cuda/fp8_linear.h"
+#include "models/gpt2/gpt.h"
+#include "util/cuda_check.h"
+
+using namespace mxdp;
+
+namespace {
+
+uint16_t* bf16_randn(size_t n, uint64_t seed, float scale) {
+  std::vector<uint16_t> h(n);
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  for (auto& x : h) x = codec::bf16_from_f32(d(g));
+  uint16_t* p = nullptr;
+  MXDP_CUDA_CHECK(cudaMalloc(&p, n * 2));
+  MXDP_CUDA_CHECK(cudaMemcpy(p, h.data(), n * 2, cudaMemcpyHostToDevice));
+  return p;
+}
+template <class T>
+T* dev_zero(size_t n) {
+  T* p = nullptr;
+  MXDP_CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
+  MXDP_CUDA_CHECK(cudaMemset(p, 0, n * sizeof(T)));
+  return p;
+}
+
+// The best of 3 windows of `reps` calls (after 3 warm-up calls), ms per call.
+double time_ms(cudaStream_t s, int reps, const std::function<void()>& f) {
+  for (int i = 0; i < 3; ++i) f();
+  cudaEvent_t a, b;
+  MXDP_CUDA_CHECK(cudaEventCreate(&a));
+  MXDP_CUDA_CHECK(cudaEventCreate(&b));
+  double best = 1e30;
+  for (int w = 0; w < 3; ++w) {
+    MXDP_CUDA_CHECK(cudaEventRecord(a, s));
+    for (int i = 0; i < reps; ++i) f();
+    MXDP_CUDA_CHECK(cudaEventRecord(b, s));
+    MXDP_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    MXDP_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    best = std::min(best, double(ms) / reps);
+  }
+  MXDP_CUDA_CHECK(cudaEventDestroy(a));
+  MXDP_CUDA_CHECK(cudaEventDestroy(b));
+  return best;
+}
+
+// One call of the FP8 path: width in units of d_model, and how often a block makes it.
+struct Call {
+  const char* name;
+  int width;  // N = width * d_model
+  cuda::ActOp op;
+  bool bias, rows, cols, out;
+  int per_block;
+};
+const Call kCalls[] = {
+    {"rows (ln1, atty, ln2)", 1, cuda::ActOp::Identity, false, true, false, false, 3},
+    {"bias+gelu+rows (fc)", 4, cuda::ActOp::Gelu, true, true, false, false, 1},
+    {"rows+cols (dresid)", 1, cuda::ActOp::Identity, false, true, true, false, 2},
+    {"rows+cols (dqkv)", 3, cuda::ActOp::Identity, false, true, true, false, 1},
+    {"gelu+cols (gelu(pre)^T)", 4, cuda::ActOp::Gelu, false, false, true, false, 1},
+    {"dgelu+rows+cols (fc's dY)", 4, cuda::ActOp::GeluGrad, false, true, true, true, 1},
+    {"cols (ln1, atty, ln2)^T", 1, cuda::ActOp::Identity, false, false, true, false, 3},
+    {"bias (fprop fallback, qkv)", 3, cuda::ActOp::Identity, true, false, false, false, 0},
+    {"bias (fprop fallback, fc)", 4, cuda::ActOp::Identity, true, false, false, false, 0},
+};
+
+// Bytes a call must move: x (and aux) read; biased, out, codes and scales written.
+double call_bytes(const Call& c, int64_t M, int64_t N) {
+  const double e = double(M) * N, ep = double(cuda::fp8_rows_padded(M)) * N;
+  double b = 2 * e;                                  // x
+  if (c.op == cuda::ActOp::GeluGrad) b += 2 * e;     // aux
+  if (c.bias) b += 2 * e + 2 * N;                    // biased, bias
+  if (c.out) b += 2 * e;                             // out
+  b += (int(c.rows) + int(c.cols)) * (ep + ep / 32);  // codes, a 4-byte scale per 128
+  return b;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 20;
+  try {
+    cudaStream_t s;
+    MXDP_CUDA_CHECK(cudaStreamCreate(&s));
+    struct Shape {
+      const char* model;
+      int M;
+    };
+    const Shape shapes[] = {{"gpt2-124m", 16384}, {"gpt2-774m", 8192}};
+    size_t big = 0;  // the largest [M, 4C]
+    for (const Shape& sh : shapes) big = std::max(big, size_t(sh.M) * 4 * gpt_config(sh.model).d_model);
+    uint16_t *x = bf16_randn(big, 1, 2.f), *aux = bf16_randn(big, 2, 1.f), *bias = bf16_randn(4 * 1280, 3, 1.f);
+    uint16_t *biased = dev_zero<uint16_t>(big), *out = dev_zero<uint16_t>(big);
+    uint8_t *rc = dev_zero<uint8_t>(big), *cc = dev_zero<uint8_t>(big);
+    float *rs = dev_zero<float>(big / 128), *cs = dev_zero<float>(big / 128);
+    // Copy bandwidth (read + write bytes / s) over buffers of the same size.
+    const double copy_ms = time_ms(s, reps, [&] {
+      MXDP_CUDA_CHECK(cudaMemcpyAsync(out, x, big * 2, cudaMemcpyDeviceToDevice, s));
+    });
+    const double copy_gbs = 2.0 * big * 2 / (copy_ms * 1e-3) / 1e9;
+    std::printf("{\"what\": \"copy\", \"bytes\": %zu, \"ms\": %.4f, \"gb_s\": %.0f}\n", big * 4, copy_ms, copy_gbs);
+    constexpr int kV = cuda::detail::kActQuantizeVariants;
+    for (const Shape& sh : shapes) {
+      const int C = gpt_config(sh.model).d_model, M = sh.M;
+      double block_ms[kV] = {}, block_bytes = 0;
+      for (const Call& c : kCalls) {
+        const int N = c.width * C;
+        const cuda::ActQuant q{.x = x, .bias = c.bias ? bias : nullptr, .biased = c.bias ? biased : nullptr,
+                               .op = c.op, .aux = aux, .out = c.out ? out : nullptr,
+                               .rows = {c.rows ? rc : nullptr, rs}, .cols = {c.cols ? cc : nullptr, cs}};
+        const double bytes = call_bytes(c, M, N);
+        block_bytes += c.per_block * bytes;
+        for (int v = 0; v < kV; ++v) {
+          const double ms = time_ms(s, reps, [&] { cuda::detail::act_quantize_variant(v, q, M, N, s); });
+          block_ms[v] += c.per_block * ms;
+          const double gbs = bytes / (ms * 1e-3) / 1e9;
+          std::printf("{\"what\": \"act_quantize\", \"model\": \"%s\", \"M\": %d, \"N\": %d, \"call\": \"%s\", "
+                      "\"variant\": %d, \"ms\": %.4f, \"bytes\": %.0f, \"gb_s\": %.0f, \"of_copy\": %.3f}\n",
+                      sh.model, M, N, c.name, v, ms, bytes, gbs, gbs / copy_gbs);
+        }
+      }
+      const double floor_ms = block_bytes / (copy_gbs * 1e9) * 1e3;
+      for (int v = 0; v < kV; ++v)
+        std::printf("{\"what\": \"block\", \"model\": \"%s\", \"M\": %d, \"variant\": %d, \"ms\": %.4f, "
+                    "\"floor_ms\": %.4f, \"of_floor\": %.3f}\n",
+                    sh.model, M, v, block_ms[v], floor_ms, floor_ms / block_ms[v]);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpubench_act_quantize: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
