@@ -28,7 +28,7 @@ PARTS = [
     ("GEMMs (cuBLASLt)", r"gemm|nvjet|cutlass|xmma|sm90_|sm100_|splitk|reduce_kernel"),
     ("LayerNorm", r"layernorm"),
     ("RMSNorm", r"rmsnorm"),
-    ("RoPE", r"rope_"),
+    ("RoPE", r"rope"),
     ("SwiGLU", r"swiglu"),
     ("column sums (bias, LN params)", r"colsum"),
     ("FP8 operands (act_quantize: bias, GELU, 1x128 quantize)", r"act_quantize"),

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Where one training step's GPU timeline is idle.
+
+Runs one step of a benchmark's profile mode (`gpubench_gpt ... profile`, or
+`gpubench_llama ... profile` for a Llama-family model; 5 warm-up steps first)
+with the CUPTI tracer build/bench/libmxdp_timeline.so injected
+(CUDA_INJECTION64_PATH), which records every kernel, memcpy and memset between
+cudaProfilerStart and cudaProfilerStop with its start and end on the GPU. It
+prints the step's span (first start to last end), the time something ran, the
+idle time in between, how the gaps are distributed, and the longest gaps with
+what ran before and after each. Unlike scripts/profile_step.py (Nsight Compute,
+kernels one at a time), the kernels run as in training, in their graphs.
+
+    python3 scripts/step_timeline.py [--build build] [--model gpt2-124m] [--batch 16] [--seq 1024]
+                                     [--format bf16] [--csv saved.csv]
+"""
+import argparse
+import csv
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+
+def bench_of(model):
+    return "gpubench_gpt" if model.startswith("gpt2") else "gpubench_llama"
+
+
+def run(args, out):
+    lib = os.path.abspath(f"{args.build}/bench/libmxdp_timeline.so")
+    if not os.path.exists(lib):
+        sys.exit(f"{lib} is not built (it needs CUDA with CUPTI: cmake --build {args.build} --target mxdp_timeline)")
+    cmd = [f"{args.build}/bench/{bench_of(args.model)}", args.model, str(args.batch), str(args.seq), "1",
+           args.format, "profile"]
+    env = dict(os.environ, CUDA_INJECTION64_PATH=lib, MXDP_TIMELINE=out)
+    print("+", " ".join(cmd), file=sys.stderr, flush=True)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    sys.stderr.write(p.stderr[-2000:])
+    if p.returncode != 0:
+        sys.exit(f"{cmd[0]} failed with exit code {p.returncode}")
+
+
+def load(path):
+    with open(path) as f:
+        rows = [(int(r["start_ns"]), int(r["end_ns"]), r["name"]) for r in csv.DictReader(f)]
+    if not rows:
+        sys.exit(f"{path}: no events (was the step between cudaProfilerStart and cudaProfilerStop?)")
+    return sorted(rows)
+
+
+def short(name):
+    return re.sub(r"\(.*", "", name)[:70]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--model", default="gpt2-124m")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--format", default="bf16")
+    ap.add_argument("--csv", help="analyse this saved timeline instead of running the benchmark")
+    ap.add_argument("--top", type=int, default=15)
+    args = ap.parse_args()
+    path = args.csv
+    if not path:
+        path = os.path.join(tempfile.mkdtemp(), "timeline.csv")
+        run(args, path)
+    ev = load(path)
+    span = (max(e for _, e, _ in ev) - ev[0][0]) / 1e6
+    busy, gaps = 0.0, []
+    cur_s, cur_e, cur_name = ev[0]
+    for s, e, name in ev[1:]:
+        if s > cur_e:  # idle from the end of what ran last to this start
+            busy += cur_e - cur_s
+            gaps.append((s - cur_e, cur_name, name))
+            cur_s, cur_e, cur_name = s, e, name
+        elif e > cur_e:
+            cur_e, cur_name = e, name
+    busy = (busy + cur_e - cur_s) / 1e6
+    idle = span - busy
+    print(f"one step, {args.model} B {args.batch} T {args.seq} {args.format}: {len(ev)} events, span {span:.3f} ms, "
+          f"busy {busy:.3f} ms, idle {idle:.3f} ms ({100 * idle / span:.1f}%)")
+    bins = [(0, 2e3), (2e3, 5e3), (5e3, 20e3), (20e3, 100e3), (100e3, 1e12)]
+    print("| gap | count | total ms |\n| --- | --- | --- |")
+    for lo, hi in bins:
+        sel = [g for g, _, _ in gaps if lo <= g < hi]
+        label = f"{lo / 1e3:g}-{hi / 1e3:g} us" if hi < 1e12 else f">= {lo / 1e3:g} us"
+        print(f"| {label} | {len(sel)} | {sum(sel) / 1e6:.3f} |")
+    print(f"\nlongest gaps:\n| us | after | before |\n| --- | --- | --- |")
+    for g, a, b in sorted(gaps, reverse=True)[: args.top]:
+        print(f"| {g / 1e3:.1f} | `{short(a)}` | `{short(b)}` |")
+
+
+if __name__ == "__main__":
+    main()
