@@ -199,9 +199,18 @@ __global__ void rmsnorm_dw_partial_kernel(float* partial, const uint16_t* dout, 
 __global__ void rmsnorm_dw_final_kernel(float* dw, const float* partial, int chunks, int C) {
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= C) return;
+  // 16 loads in flight before their adds (in chunk order): the kernel is a
+  // few blocks, each thread's chain of dependent loads was its whole time.
+  constexpr int kBatch = 16;
   float t = 0.f;
-#pragma unroll 8
-  for (int k = 0; k < chunks; ++k) t += partial[int64_t(k) * C + n];
+  for (int k0 = 0; k0 < chunks; k0 += kBatch) {
+    float v[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) v[i] = k0 + i < chunks ? partial[int64_t(k0 + i) * C + n] : 0.f;
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i)
+      if (k0 + i < chunks) t += v[i];
+  }
   dw[n] += t;
 }
 
