@@ -1,15 +1,13 @@
-// act_quantize's kernel variants (cuda::detail::act_quantize_variant, see
-// fp8_linear.cu) against each other and the device copy bandwidth, one GPU,
+// act_quantize (fp8_linear.cu) against the device copy bandwidth, one GPU,
 // same run: for gpt2-124m at 16384 tokens and gpt2-774m at 8192, each call the
 // GPT-2 FP8 path makes (gpt_cuda.cu's forward_block_fp8 / backward_block_fp8,
-// and Fp8Linear::fprop's bias pass where cuBLASLt has no bias epilogue), each
-// variant. Outputs go to buffers of their own (the model writes biased / out
+// and Fp8Linear::fprop's bias pass where cuBLASLt has no bias epilogue). Outputs go to buffers of their own (the model writes biased / out
 // in place: the same bytes, but repeated calls would compound the values).
 // One JSON line per measurement:
 //   {"what": "copy", ...}: cudaMemcpyAsync device to device, read + write bytes / s;
-//   {"what": "act_quantize", "model", "M", "N", "call", "variant", "ms", "bytes", "gb_s", "of_copy"}:
+//   {"what": "act_quantize", "model", "M", "N", "call", "ms", "bytes", "gb_s", "of_copy"}:
 //     bytes = what the call must read and write (x, aux, biased, out, codes, scales);
-//   {"what": "block", "model", "variant", "ms", "of_floor"}: one block's act_quantize
+//   {"what": "block", "model", "M", "ms", "floor_ms", "of_floor"}: one block's act_quantize
 //     calls (3 forward, 7 backward; not the bias fallback), and the copy-bandwidth floor over it.
 //
 //   gpubench_act_quantize [reps=20]
@@ -126,10 +124,9 @@ int main(int argc, char** argv) {
     });
     const double copy_gbs = 2.0 * big * 2 / (copy_ms * 1e-3) / 1e9;
     std::printf("{\"what\": \"copy\", \"bytes\": %zu, \"ms\": %.4f, \"gb_s\": %.0f}\n", big * 4, copy_ms, copy_gbs);
-    constexpr int kV = cuda::detail::kActQuantizeVariants;
     for (const Shape& sh : shapes) {
       const int C = gpt_config(sh.model).d_model, M = sh.M;
-      double block_ms[kV] = {}, block_bytes = 0;
+      double block_ms = 0, block_bytes = 0;
       for (const Call& c : kCalls) {
         const int N = c.width * C;
         const cuda::ActQuant q{.x = x, .bias = c.bias ? bias : nullptr, .biased = c.bias ? biased : nullptr,
@@ -137,20 +134,17 @@ int main(int argc, char** argv) {
                                .rows = {c.rows ? rc : nullptr, rs}, .cols = {c.cols ? cc : nullptr, cs}};
         const double bytes = call_bytes(c, M, N);
         block_bytes += c.per_block * bytes;
-        for (int v = 0; v < kV; ++v) {
-          const double ms = time_ms(s, reps, [&] { cuda::detail::act_quantize_variant(v, q, M, N, s); });
-          block_ms[v] += c.per_block * ms;
-          const double gbs = bytes / (ms * 1e-3) / 1e9;
-          std::printf("{\"what\": \"act_quantize\", \"model\": \"%s\", \"M\": %d, \"N\": %d, \"call\": \"%s\", "
-                      "\"variant\": %d, \"ms\": %.4f, \"bytes\": %.0f, \"gb_s\": %.0f, \"of_copy\": %.3f}\n",
-                      sh.model, M, N, c.name, v, ms, bytes, gbs, gbs / copy_gbs);
-        }
+        const double ms = time_ms(s, reps, [&] { cuda::act_quantize(q, M, N, s); });
+        block_ms += c.per_block * ms;
+        const double gbs = bytes / (ms * 1e-3) / 1e9;
+        std::printf("{\"what\": \"act_quantize\", \"model\": \"%s\", \"M\": %d, \"N\": %d, \"call\": \"%s\", "
+                    "\"ms\": %.4f, \"bytes\": %.0f, \"gb_s\": %.0f, \"of_copy\": %.3f}\n",
+                    sh.model, M, N, c.name, ms, bytes, gbs, gbs / copy_gbs);
       }
       const double floor_ms = block_bytes / (copy_gbs * 1e9) * 1e3;
-      for (int v = 0; v < kV; ++v)
-        std::printf("{\"what\": \"block\", \"model\": \"%s\", \"M\": %d, \"variant\": %d, \"ms\": %.4f, "
-                    "\"floor_ms\": %.4f, \"of_floor\": %.3f}\n",
-                    sh.model, M, v, block_ms[v], floor_ms, floor_ms / block_ms[v]);
+      std::printf("{\"what\": \"block\", \"model\": \"%s\", \"M\": %d, \"ms\": %.4f, \"floor_ms\": %.4f, "
+                  "\"of_floor\": %.3f}\n",
+                  sh.model, M, block_ms, floor_ms, floor_ms / block_ms);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpubench_act_quantize: %s\n", e.what());

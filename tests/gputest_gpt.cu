@@ -324,11 +324,10 @@ TEST(GpuGptKernels, ClassifierLossAndGradientMatchDoubleReference) {
   }
 }
 
-// act_quantize (FP8 compute's activation operands), every kernel variant: its
-// bf16 values against the host's bias / GELU / GELU-gradient of the same
-// inputs, and its codes and scales bit for bit against the CPU quantizers
-// (formats/fp8_block.h) of the bf16 values it wrote, padded with zero rows to a
-// multiple of 128 (M = 300).
+// act_quantize (FP8 compute's activation operands): its bf16 values against
+// the host's bias / GELU / GELU-gradient of the same inputs, and its codes and
+// scales bit for bit against the CPU quantizers (formats/fp8_block.h) of the
+// bf16 values it wrote, padded with zero rows to a multiple of 128 (M = 300).
 TEST(GpuGptKernels, Fp8ActQuantizeIsTheCpuQuantizerOfItsValues) {
   REQUIRE_GPU();
   Stream st;
@@ -343,7 +342,6 @@ TEST(GpuGptKernels, Fp8ActQuantizeIsTheCpuQuantizerOfItsValues) {
     x[size_t(9) * N + n] = n % 3 == 0 ? -0.f : x[size_t(9) * N + n];
   }
   for (int m = 0; m < M; ++m) x[size_t(m) * N + 3] = bfr(x[size_t(m) * N + 3] * 1e-30f);
-  for (int variant = 0; variant < cuda::detail::kActQuantizeVariants; ++variant)
   for (int made = 1; made <= 3; ++made)  // rows only, cols only, both: each its own kernel
   for (cuda::ActOp op : {cuda::ActOp::Identity, cuda::ActOp::Gelu, cuda::ActOp::GeluGrad})
     for (bool with_bias : {false, true}) {
@@ -354,9 +352,9 @@ TEST(GpuGptKernels, Fp8ActQuantizeIsTheCpuQuantizerOfItsValues) {
       cuda::ActQuant q{.x = dx.p, .bias = with_bias ? dbias.p : nullptr, .biased = with_bias ? biased.p : nullptr,
                        .op = op, .aux = daux.p, .out = op == cuda::ActOp::Identity ? nullptr : out.p,
                        .rows = {rows ? rc.p : nullptr, rs.p}, .cols = {cols ? cc.p : nullptr, cs.p}};
-      cuda::detail::act_quantize_variant(variant, q, M, N, st.s);
+      cuda::act_quantize(q, M, N, st.s);
       MXDP_CUDA_CHECK(cudaStreamSynchronize(st.s));
-      const std::string what = "V" + std::to_string(variant) + " " + std::string(op == cuda::ActOp::Identity ? "identity" : op == cuda::ActOp::Gelu ? "gelu" : "dgelu") +
+      const std::string what = std::string(op == cuda::ActOp::Identity ? "identity" : op == cuda::ActOp::Gelu ? "gelu" : "dgelu") +
                                (with_bias ? " + bias" : "") + (rows && cols ? ", both" : rows ? ", rows" : ", cols");
       // The values: host formulas on the same bf16 inputs; the kernel computes
       // 0.5 (1 + tanh u) as a logistic function with fast exp and reciprocal:
@@ -404,20 +402,22 @@ TEST(GpuGptKernels, Fp8ActQuantizeIsTheCpuQuantizerOfItsValues) {
     }
 }
 
-// The variants against V0 at a size where every one loops (1260 tiles: V3's
-// persistent CTAs, 2 or 3 an SM for these calls, take 3 or more each on an H200),
-// with M not a multiple of 128 and the calls of the GPT's FP8 path
-// (gpt_cuda.cu's forward_block_fp8 / backward_block_fp8), in place where
-// those are: every output bit for bit, from freshly uploaded inputs each run.
-TEST(GpuGptKernels, Fp8ActQuantizeVariantsAreBitwiseV0) {
+// act_quantize as the GPT's FP8 path calls it (gpt_cuda.cu's forward_block_fp8 /
+// backward_block_fp8): the bias and the GELU gradient written in place over x,
+// operands without the values they quantize written anywhere, and M not a
+// multiple of 128 (24 x 10 tiles, the last row of tiles partial). Each call
+// against its twin with separate output buffers (whose values the test above
+// checks): the values written in place bit for bit, and the codes and scales
+// bit for bit against the CPU quantizers of the twin's values.
+TEST(GpuGptKernels, Fp8ActQuantizeInPlaceAsTheGptCallsIt) {
   REQUIRE_GPU();
   Stream st;
-  const int M = 8000, N = 2560, Mp = 8064;  // 63 x 20 = 1260 tiles, the last row of tiles partial
+  const int M = 3000, N = 1280, Mp = 3072;
   const std::vector<float> x0 = randn(size_t(M) * N, 21, 3.f), aux0 = randn(size_t(M) * N, 22), bias0 = randn(N, 23);
   struct Call {
     const char* name;
     cuda::ActOp op;
-    bool bias, rows, cols, out;
+    bool bias, rows, cols, out;  // out: the op's values written over x
   };
   const Call calls[] = {
       {"rows (ln1, atty, ln2)", cuda::ActOp::Identity, false, true, false, false},
@@ -428,41 +428,58 @@ TEST(GpuGptKernels, Fp8ActQuantizeVariantsAreBitwiseV0) {
       {"dgelu + rows + cols, out in place (fc's dY)", cuda::ActOp::GeluGrad, false, true, true, true},
       {"cols (the inputs' transposes)", cuda::ActOp::Identity, false, false, true, false},
   };
-  struct Result {
-    std::vector<uint16_t> x;  // the input buffer after the call (biased / out in place)
-    std::vector<uint8_t> rc, cc;
-    std::vector<float> rs, cs;
+  const auto bits = [](const Bf16& b) {
+    std::vector<uint16_t> h(b.n);
+    MXDP_CUDA_CHECK(cudaMemcpy(h.data(), b.p, b.n * 2, cudaMemcpyDeviceToHost));
+    return h;
   };
-  const auto run = [&](int variant, const Call& c) {
+  const auto codes = [](const Dev<uint8_t>& d) {
+    std::vector<uint8_t> h(d.n);
+    MXDP_CUDA_CHECK(cudaMemcpy(h.data(), d.p, d.n, cudaMemcpyDeviceToHost));
+    return h;
+  };
+  for (const Call& c : calls) {
+    const bool op = c.op != cuda::ActOp::Identity;
+    // The twin: x untouched, the biased and the op's values in buffers of their own.
+    Bf16 tx(x0), taux(aux0), tbias(bias0), tbiased(size_t(M) * N), tout(size_t(M) * N);
+    if (op || c.bias)
+      cuda::act_quantize({.x = tx.p, .bias = c.bias ? tbias.p : nullptr, .biased = c.bias ? tbiased.p : nullptr,
+                          .op = c.op, .aux = taux.p, .out = op ? tout.p : nullptr, .rows = {}, .cols = {}},
+                         M, N, st.s);
+    // The call in place.
     Bf16 x(x0), aux(aux0), bias(bias0);
     Dev<uint8_t> rc(size_t(Mp) * N), cc(size_t(Mp) * N);
     F32 rs(size_t(Mp) * N / 128), cs(size_t(Mp) * N / 128);
-    const cuda::ActQuant q{.x = x.p, .bias = c.bias ? bias.p : nullptr, .biased = c.bias ? x.p : nullptr, .op = c.op,
-                           .aux = aux.p, .out = c.out ? x.p : nullptr, .rows = {c.rows ? rc.p : nullptr, rs.p},
-                           .cols = {c.cols ? cc.p : nullptr, cs.p}};
-    cuda::detail::act_quantize_variant(variant, q, M, N, st.s);
+    cuda::act_quantize({.x = x.p, .bias = c.bias ? bias.p : nullptr, .biased = c.bias ? x.p : nullptr, .op = c.op,
+                        .aux = aux.p, .out = c.out ? x.p : nullptr, .rows = {c.rows ? rc.p : nullptr, rs.p},
+                        .cols = {c.cols ? cc.p : nullptr, cs.p}},
+                       M, N, st.s);
     MXDP_CUDA_CHECK(cudaStreamSynchronize(st.s));
-    Result r{std::vector<uint16_t>(x.n), std::vector<uint8_t>(rc.n), std::vector<uint8_t>(cc.n), rs.get(), cs.get()};
-    MXDP_CUDA_CHECK(cudaMemcpy(r.x.data(), x.p, x.n * 2, cudaMemcpyDeviceToHost));
-    MXDP_CUDA_CHECK(cudaMemcpy(r.rc.data(), rc.p, rc.n, cudaMemcpyDeviceToHost));
-    MXDP_CUDA_CHECK(cudaMemcpy(r.cc.data(), cc.p, cc.n, cudaMemcpyDeviceToHost));
-    return r;
-  };
-  const auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-  };
-  for (const Call& c : calls) {
-    const Result want = run(0, c);
-    if (c.bias || c.out) EXPECT_NE(want.x, std::vector<uint16_t>(want.x.size())) << c.name;
-    for (int variant = 1; variant < cuda::detail::kActQuantizeVariants; ++variant) {
-      const Result got = run(variant, c);
-      const std::string what = "V" + std::to_string(variant) + ", " + c.name;
-      EXPECT_EQ(got.x, want.x) << what << ": the bf16 values written";
-      // Unmade operands stay the poison the buffers start with, in every variant.
-      EXPECT_EQ(got.rc, want.rc) << what << ": row codes";
-      EXPECT_TRUE(same_bits(got.rs, want.rs)) << what << ": row scales";
-      EXPECT_EQ(got.cc, want.cc) << what << ": column codes";
-      EXPECT_TRUE(same_bits(got.cs, want.cs)) << what << ": column scales";
+    const std::vector<uint16_t> got_x = bits(x);
+    if (c.out) EXPECT_EQ(got_x, bits(tout)) << c.name << ": the op's values in place";
+    else if (c.bias) EXPECT_EQ(got_x, bits(tbiased)) << c.name << ": the biased values in place";
+    else EXPECT_EQ(got_x, bits(tx)) << c.name << ": x unchanged";
+    // The values quantized, zero rows to Mp.
+    std::vector<uint16_t> padded(size_t(Mp) * N, 0);
+    const std::vector<uint16_t> vals = op ? bits(tout) : c.bias ? bits(tbiased) : bits(tx);
+    std::copy(vals.begin(), vals.end(), padded.begin());
+    if (c.rows) {
+      std::vector<uint8_t> want(size_t(Mp) * N);
+      std::vector<float> want_s(size_t(fp8_1x128_scale_count(Mp, N)));
+      fp8_quantize_1x128(padded.data(), Mp, N, Fp8Kind::E4M3, want.data(), want_s.data());
+      const std::vector<float> got_s = rs.get();
+      EXPECT_EQ(codes(rc), want) << c.name << ": row codes";
+      ASSERT_EQ(got_s.size(), want_s.size());
+      EXPECT_EQ(std::memcmp(got_s.data(), want_s.data(), want_s.size() * 4), 0) << c.name << ": row scales";
+    }
+    if (c.cols) {
+      std::vector<uint8_t> want(size_t(Mp) * N);
+      std::vector<float> want_s(size_t(fp8_1x128_scale_count(N, Mp)));
+      fp8_quantize_1x128_transposed(padded.data(), Mp, N, Fp8Kind::E4M3, want.data(), want_s.data());
+      const std::vector<float> got_s = cs.get();
+      EXPECT_EQ(codes(cc), want) << c.name << ": column codes";
+      ASSERT_EQ(got_s.size(), want_s.size());
+      EXPECT_EQ(std::memcmp(got_s.data(), want_s.data(), want_s.size() * 4), 0) << c.name << ": column scales";
     }
   }
 }

@@ -52,17 +52,6 @@ struct ActQuant {
 };
 void act_quantize(const ActQuant& q, int M, int N, cudaStream_t s);
 
-namespace detail {
-// act_quantize's kernel variants (fp8_linear.cu), for the test and the
-// benchmark to compare; all give the same bits. 0: loads of a thread's whole
-// share into registers first; 1: one pass ahead in registers, 4 CTAs an SM;
-// 2: cp.async into the shared tile; 3: 2 with persistent CTAs, the next tile's
-// copies in flight during this one. act_quantize uses kActQuantizeDefault.
-constexpr int kActQuantizeVariants = 4;
-constexpr int kActQuantizeDefault = 0;
-void act_quantize_variant(int variant, const ActQuant& q, int M, int N, cudaStream_t s);
-}  // namespace detail
-
 inline int64_t fp8_rows_padded(int64_t M) { return (M + 127) / 128 * 128; }
 
 class Fp8Linear {
