@@ -22,6 +22,8 @@ import re
 import subprocess
 import sys
 
+from step_bench import add_step_arguments, profile_command
+
 # First match wins: attention before GEMM (cuDNN's kernels name their tiles too).
 PARTS = [
     ("attention (cuDNN SDPA)", r"cudnn|sdpa|flash|fmha|attn"),
@@ -52,16 +54,9 @@ def part_of(name):
     return "other"
 
 
-def bench_of(model):
-    """The benchmark program that trains `model`: GPT-2 presets, or the Llama family."""
-    return "gpubench_gpt" if model.startswith("gpt2") else "gpubench_llama"
-
-
 def run_ncu(args):
     cmd = ["ncu", "--profile-from-start", "off", "--clock-control", "none", "--metrics",
-           "gpu__time_duration.sum", "--csv", "--page", "raw",
-           f"{args.build}/bench/{bench_of(args.model)}", args.model, str(args.batch), str(args.seq), "1",
-           args.format, "profile"]
+           "gpu__time_duration.sum", "--csv", "--page", "raw"] + profile_command(args)
     print("+", " ".join(cmd), file=sys.stderr, flush=True)
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
@@ -96,11 +91,7 @@ def parse(text):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--model", default="gpt2-124m")
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--seq", type=int, default=1024)
-    ap.add_argument("--format", default="bf16")
+    add_step_arguments(ap)
     ap.add_argument("--csv", help="parse this saved ncu CSV instead of running ncu")
     ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args()

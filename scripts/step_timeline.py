@@ -20,19 +20,16 @@ import os
 import re
 import subprocess
 import sys
+
+from step_bench import add_step_arguments, profile_command
 import tempfile
-
-
-def bench_of(model):
-    return "gpubench_gpt" if model.startswith("gpt2") else "gpubench_llama"
 
 
 def run(args, out):
     lib = os.path.abspath(f"{args.build}/bench/libmxdp_timeline.so")
     if not os.path.exists(lib):
         sys.exit(f"{lib} is not built (it needs CUDA with CUPTI: cmake --build {args.build} --target mxdp_timeline)")
-    cmd = [f"{args.build}/bench/{bench_of(args.model)}", args.model, str(args.batch), str(args.seq), "1",
-           args.format, "profile"]
+    cmd = profile_command(args)
     env = dict(os.environ, CUDA_INJECTION64_PATH=lib, MXDP_TIMELINE=out)
     print("+", " ".join(cmd), file=sys.stderr, flush=True)
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -49,17 +46,29 @@ def load(path):
     return sorted(rows)
 
 
+def idle_gaps(events):
+    """(span ms, busy ms, gaps) of (start_ns, end_ns, name) events sorted by start: busy is the
+    union of the intervals, gaps are (ns, name of what ended last before, name of what starts after)."""
+    span = (max(e for _, e, _ in events) - events[0][0]) / 1e6
+    busy, gaps = 0, []
+    cur_s, cur_e, cur_name = events[0]
+    for s, e, name in events[1:]:
+        if s > cur_e:  # idle from the end of what ran last to this start
+            busy += cur_e - cur_s
+            gaps.append((s - cur_e, cur_name, name))
+            cur_s, cur_e, cur_name = s, e, name
+        elif e > cur_e:
+            cur_e, cur_name = e, name
+    return span, (busy + cur_e - cur_s) / 1e6, gaps
+
+
 def short(name):
     return re.sub(r"\(.*", "", name)[:70]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--model", default="gpt2-124m")
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--seq", type=int, default=1024)
-    ap.add_argument("--format", default="bf16")
+    add_step_arguments(ap)
     ap.add_argument("--csv", help="analyse this saved timeline instead of running the benchmark")
     ap.add_argument("--top", type=int, default=15)
     args = ap.parse_args()
@@ -68,17 +77,7 @@ def main():
         path = os.path.join(tempfile.mkdtemp(), "timeline.csv")
         run(args, path)
     ev = load(path)
-    span = (max(e for _, e, _ in ev) - ev[0][0]) / 1e6
-    busy, gaps = 0.0, []
-    cur_s, cur_e, cur_name = ev[0]
-    for s, e, name in ev[1:]:
-        if s > cur_e:  # idle from the end of what ran last to this start
-            busy += cur_e - cur_s
-            gaps.append((s - cur_e, cur_name, name))
-            cur_s, cur_e, cur_name = s, e, name
-        elif e > cur_e:
-            cur_e, cur_name = e, name
-    busy = (busy + cur_e - cur_s) / 1e6
+    span, busy, gaps = idle_gaps(ev)
     idle = span - busy
     print(f"one step, {args.model} B {args.batch} T {args.seq} {args.format}: {len(ev)} events, span {span:.3f} ms, "
           f"busy {busy:.3f} ms, idle {idle:.3f} ms ({100 * idle / span:.1f}%)")
