@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -25,6 +24,7 @@
 #include "models/cuda/fp8_linear.h"
 #include "models/gpt2/gpt.h"
 #include "util/cuda_check.h"
+#include "gpu_timing.h"
 
 using namespace mxdp;
 
@@ -48,26 +48,6 @@ T* dev_zero(size_t n) {
   return p;
 }
 
-// The best of 3 windows of `reps` calls (after 3 warm-up calls), ms per call.
-double time_ms(cudaStream_t s, int reps, const std::function<void()>& f) {
-  for (int i = 0; i < 3; ++i) f();
-  cudaEvent_t a, b;
-  MXDP_CUDA_CHECK(cudaEventCreate(&a));
-  MXDP_CUDA_CHECK(cudaEventCreate(&b));
-  double best = 1e30;
-  for (int w = 0; w < 3; ++w) {
-    MXDP_CUDA_CHECK(cudaEventRecord(a, s));
-    for (int i = 0; i < reps; ++i) f();
-    MXDP_CUDA_CHECK(cudaEventRecord(b, s));
-    MXDP_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    MXDP_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    best = std::min(best, double(ms) / reps);
-  }
-  MXDP_CUDA_CHECK(cudaEventDestroy(a));
-  MXDP_CUDA_CHECK(cudaEventDestroy(b));
-  return best;
-}
 
 // One call of the FP8 path: width in units of d_model, and how often a block makes it.
 struct Call {
@@ -119,7 +99,7 @@ int main(int argc, char** argv) {
     uint8_t *rc = dev_zero<uint8_t>(big), *cc = dev_zero<uint8_t>(big);
     float *rs = dev_zero<float>(big / 128), *cs = dev_zero<float>(big / 128);
     // Copy bandwidth (read + write bytes / s) over buffers of the same size.
-    const double copy_ms = time_ms(s, reps, [&] {
+    const double copy_ms = bench::best_window_ms(s, reps, [&] {
       MXDP_CUDA_CHECK(cudaMemcpyAsync(out, x, big * 2, cudaMemcpyDeviceToDevice, s));
     });
     const double copy_gbs = 2.0 * big * 2 / (copy_ms * 1e-3) / 1e9;
@@ -134,7 +114,7 @@ int main(int argc, char** argv) {
                                .rows = {c.rows ? rc : nullptr, rs}, .cols = {c.cols ? cc : nullptr, cs}};
         const double bytes = call_bytes(c, M, N);
         block_bytes += c.per_block * bytes;
-        const double ms = time_ms(s, reps, [&] { cuda::act_quantize(q, M, N, s); });
+        const double ms = bench::best_window_ms(s, reps, [&] { cuda::act_quantize(q, M, N, s); });
         block_ms += c.per_block * ms;
         const double gbs = bytes / (ms * 1e-3) / 1e9;
         std::printf("{\"what\": \"act_quantize\", \"model\": \"%s\", \"M\": %d, \"N\": %d, \"call\": \"%s\", "

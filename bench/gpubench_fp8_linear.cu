@@ -9,7 +9,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
-#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,6 +20,7 @@
 #include "models/cuda/gemm.h"
 #include "models/gpt2/gpt.h"
 #include "util/cuda_check.h"
+#include "gpu_timing.h"
 
 using namespace mxdp;
 
@@ -46,26 +46,6 @@ T* dev(size_t n, uint64_t seed, bool fill) {
   return p;
 }
 
-// Median-free: the best of 3 windows of `reps` calls, ms per call.
-double time_ms(cudaStream_t s, int reps, const std::function<void()>& f) {
-  for (int i = 0; i < 3; ++i) f();
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  double best = 1e30;
-  for (int w = 0; w < 3; ++w) {
-    cudaEventRecord(a, s);
-    for (int i = 0; i < reps; ++i) f();
-    cudaEventRecord(b, s);
-    MXDP_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    best = std::min(best, double(ms) / reps);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return best;
-}
 
 }  // namespace
 
@@ -84,7 +64,7 @@ int main(int argc, char** argv) {
     uint8_t *xc = dev<uint8_t>(big, 5, true), *wc = dev<uint8_t>(size_t(4) * C * C, 6, true);
     float *xs = dev<float>(big / 128, 7, true), *ws = dev<float>(size_t(4) * C * C / 128, 8, true);
     // Copy bandwidth (read + write bytes / s) over the same buffers.
-    const double copy_ms = time_ms(s, reps, [&] { cudaMemcpyAsync(y, x, big * 2, cudaMemcpyDeviceToDevice, s); });
+    const double copy_ms = bench::best_window_ms(s, reps, [&] { cudaMemcpyAsync(y, x, big * 2, cudaMemcpyDeviceToDevice, s); });
     const double copy_gbs = 2.0 * big * 2 / (copy_ms * 1e-3) / 1e9;
     std::printf("{\"what\": \"copy\", \"bytes\": %zu, \"ms\": %.4f, \"gb_s\": %.0f}\n", big * 4, copy_ms, copy_gbs);
     cuda::Gemm bf(s);
@@ -99,12 +79,12 @@ int main(int argc, char** argv) {
                            Layer{"mlp.proj", C, 4 * C}}) {
       const double flops = 2.0 * M * L.N * L.K;
       const double t[6] = {
-          time_ms(s, reps, [&] { bf.forward(y, x, w, nullptr, M, L.N, L.K); }),
-          time_ms(s, reps, [&] { f8.fprop(act, wt, M, L.N, L.K, y); }),
-          time_ms(s, reps, [&] { bf.backward_data(y, x, w, M, L.N, L.K); }),
-          time_ms(s, reps, [&] { f8.dgrad(act, wt, M, L.N, L.K, y); }),
-          time_ms(s, reps, [&] { bf.backward_weight(dw, x, y, M, L.N, L.K); }),
-          time_ms(s, reps, [&] { f8.wgrad(act, act, M, L.N, L.K, dw); }),
+          bench::best_window_ms(s, reps, [&] { bf.forward(y, x, w, nullptr, M, L.N, L.K); }),
+          bench::best_window_ms(s, reps, [&] { f8.fprop(act, wt, M, L.N, L.K, y); }),
+          bench::best_window_ms(s, reps, [&] { bf.backward_data(y, x, w, M, L.N, L.K); }),
+          bench::best_window_ms(s, reps, [&] { f8.dgrad(act, wt, M, L.N, L.K, y); }),
+          bench::best_window_ms(s, reps, [&] { bf.backward_weight(dw, x, y, M, L.N, L.K); }),
+          bench::best_window_ms(s, reps, [&] { f8.wgrad(act, act, M, L.N, L.K, dw); }),
       };
       const char* gemm[3] = {"fprop", "dgrad", "wgrad"};
       for (int g = 0; g < 3; ++g)
@@ -135,7 +115,7 @@ int main(int argc, char** argv) {
          2 + 2 + 2 + 2},
     };
     for (const Q& q : qs) {
-      const double ms = time_ms(s, reps, [&] { cuda::act_quantize(q.q, M, q.N, s); });
+      const double ms = bench::best_window_ms(s, reps, [&] { cuda::act_quantize(q.q, M, q.N, s); });
       const double bytes = q.bytes_per_elem * M * q.N;
       std::printf("{\"what\": \"act_quantize\", \"op\": \"%s\", \"M\": %d, \"N\": %d, \"ms\": %.4f, \"gb_s\": %.0f, "
                   "\"of_copy\": %.2f}\n",

@@ -20,9 +20,9 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 from step_bench import add_step_arguments, profile_command
-import tempfile
 
 
 def run(args, out):
