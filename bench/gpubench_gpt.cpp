@@ -20,14 +20,10 @@
 // `ncu --profile-from-start off` (scripts/profile_step.py), and prints nothing else.
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <sstream>
 #include <string>
-#include <vector>
 
 #include "gpu_step_bench.h"
 #include "models/gpt2/cuda/gpt_cuda.h"

@@ -18,14 +18,10 @@
 // llama3.2-1b) or a Hugging Face model directory (its config.json).
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <sstream>
 #include <string>
-#include <vector>
 
 #include "gpu_step_bench.h"
 #include "engine/engine.h"
