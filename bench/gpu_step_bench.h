@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/engine.h"
@@ -78,12 +79,27 @@ struct RandomBatch {
   }
 };
 
-// `warmup` steps, then `steps` synced steps (the one profiled when `profile`),
-// then `steps` pipelined ones.
-inline StepTimes time_steps(DataParallel& engine, const Batch& batch, int steps, int warmup, bool profile = false) {
+// What runs between cudaProfilerStart and cudaProfilerStop, for
+// scripts/profile_step.py and scripts/step_timeline.py: nothing (a timed run),
+// one synced step (the benchmarks' "profile" argument), or `steps` pipelined
+// steps, each result read one step late as the trainer runs ("profile-pipelined").
+enum class Profile { None, Synced, Pipelined };
+
+inline Profile parse_profile(const std::string& arg) {
+  if (arg == "profile") return Profile::Synced;
+  if (arg == "profile-pipelined") return Profile::Pipelined;
+  return Profile::None;
+}
+
+// `warmup` steps, then `steps` synced steps, then `steps` pipelined ones; under
+// a profile only the profiled steps (after the warm-up). A step is the engine's options().micro_batches
+// forward/backward passes over `batch` (gradient accumulation), then the
+// optimizer step.
+inline StepTimes time_steps(DataParallel& engine, const Batch& batch, int steps, int warmup,
+                            Profile profile = Profile::None) {
   StepTimes r;
   const auto step = [&] {
-    engine.forward_backward(batch);
+    for (int m = 0; m < engine.options().micro_batches; ++m) engine.forward_backward(batch);
     engine.launch_step();
   };
   const auto take = [&](bool all) {  // the results read back so far (all: every one)
@@ -97,7 +113,18 @@ inline StepTimes time_steps(DataParallel& engine, const Batch& batch, int steps,
     r.peak = std::max(r.peak, used_bytes());
   }
   MXDP_CUDA_CHECK(cudaDeviceSynchronize());
-  if (profile) MXDP_CUDA_CHECK(cudaProfilerStart());
+  if (profile == Profile::Pipelined) {
+    MXDP_CUDA_CHECK(cudaProfilerStart());
+    for (int i = 0; i < steps; ++i) {
+      step();
+      take(false);
+    }
+    take(true);
+    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
+    MXDP_CUDA_CHECK(cudaProfilerStop());
+    return r;
+  }
+  if (profile == Profile::Synced) MXDP_CUDA_CHECK(cudaProfilerStart());
   std::vector<double> times;
   for (int i = 0; i < steps; ++i) {
     const auto t0 = clock::now();
@@ -106,7 +133,7 @@ inline StepTimes time_steps(DataParallel& engine, const Batch& batch, int steps,
     times.push_back(secs(t0));
     r.peak = std::max(r.peak, used_bytes());
   }
-  if (profile) {
+  if (profile == Profile::Synced) {
     MXDP_CUDA_CHECK(cudaDeviceSynchronize());
     MXDP_CUDA_CHECK(cudaProfilerStop());
     return r;

@@ -10,14 +10,17 @@
 // submission, its wait for the step before included) and cuda_graphs (graphs
 // the GPU GPT holds; MXDP_CUDA_GRAPHS=0 for none).
 //
-//   gpubench_gpt [model=gpt2-124m] [batch=16] [seq=1024] [steps=30] [formats=bf16,mxfp8,nvfp4] [profile]
+//   gpubench_gpt [model=gpt2-124m] [batch=16] [seq=1024] [steps=30] [formats=bf16,mxfp8,nvfp4]
+//                [profile | profile-pipelined]
 //
 // A format "F+fp8" runs weight format F with FP8 compute (--compute-dtype fp8:
 // the block linears' GEMMs in FP8, docs/fp8.md); F must be fp8b128.
 //
 // With "profile" as the sixth argument it runs 5 warm-up steps and then one
 // step between cudaProfilerStart and cudaProfilerStop, for
-// `ncu --profile-from-start off` (scripts/profile_step.py), and prints nothing else.
+// `ncu --profile-from-start off` (scripts/profile_step.py), and prints nothing else;
+// "profile-pipelined" profiles `steps` steps run as the trainer runs them (each
+// result read one step late: scripts/step_timeline.py --pipelined).
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -55,7 +58,7 @@ Variant parse_variant(const std::string& name) {
 }
 
 Result run(Communicator& comm, const GptConfig& mc, Variant v, int B, int T, int steps, int warmup,
-           bool profile = false) {
+           bench::Profile profile = bench::Profile::None) {
   const WeightFormat f = v.format;
   const size_t before = bench::used_bytes();
   auto ops = make_engine_ops(Device::Cuda);
@@ -89,12 +92,12 @@ int main(int argc, char** argv) {
   const int B = argc > 2 ? std::atoi(argv[2]) : 16, T = argc > 3 ? std::atoi(argv[3]) : 1024;
   const int steps = argc > 4 ? std::atoi(argv[4]) : 30;
   std::string formats = argc > 5 ? argv[5] : "bf16,mxfp8,nvfp4";
-  const bool profile = argc > 6 && std::string(argv[6]) == "profile";
+  const bench::Profile profile = argc > 6 ? bench::parse_profile(argv[6]) : bench::Profile::None;
   try {
     auto comm = make_job_communicator(Device::Cuda, {});
     const GptConfig mc = gpt_config(model);
-    if (profile) {
-      run(*comm, mc, parse_variant(formats), B, T, 1, 5, /*profile=*/true);
+    if (profile != bench::Profile::None) {
+      run(*comm, mc, parse_variant(formats), B, T, profile == bench::Profile::Synced ? 1 : steps, 5, profile);
       return 0;
     }
     cudaStream_t s;

@@ -16,7 +16,8 @@ def add_step_arguments(ap):
     ap.add_argument("--format", default="bf16")
 
 
-def profile_command(args):
-    """The benchmark's command line for one profiled step (5 warm-up steps first)."""
-    return [f"{args.build}/bench/{bench_of(args.model)}", args.model, str(args.batch), str(args.seq), "1",
-            args.format, "profile"]
+def profile_command(args, pipelined=0):
+    """The benchmark's command line for one profiled step (5 warm-up steps first), or for
+    `pipelined` steps run as the trainer runs them (each result read one step late)."""
+    return [f"{args.build}/bench/{bench_of(args.model)}", args.model, str(args.batch), str(args.seq),
+            str(pipelined or 1), args.format, "profile-pipelined" if pipelined else "profile"]

@@ -12,7 +12,12 @@ what ran before and after each. Unlike scripts/profile_step.py (Nsight Compute,
 kernels one at a time), the kernels run as in training, in their graphs.
 
     python3 scripts/step_timeline.py [--build build] [--model gpt2-124m] [--batch 16] [--seq 1024]
-                                     [--format bf16] [--csv saved.csv]
+                                     [--format bf16] [--pipelined N] [--csv saved.csv]
+
+--pipelined N traces N steps run back to back as the trainer runs them (each
+step's result read one step late, so the host submits a step while the GPU runs
+the one before); the gaps between and inside those steps are where the GPU
+waited for the host.
 """
 import argparse
 import csv
@@ -29,7 +34,7 @@ def run(args, out):
     lib = os.path.abspath(f"{args.build}/bench/libmxdp_timeline.so")
     if not os.path.exists(lib):
         sys.exit(f"{lib} is not built (it needs CUDA with CUPTI: cmake --build {args.build} --target mxdp_timeline)")
-    cmd = profile_command(args)
+    cmd = profile_command(args, args.pipelined)
     env = dict(os.environ, CUDA_INJECTION64_PATH=lib, MXDP_TIMELINE=out)
     print("+", " ".join(cmd), file=sys.stderr, flush=True)
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -70,6 +75,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_step_arguments(ap)
     ap.add_argument("--csv", help="analyse this saved timeline instead of running the benchmark")
+    ap.add_argument("--pipelined", type=int, default=0, metavar="N",
+                    help="trace N pipelined steps instead of one synced step")
     ap.add_argument("--top", type=int, default=15)
     args = ap.parse_args()
     path = args.csv
@@ -79,7 +86,8 @@ def main():
     ev = load(path)
     span, busy, gaps = idle_gaps(ev)
     idle = span - busy
-    print(f"one step, {args.model} B {args.batch} T {args.seq} {args.format}: {len(ev)} events, span {span:.3f} ms, "
+    what = f"{args.pipelined} pipelined steps" if args.pipelined else "one step"
+    print(f"{what}, {args.model} B {args.batch} T {args.seq} {args.format}: {len(ev)} events, span {span:.3f} ms, "
           f"busy {busy:.3f} ms, idle {idle:.3f} ms ({100 * idle / span:.1f}%)")
     bins = [(0, 2e3), (2e3, 5e3), (5e3, 20e3), (20e3, 100e3), (100e3, 1e12)]
     print("| gap | count | total ms |\n| --- | --- | --- |")

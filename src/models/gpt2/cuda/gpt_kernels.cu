@@ -442,26 +442,7 @@ __global__ void residual_add_kernel(uint16_t* y, const uint16_t* a, const uint16
     y[i] = bf(ld(a, i) + ld(b, i));
 }
 
-// gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), 8 at a time.
-__global__ void gelu_forward_kernel(uint16_t* y, const uint16_t* x, int64_t n8) {
-  constexpr float kS = 0.7978845608028654f;  // sqrt(2 / pi)
-  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n8; k += int64_t(gridDim.x) * blockDim.x) {
-    float f[8];
-    load(x + 8 * k, f);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) f[i] = 0.5f * f[i] * (1.f + tanhf(kS * (f[i] + 0.044715f * f[i] * f[i] * f[i])));
-    store(y + 8 * k, f);
-  }
-}
-
 }  // namespace
-
-void gelu_forward(uint16_t* y, const uint16_t* x, int64_t n, cudaStream_t s) {
-  MXDP_CHECK(n % 8 == 0 && aligned16(x) && aligned16(y), "gelu_forward needs n % 8 == 0 and 16-byte aligned arrays, got n=", n);
-  if (n == 0) return;
-  gelu_forward_kernel<<<grid_for(n / 8, 256), 256, 0, s>>>(y, x, n / 8);
-  MXDP_CUDA_CHECK_LAUNCH();
-}
 
 void encoder_forward(uint16_t* x, const int32_t* tokens, const uint16_t* wte, const uint16_t* wpe, int B, int T, int C,
                      cudaStream_t s) {

@@ -53,9 +53,6 @@ void residual_layernorm_forward(uint16_t* res, uint16_t* out, float* mean, float
 void layernorm_backward(uint16_t* dinp, bool accumulate, float* dw, float* db, float* scratch, const uint16_t* dout,
                         const uint16_t* inp, const uint16_t* w, const float* mean, const float* rstd, int M, int C,
                         cudaStream_t s);
-// y = bf16(gelu_tanh(x)), n elements (n % 8 == 0, 16-byte aligned): the MLP's
-// activation recomputed in backward from the stored pre-activation.
-void gelu_forward(uint16_t* y, const uint16_t* x, int64_t n, cudaStream_t s);
 // y = bf16(a + b), n elements.
 void residual_add(uint16_t* y, const uint16_t* a, const uint16_t* b, int64_t n, cudaStream_t s);
 // dbias[n] += sum over m (fixed chunks) of dout[m, n]; scratch as above.
