@@ -463,7 +463,7 @@ TEST(MemoryPlan, CliShowsFp8ComputeWeights) {
   // What train refuses, plan refuses: a width without whole 128x128 tiles, a
   // model without an FP8 compute path, a dtype that is none of the two.
   for (auto [args, want] : {std::pair{"--model tiny --compute-dtype fp8", "multiple of 128"},
-                            {"--model llama-tiny --compute-dtype fp8", "does not compute with FP8"},
+                            {"--model llama-tiny --compute-dtype fp8", "llama-tiny does not compute with FP8"},
                             {"--model tiny --compute-dtype fp16", "--compute-dtype"}}) {
     auto bad = mxdp::testing::run_mxdp(std::string("plan ") + args, d / "bad.txt");
     EXPECT_NE(bad.exit_code, 0) << args << "\n" << bad.output;

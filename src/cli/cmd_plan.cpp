@@ -80,7 +80,7 @@ void add_plan_command(CLI::App& app, Runner& run) {
       const ModelConfig mc = resolve_model(o->c);
       const auto params = mc.spec().param_specs(mc);
       const bool fp8 = parse_compute_dtype(o->compute_dtype) == LinearCompute::Fp8;
-      const int fp8_weights = fp8 ? check_fp8_compute(params) : 0;  // what train refuses, plan refuses
+      const int fp8_weights = fp8 ? check_fp8_compute(params, o->c.model) : 0;  // what train refuses, plan refuses
       std::printf("mxdp plan: %s, %lld params, dp %d, buckets of %lld elements, %s reduce-scatter%s\n",
                   o->c.model.c_str(), (long long)mc.spec().num_parameters(mc), o->dp, (long long)o->bucket,
                   o->grad_dtype.c_str(), fp8 ? ", fp8 compute in the fp8b128 mode" : "");

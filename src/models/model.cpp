@@ -5,7 +5,7 @@
 
 namespace mxdp {
 
-int check_fp8_compute(const std::vector<ParamSpec>& params) {
+int check_fp8_compute(const std::vector<ParamSpec>& params, const std::string& model) {
   const FormatTraits& tiles = format_traits(WeightFormat::Fp8b128);
   int n = 0;
   for (const ParamSpec& p : params) {
@@ -16,8 +16,8 @@ int check_fp8_compute(const std::vector<ParamSpec>& params) {
                "or --compute-dtype bf16");
     ++n;
   }
-  MXDP_CHECK(n > 0, "--compute-dtype fp8: this model does not compute with FP8 weights (yet; GPT-2 does); use "
-             "--compute-dtype bf16");
+  MXDP_CHECK(n > 0, "--compute-dtype fp8: ", model.empty() ? std::string("this model") : model,
+             " does not compute with FP8 weights (yet; GPT-2 does); use --compute-dtype bf16");
   return n;
 }
 

@@ -64,10 +64,11 @@ struct ParamSpec {
 // (fp8_linear), each of whole 128x128 tiles (rows and cols multiples of 128,
 // fp8b128's FormatTraits::eligible; their 1x128 activation blocks then fit
 // too): for GPT-2, d_model a multiple of 128. Throws mxdp::Error with the one
-// refusal every caller gives (the models' set_fp8_compute, `mxdp plan`);
-// returns how many such weights there are. The engine adds its own rules
-// (weight_format fp8b128, a model switched to FP8: DpOptions::validate, engine.cpp).
-int check_fp8_compute(const std::vector<ParamSpec>& params);
+// refusal every caller gives (`mxdp train` and `mxdp plan` among their
+// options, naming `model`; the models' set_fp8_compute); returns how many
+// such weights there are. The engine adds its own rules (weight_format
+// fp8b128, a model switched to FP8: DpOptions::validate, engine.cpp).
+int check_fp8_compute(const std::vector<ParamSpec>& params, const std::string& model = "");
 
 // "[768, 2304]", for messages.
 inline std::string shape_string(const std::vector<int64_t>& shape) {

@@ -198,6 +198,8 @@ void Trainer::check_options() {
   MXDP_CHECK(cfg_.init_from.empty() || cfg_.load.empty(),
              "--init-from starts a run from given weights, --load resumes one: pass one of them");
   mc_ = resolve_model(cfg_);
+  // Refused here, before any data is prepared or directory made, as plan does.
+  if (cfg_.dp.compute_dtype == LinearCompute::Fp8) check_fp8_compute(mc_.spec().param_specs(mc_), cfg_.model);
   MXDP_CHECK(cfg_.steps >= 0, "--steps must be >= 0, got ", cfg_.steps);
   MXDP_CHECK(cfg_.batch_size >= 1, "--batch-size must be >= 1, got ", cfg_.batch_size);
   const int max_seq = mc_.spec().max_seq(mc_);
