@@ -484,6 +484,14 @@ TEST(PlotCli, SeveralRunsWithLabels) {
     EXPECT_FALSE(fs::exists(d / "bad.svg"));
   }
 
+  // One file given twice, as written or by another path to it: refused, nothing written.
+  for (const std::string again : {a, quote(d / "runs/bf16/../fp8/metrics.jsonl")}) {
+    r = run_mxdp("plot --metrics " + a + " " + b + " " + again + " --output " + quote(d / "bad.svg"), out);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_TRUE(contains(r.output, "is given twice (files 1 and 3)")) << r.output;
+    EXPECT_FALSE(fs::exists(d / "bad.svg"));
+  }
+
   // Two files of one directory: their file names. A file directly in the working
   // directory (no parent in its path): its file name.
   write_file(d / "runs/fp8/other.jsonl", metrics(1.1, 20));

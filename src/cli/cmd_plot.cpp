@@ -38,6 +38,21 @@ std::vector<std::string> run_names(const std::vector<std::string>& paths) {
   return names;
 }
 
+// Each --metrics file is one run: a file given twice (as written, or by
+// another path to the same file) would draw the same curves twice.
+void check_files(const std::vector<std::string>& paths) {
+  namespace fs = std::filesystem;
+  std::map<std::string, size_t> first;  // the file's path, normalized -> its 1-based position
+  for (size_t i = 0; i < paths.size(); ++i) {
+    std::error_code ec;
+    fs::path key = fs::weakly_canonical(paths[i], ec);
+    if (ec) key = fs::path(paths[i]).lexically_normal();
+    const auto [at, fresh] = first.emplace(key.string(), i + 1);
+    MXDP_CHECK(fresh, "--metrics '", paths[i], "' is given twice (files ", at->second, " and ", i + 1,
+               "): each file is one run");
+  }
+}
+
 // Each --label names one run in the legend and in data-run: none may be empty
 // or name two runs.
 void check_labels(const std::vector<std::string>& labels) {
@@ -81,6 +96,7 @@ void add_plot_command(CLI::App& app, Runner& run) {
                  o->labels.size(), " time(s) for ", o->metrics.size(),
                  " --metrics file(s): give one label per file, in the same order, or none");
       check_labels(o->labels);
+      check_files(o->metrics);
       const std::vector<std::string> names = o->labels.empty() ? run_names(o->metrics) : o->labels;
       std::vector<NamedCurves> runs;
       for (size_t r = 0; r < o->metrics.size(); ++r) {
