@@ -90,3 +90,28 @@ TEST(Utf8, MatchesPythonsDecoder) {
   EXPECT_EQ(bad, 0);
   EXPECT_GT(invalid, 1000) << "the cases must exercise invalid input";
 }
+
+// utf8_append: one code point's UTF-8 bytes. The worked examples of RFC 3629
+// (section 7) and the boundaries of each length written out by hand, then
+// every scalar value: valid UTF-8 of the length RFC 3629's table gives.
+TEST(Utf8, AppendEncodesEveryScalarValue) {
+  const std::pair<char32_t, std::string> known[] = {
+      {0x41, "A"},          {0x7F, "\x7F"},          {0x80, "\xC2\x80"},
+      {0xE9, "\xC3\xA9"},   {0x7FF, "\xDF\xBF"},     {0x800, "\xE0\xA0\x80"},
+      {0x20AC, "\xE2\x82\xAC"}, {0xD55C, "\xED\x95\x9C"}, {0xFFFD, "\xEF\xBF\xBD"},
+      {0xFFFF, "\xEF\xBF\xBF"}, {0x10000, "\xF0\x90\x80\x80"}, {0x233B4, "\xF0\xA3\x8E\xB4"},
+      {0x10FFFF, "\xF4\x8F\xBF\xBF"}};
+  for (const auto& [cp, want] : known) {
+    std::string got = "x";
+    utf8_append(got, cp);
+    EXPECT_EQ(got, "x" + want) << std::hex << uint32_t(cp);
+  }
+  for (char32_t cp = 0; cp <= 0x10FFFF; ++cp) {
+    if (cp >= 0xD800 && cp <= 0xDFFF) continue;  // surrogates are no scalar values
+    std::string s;
+    utf8_append(s, cp);
+    const size_t len = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+    ASSERT_EQ(s.size(), len) << std::hex << uint32_t(cp);
+    ASSERT_TRUE(utf8_valid(s)) << std::hex << uint32_t(cp);
+  }
+}

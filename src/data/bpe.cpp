@@ -37,24 +37,6 @@ const ByteMap& byte_map() {
   return m;
 }
 
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xC0 | (cp >> 6));
-    out += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += char(0xE0 | (cp >> 12));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  } else {
-    out += char(0xF0 | (cp >> 18));
-    out += char(0x80 | ((cp >> 12) & 0x3F));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  }
-}
-
 uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
 
 bool json_false_or_missing(const json& j, const char* key) {
@@ -212,7 +194,7 @@ void BpeTokenizer::parse(const std::string& text) {
   const ByteMap& bm = byte_map();
   for (int b = 0; b < 256; ++b) {
     byte_char_[b].clear();
-    append_utf8(byte_char_[b], bm.to_char[b]);
+    utf8_append(byte_char_[b], bm.to_char[b]);
     auto it = vocab_.find(byte_char_[b]);
     byte_id_[b] = it == vocab_.end() ? -1 : it->second;
   }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "data/unicode_class.h"
+#include "data/utf8.h"
 
 namespace mxdp::unicode {
 
@@ -74,24 +75,6 @@ char32_t compose(char32_t a, char32_t b) {
   return it == table.end() ? 0 : it->second;
 }
 
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xC0 | (cp >> 6));
-    out += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += char(0xE0 | (cp >> 12));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  } else {
-    out += char(0xF0 | (cp >> 18));
-    out += char(0x80 | ((cp >> 12) & 0x3F));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  }
-}
-
 }  // namespace
 
 std::string nfc(std::string_view text) {
@@ -135,7 +118,7 @@ std::string nfc(std::string_view text) {
   }
   std::string out;
   out.reserve(text.size());
-  for (char32_t c : r) append_utf8(out, c);
+  for (char32_t c : r) utf8_append(out, c);
   return out;
 }
 

@@ -9,6 +9,10 @@
 
 namespace mxdp {
 
+// Appends the UTF-8 bytes of the code point `cp` (<= U+10FFFF; a surrogate
+// is encoded as its three bytes, which utf8_valid refuses).
+void utf8_append(std::string& out, char32_t cp);
+
 // Valid UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF).
 bool utf8_valid(std::string_view s);
 
