@@ -91,10 +91,10 @@ inline Profile parse_profile(const std::string& arg) {
   return Profile::None;
 }
 
-// `warmup` steps, then `steps` synced steps, then `steps` pipelined ones; under
-// a profile only the profiled steps (after the warm-up). A step is the engine's options().micro_batches
-// forward/backward passes over `batch` (gradient accumulation), then the
-// optimizer step.
+// `warmup` steps, then `steps` synced steps, then `steps` pipelined ones;
+// under a profile only the profiled steps (after the warm-up). A step is the
+// engine's options().micro_batches forward/backward passes over `batch`
+// (gradient accumulation), then the optimizer step.
 inline StepTimes time_steps(DataParallel& engine, const Batch& batch, int steps, int warmup,
                             Profile profile = Profile::None) {
   StepTimes r;
