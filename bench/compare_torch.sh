@@ -3,7 +3,11 @@
 # batch shape, in one invocation; prints one table with mxdp's ratio to each.
 #   bash bench/compare_torch.sh [model=gpt2-124m] [batch=16] [seq=1024] [formats=bf16,mxfp8,nvfp4]
 # Needs a CUDA build (build/bench/gpubench_gpt; MXDP_BUILD_DIR to use another) and python3 with torch.
-# STEPS (default 30) timed steps per system; MODES (default "eager compile") the PyTorch modes to run.
+# STEPS (default 30) timed steps per system; MODES (default "eager compile") the PyTorch modes to run;
+# FLOAT8 (default none; "tensorwise", "rowwise" or both) adds torchao float8 training under
+# torch.compile for each recipe named (needs torchao: on a machine without network, carry its wheel).
+# Issue 22's same-run table at one size:
+#   FLOAT8=tensorwise MODES=compile bash bench/compare_torch.sh gpt2-774m 8 1024 bf16,fp8b128+fp8
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 MODEL=${1:-gpt2-124m} B=${2:-16} T=${3:-1024} FORMATS=${4:-bf16,mxfp8,nvfp4}
@@ -16,6 +20,11 @@ for mode in ${MODES:-eager compile}; do
   python3 bench/torch_gpt.py --model "$MODEL" --batch "$B" --seq "$T" --mode "$mode" --steps "$STEPS" --warmup 5 2>/dev/null | tail -1 | tee -a "$LOG" \
     || echo "{\"system\": \"pytorch-$mode\", \"error\": \"failed (out of memory?)\"}" | tee -a "$LOG"
 done
+for recipe in ${FLOAT8:-}; do
+  python3 bench/torch_gpt.py --model "$MODEL" --batch "$B" --seq "$T" --mode compile --float8 "$recipe" --steps "$STEPS" \
+    --warmup 5 2>/dev/null | tail -1 | tee -a "$LOG" \
+    || echo "{\"system\": \"pytorch-compile-float8-$recipe\", \"error\": \"failed (torchao missing, or out of memory?)\"}" | tee -a "$LOG"
+done
 python3 - "$LOG" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
@@ -23,18 +32,24 @@ mx = [r for r in rows if r["system"].startswith("mxdp")]
 tf = mx[0].get("matmul_tflops", 0) if mx else 0
 ref = {r["system"]: r for r in rows if r["system"].startswith("pytorch") and "ms_per_step" in r}
 print(f"\n{rows[0].get('model')} B={rows[0].get('batch')} T={rows[0].get('seq')}; bf16 matmul measured in this run: {tf:.0f} TFLOP/s")
-hdr = f"{'system':<16} {'ms/step':>8} {'tokens/s':>10} {'peak GiB':>9} {'MFU':>6}"
+hdr = f"{'system':<34} {'ms/step':>8} {'tokens/s':>10} {'peak GiB':>9} {'MFU':>6}"
 for k in ref: hdr += f"  {'vs ' + k.replace('pytorch-', 'torch '):>14}"
 print(hdr)
 L, H, C = {"gpt2-124m": (12, 12, 768), "gpt2-350m": (24, 16, 1024), "gpt2-774m": (36, 20, 1280), "gpt2-1558m": (48, 25, 1600)}[rows[0]["model"]]
 for r in rows:
-    if "ms_per_step" not in r: print(f"{r['system']:<16} {r.get('error', '')}"); continue
+    if "ms_per_step" not in r: print(f"{r['system']:<34} {r.get('error', '')}"); continue
     mfu = r.get("mfu")
     if mfu is None and mx:  # the same FLOP count as gpubench_gpt
         mfu = r["tokens_per_s"] * mx[0]["mfu"] / mx[0]["tokens_per_s"]
-    line = f"{r['system']:<16} {r['ms_per_step']:>8.2f} {r['tokens_per_s']/1e3:>9.1f}k {r['peak_gib']:>9.2f} {mfu*100:>5.1f}%"
+    line = f"{r['system']:<34} {r['ms_per_step']:>8.2f} {r['tokens_per_s']/1e3:>9.1f}k {r['peak_gib']:>9.2f} {mfu*100:>5.1f}%"
     for k, p in ref.items():
         line += f"  {r['tokens_per_s']/p['tokens_per_s']:>13.3f}x"
     if r["system"].startswith("mxdp"): line += "  bitwise repeatable" if r.get("bitwise_repeatable") else "  NOT REPEATABLE"
     print(line)
+# Each other mxdp variant against mxdp's bf16 gather (issue 22: FP8 compute's tokens/s and peak memory).
+base = next((r for r in mx if r["system"] == "mxdp-bf16" and "ms_per_step" in r), None)
+for r in mx:
+    if base and r is not base and "ms_per_step" in r:
+        print(f"{r['system']} vs mxdp-bf16: {r['tokens_per_s'] / base['tokens_per_s']:.3f}x tokens/s, "
+              f"peak {r['peak_gib']:.2f} vs {base['peak_gib']:.2f} GiB")
 PY
