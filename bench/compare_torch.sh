@@ -16,14 +16,17 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABL
 LOG=$(mktemp)
 STEPS=${STEPS:-30}
 "$BIN" "$MODEL" "$B" "$T" "$STEPS" "$FORMATS" | tee -a "$LOG"
-for mode in ${MODES:-eager compile}; do
-  python3 bench/torch_gpt.py --model "$MODEL" --batch "$B" --seq "$T" --mode "$mode" --steps "$STEPS" --warmup 5 2>/dev/null | tail -1 | tee -a "$LOG" \
-    || echo "{\"system\": \"pytorch-$mode\", \"error\": \"failed (out of memory?)\"}" | tee -a "$LOG"
-done
+# One PyTorch row: its system name and why it may fail (for the table when it
+# does), then bench/torch_gpt.py's options for it.
+torch_row() {
+  local name=$1 why=$2
+  shift 2
+  python3 bench/torch_gpt.py --model "$MODEL" --batch "$B" --seq "$T" --steps "$STEPS" --warmup 5 "$@" 2>/dev/null \
+    | tail -1 | tee -a "$LOG" || echo "{\"system\": \"$name\", \"error\": \"failed ($why)\"}" | tee -a "$LOG"
+}
+for mode in ${MODES:-eager compile}; do torch_row "pytorch-$mode" "out of memory?" --mode "$mode"; done
 for recipe in ${FLOAT8:-}; do
-  python3 bench/torch_gpt.py --model "$MODEL" --batch "$B" --seq "$T" --mode compile --float8 "$recipe" --steps "$STEPS" \
-    --warmup 5 2>/dev/null | tail -1 | tee -a "$LOG" \
-    || echo "{\"system\": \"pytorch-compile-float8-$recipe\", \"error\": \"failed (torchao missing, or out of memory?)\"}" | tee -a "$LOG"
+  torch_row "pytorch-compile-float8-$recipe" "torchao missing, or out of memory?" --mode compile --float8 "$recipe"
 done
 python3 - "$LOG" <<'PY'
 import json, sys
