@@ -117,19 +117,40 @@ TEST(GpuGptKernels, LayerNormForwardAndBackwardMatchCpu) {
     F32 gmean(M), grstd(M), gdw(std::vector<float>(C, 0.f)), gdb(std::vector<float>(C, 0.f));
     F32 scratch(std::vector<float>(size_t(cuda::colsum_scratch_floats(M, C)), 0.f));  // zeroed once
     cuda::layernorm_forward(gout.p, gmean.p, grstd.p, gx.p, gw.p, gb.p, M, C, st.s);
-    cuda::layernorm_backward(gdx.p, false, gdw.p, gdb.p, scratch.p, gd.p, gx.p, gw.p, gmean.p, grstd.p, M, C, st.s);
+    // The column sums of the new dx ride along (written, not added: 7s there are overwritten).
+    F32 gsum(std::vector<float>(C, 7.f));
+    cuda::layernorm_backward(gdx.p, false, gdw.p, gdb.p, {gsum.p, false}, scratch.p, gd.p, gx.p, gw.p, gmean.p, grstd.p,
+                             M, C, st.s);
     EXPECT_LT(rel_err(gout.get(), out), 1e-2) << "C=" << C;
     EXPECT_LT(rel_err(gmean.get(), mean), 1e-5) << "C=" << C;
     EXPECT_LT(rel_err(grstd.get(), rstd), 1e-5) << "C=" << C;
     EXPECT_LT(rel_err(gdx.get(), dx), 1e-2) << "C=" << C;
     EXPECT_LT(rel_err(gdw.get(), dw), 1e-4) << "C=" << C;
     EXPECT_LT(rel_err(gdb.get(), db), 1e-4) << "C=" << C;
-    // Accumulating backward adds onto what is there (the residual stream's gradient).
-    cuda::layernorm_backward(gdx.p, true, gdw.p, gdb.p, scratch.p, gd.p, gx.p, gw.p, gmean.p, grstd.p, M, C, st.s);
+    // The sums of dx: against the CPU's column sums of the CPU dx, and bit for
+    // bit against a bias_backward launch over the GPU's dx (what they replace).
+    const auto column_sums = [&](const std::vector<float>& m, float start) {
+      std::vector<float> cs(C, start);
+      cpu::colsum_accumulate(cs.data(), m.data(), M, C);
+      return cs;
+    };
+    const auto bias_sums = [&](const Bf16& m, const std::vector<float>& start) {
+      F32 cs(start);
+      cuda::bias_backward(cs.p, scratch.p, m.p, M, C, st.s);
+      return cs.get();
+    };
+    EXPECT_LT(rel_err(gsum.get(), column_sums(gdx.get(), 0.f)), 1e-4) << "C=" << C;
+    EXPECT_EQ(gsum.get(), bias_sums(gdx, std::vector<float>(C, 0.f))) << "C=" << C;
+    // Accumulating backward adds onto what is there (the residual stream's
+    // gradient), and the sums of the new dx add onto theirs.
+    const std::vector<float> first = gsum.get();
+    cuda::layernorm_backward(gdx.p, true, gdw.p, gdb.p, {gsum.p, true}, scratch.p, gd.p, gx.p, gw.p, gmean.p, grstd.p,
+                             M, C, st.s);
     std::vector<float> dx2 = dx, dw2 = dw, db2 = db;
     cpu::layernorm_backward(dx2.data(), dw2.data(), db2.data(), d.data(), x.data(), w.data(), mean.data(), rstd.data(), M, C);
     EXPECT_LT(rel_err(gdx.get(), dx2), 1e-2) << "C=" << C;
     EXPECT_LT(rel_err(gdw.get(), dw2), 1e-4) << "C=" << C;
+    EXPECT_EQ(gsum.get(), bias_sums(gdx, first)) << "C=" << C;
   }
 }
 

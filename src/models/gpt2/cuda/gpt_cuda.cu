@@ -222,6 +222,10 @@ class GptCuda final : public GptModel {
     uint16_t *resid, *resid_mid, *ln1, *ln2, *qkv, *atty, *fch_pre, *fch, *lnf, *logits;  // fch: bf16 compute only
     uint16_t *tmp, *dresid, *dln, *datty, *dqkv, *dfch;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lnf_mean, *lnf_rstd, *stats, *losses, *scratch;
+    // The column sums of dresid as the last LayerNorm backward left it (the
+    // final LayerNorm's, or block l+1's ln1): block l's mlp.proj bias gradient,
+    // made in that LayerNorm's column-sum launch and added in block l's segment.
+    float* mproj_dbias;
     int32_t *tokens, *targets, *order, *seg_start, *seg_token;
   };
 
@@ -359,6 +363,7 @@ void GptCuda::ensure_activations(int B, int T) {
     take(a.stats, L * B * NH * T);
     take(a.losses, BT);
     take(a.scratch, colsum_scratch_floats(BT, 4 * C));
+    take(a.mproj_dbias, C);
     take(a.tokens, BT);
     take(a.targets, BT);
     take(a.order, BT);
@@ -550,8 +555,8 @@ void GptCuda::backward_head(float* dwte, float* dlnfw, float* dlnfb) {
   Activations& a = act_;
   gemm_.backward_data(a.dln, a.logits, w(0), M, Vp, C);
   gemm_.backward_weight(dwte, a.logits, a.lnf, M, Vp, C);
-  layernorm_backward(a.dresid, /*accumulate=*/false, dlnfw, dlnfb, a.scratch, a.dln, a.resid + L * int64_t(M) * C,
-                     w(lnfw_), a.lnf_mean, a.lnf_rstd, M, C, s_);
+  layernorm_backward(a.dresid, /*accumulate=*/false, dlnfw, dlnfb, {a.mproj_dbias, false}, a.scratch, a.dln,
+                     a.resid + L * int64_t(M) * C, w(lnfw_), a.lnf_mean, a.lnf_rstd, M, C, s_);
 }
 
 // g: the block's gradients in BlockParams order (ln1w ... mprojb).
@@ -564,23 +569,23 @@ void GptCuda::backward_block(int l, float* const* g) {
   float *d_ln2w = g[6], *d_ln2b = g[7], *d_fcw = g[8], *d_fcb = g[9], *d_mprojw = g[10], *d_mprojb = g[11];
   // MLP: resid[l+1] = mid + mproj(h), h = gelu(fc(ln2)) kept from the forward.
   gemm_.backward_weight(d_mprojw, a.dresid, b.h, M, C, 4 * C);
-  bias_backward(d_mprojb, a.scratch, a.dresid, M, C, s_);
+  add_into(d_mprojb, a.mproj_dbias, C, s_);  // the column sums of a.dresid (see Activations)
   gemm_.backward_data(a.dfch, a.dresid, w(p.mprojw), M, C, 4 * C, b.pre);  // through the GELU too
   gemm_.backward_data(a.dln, a.dfch, w(p.fcw), M, 4 * C, C);
   gemm_.backward_weight(d_fcw, a.dfch, b.ln2, M, 4 * C, C);
   bias_backward(d_fcb, a.scratch, a.dfch, M, 4 * C, s_);
-  layernorm_backward(a.dresid, true, d_ln2w, d_ln2b, a.scratch, a.dln, b.mid, w(p.ln2w), b.ln2_mean, b.ln2_rstd, M,
-                     C, s_);
+  layernorm_backward(a.dresid, true, d_ln2w, d_ln2b, {d_projb}, a.scratch, a.dln, b.mid, w(p.ln2w), b.ln2_mean,
+                     b.ln2_rstd, M, C, s_);  // d_projb: the column sums of the new a.dresid
   // Attention: mid = x + proj(attn(qkv(ln1))).
   gemm_.backward_data(a.datty, a.dresid, w(p.projw), M, C, C);
   gemm_.backward_weight(d_projw, a.dresid, b.atty, M, C, C);
-  bias_backward(d_projb, a.scratch, a.dresid, M, C, s_);
   att_.backward(a.dqkv, a.datty, b.qkv, b.atty, b.stats, B, T, NH, HS);
   gemm_.backward_data(a.dln, a.dqkv, w(p.qkvw), M, 3 * C, C);
   gemm_.backward_weight(d_qkvw, a.dqkv, b.ln1, M, 3 * C, C);
   bias_backward(d_qkvb, a.scratch, a.dqkv, M, 3 * C, s_);
-  layernorm_backward(a.dresid, true, d_ln1w, d_ln1b, a.scratch, a.dln, b.x, w(p.ln1w), b.ln1_mean, b.ln1_rstd, M, C,
-                     s_);
+  const ColumnSum below = l > 0 ? ColumnSum{a.mproj_dbias, false} : ColumnSum{};  // block l-1's mlp.proj bias
+  layernorm_backward(a.dresid, true, d_ln1w, d_ln1b, below, a.scratch, a.dln, b.x, w(p.ln1w), b.ln1_mean, b.ln1_rstd,
+                     M, C, s_);
 }
 
 void GptCuda::layout_weights() {
@@ -649,7 +654,7 @@ void GptCuda::backward_block_fp8(int l, float* const* g) {
   grad_operands(a.dresid, C);
   act_quantize({.x = b.pre, .op = ActOp::Gelu, .cols = xt}, M, 4 * C, s_);  // gelu(pre)^T
   lin_->wgrad(d_mprojw, dyt, xt, M, C, 4 * C);
-  bias_backward(d_mprojb, a.scratch, a.dresid, M, C, s_);
+  add_into(d_mprojb, a.mproj_dbias, C, s_);  // the column sums of a.dresid (see Activations)
   lin_->dgrad(a.dfch, dy, fwt_[size_t(p.mprojw)], M, C, 4 * C);
   act_quantize({.x = a.dfch, .op = ActOp::GeluGrad, .aux = b.pre, .out = a.dfch, .rows = dy, .cols = dyt}, M, 4 * C,
                s_);
@@ -657,22 +662,22 @@ void GptCuda::backward_block_fp8(int l, float* const* g) {
   lin_->wgrad(d_fcw, dyt, xt, M, 4 * C, C);
   lin_->dgrad(a.dln, dy, fwt_[size_t(p.fcw)], M, 4 * C, C);
   bias_backward(d_fcb, a.scratch, a.dfch, M, 4 * C, s_);
-  layernorm_backward(a.dresid, true, d_ln2w, d_ln2b, a.scratch, a.dln, b.mid, w(p.ln2w), b.ln2_mean, b.ln2_rstd, M,
-                     C, s_);
+  layernorm_backward(a.dresid, true, d_ln2w, d_ln2b, {d_projb}, a.scratch, a.dln, b.mid, w(p.ln2w), b.ln2_mean,
+                     b.ln2_rstd, M, C, s_);  // d_projb: the column sums of the new a.dresid
   // Attention: mid = x + proj(attn(qkv(ln1))).
   grad_operands(a.dresid, C);
   input_t(b.atty, C);
   lin_->wgrad(d_projw, dyt, xt, M, C, C);
   lin_->dgrad(a.datty, dy, fwt_[size_t(p.projw)], M, C, C);
-  bias_backward(d_projb, a.scratch, a.dresid, M, C, s_);
   att_.backward(a.dqkv, a.datty, b.qkv, b.atty, b.stats, B, T, NH, HS);
   grad_operands(a.dqkv, 3 * C);
   input_t(b.ln1, C);
   lin_->wgrad(d_qkvw, dyt, xt, M, 3 * C, C);
   lin_->dgrad(a.dln, dy, fwt_[size_t(p.qkvw)], M, 3 * C, C);
   bias_backward(d_qkvb, a.scratch, a.dqkv, M, 3 * C, s_);
-  layernorm_backward(a.dresid, true, d_ln1w, d_ln1b, a.scratch, a.dln, b.x, w(p.ln1w), b.ln1_mean, b.ln1_rstd, M, C,
-                     s_);
+  const ColumnSum below = l > 0 ? ColumnSum{a.mproj_dbias, false} : ColumnSum{};  // block l-1's mlp.proj bias
+  layernorm_backward(a.dresid, true, d_ln1w, d_ln1b, below, a.scratch, a.dln, b.x, w(p.ln1w), b.ln1_mean, b.ln1_rstd,
+                     M, C, s_);
 }
 
 }  // namespace

@@ -227,12 +227,20 @@ __global__ void layernorm_backward_kernel(uint16_t* dinp, bool accumulate, const
 // sums in a fixed order (below) into the destination and resets the counter. Which block
 // is last does not change the order of any addition: the bits are fixed.
 // With ln (mean != null): a = sum dout * norm(inp), b = sum dout (LayerNorm dw,
-// db); otherwise a = sum dout (bias).
+// db); otherwise a = sum dout (bias). With `also` (LayerNorm only), a third sum
+// c = sum also, in exactly the order a is summed without ln: the bits of a
+// separate bias_backward over `also`, without its launch and its tail.
 constexpr int kColsumCols = 256;
 
-__global__ void colsum_kernel(float* dst_a, float* dst_b, float* scratch, const uint16_t* dout, const uint16_t* inp,
-                              const float* mean, const float* rstd, int M, int N) {
-  __shared__ float sa[8][kColsumCols], sb[8][kColsumCols];
+struct ColsumOut {
+  float* a;
+  float* b;  // nullptr: one sum
+  ColumnSum c;  // c.dst nullptr: none
+};
+
+__global__ void colsum_kernel(ColsumOut out, float* scratch, const uint16_t* dout, const uint16_t* inp,
+                              const uint16_t* also, const float* mean, const float* rstd, int M, int N) {
+  __shared__ float sa[8][kColsumCols], sb[8][kColsumCols], sc[8][kColsumCols];
   __shared__ bool last;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int n0 = blockIdx.x * kColsumCols + lane * 8;
@@ -240,7 +248,7 @@ __global__ void colsum_kernel(float* dst_a, float* dst_b, float* scratch, const 
   const int r0 = chunk * kColsumRows, r1 = min(M, r0 + kColsumRows);
   unsigned* counters = reinterpret_cast<unsigned*>(scratch);
   float* partial = scratch + kColsumCounters;
-  float a[8] = {}, b[8] = {};
+  float a[8] = {}, b[8] = {}, e[8] = {};
   if (n0 < N) {
 #pragma unroll 4
     for (int m = r0 + warp; m < r1; m += 8) {
@@ -255,6 +263,12 @@ __global__ void colsum_kernel(float* dst_a, float* dst_b, float* scratch, const 
           a[i] += d[i] * ((x[i] - mu) * rs);
           b[i] += d[i];
         }
+        if (also) {
+          float y[8];
+          load(also + int64_t(m) * N + n0, y);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) e[i] += y[i];
+        }
       } else {
 #pragma unroll
         for (int i = 0; i < 8; ++i) a[i] += d[i];
@@ -265,17 +279,20 @@ __global__ void colsum_kernel(float* dst_a, float* dst_b, float* scratch, const 
   for (int i = 0; i < 8; ++i) {
     sa[warp][lane * 8 + i] = a[i];
     sb[warp][lane * 8 + i] = b[i];
+    sc[warp][lane * 8 + i] = e[i];
   }
   __syncthreads();
   const int c = threadIdx.x, n = blockIdx.x * kColsumCols + c;  // one column per thread from here
   if (n < N) {
-    float ta = 0.f, tb = 0.f;
+    float ta = 0.f, tb = 0.f, tc = 0.f;
     for (int w = 0; w < 8; ++w) {
       ta += sa[w][c];
       tb += sb[w][c];
+      tc += sc[w][c];
     }
     partial[int64_t(chunk) * N + n] = ta;
     partial[(int64_t(chunks) + chunk) * N + n] = tb;
+    partial[(2 * int64_t(chunks) + chunk) * N + n] = tc;
   }
   __threadfence();  // the partial sums are visible before the counter says so
   __syncthreads();
@@ -286,47 +303,53 @@ __global__ void colsum_kernel(float* dst_a, float* dst_b, float* scratch, const 
   // The chunks' partial sums, spread over the block as phase one spread the
   // rows: warp w adds chunks w, w+8, ... in order (lane: 8 columns, two 16-byte
   // reads per chunk), then each column adds the 8 warp sums in warp order.
-  for (int i = 0; i < 8; ++i) a[i] = b[i] = 0.f;
+  const auto add_chunk = [&](float* acc, int set, int k) {  // acc += partial sums of set `set`, chunk k
+    const float4* p = reinterpret_cast<const float4*>(partial + (int64_t(set) * chunks + k) * N + n0);
+    const float4 v0 = __ldcg(p), v1 = __ldcg(p + 1);
+    acc[0] += v0.x, acc[1] += v0.y, acc[2] += v0.z, acc[3] += v0.w;
+    acc[4] += v1.x, acc[5] += v1.y, acc[6] += v1.z, acc[7] += v1.w;
+  };
+  for (int i = 0; i < 8; ++i) a[i] = b[i] = e[i] = 0.f;
   if (n0 < N) {
 #pragma unroll 4
     for (int k = warp; k < chunks; k += 8) {
-      const float4* pa = reinterpret_cast<const float4*>(partial + int64_t(k) * N + n0);
-      const float4 a0 = __ldcg(pa), a1 = __ldcg(pa + 1);
-      a[0] += a0.x, a[1] += a0.y, a[2] += a0.z, a[3] += a0.w, a[4] += a1.x, a[5] += a1.y, a[6] += a1.z, a[7] += a1.w;
-      if (dst_b) {
-        const float4* pb = reinterpret_cast<const float4*>(partial + (int64_t(chunks) + k) * N + n0);
-        const float4 b0 = __ldcg(pb), b1 = __ldcg(pb + 1);
-        b[0] += b0.x, b[1] += b0.y, b[2] += b0.z, b[3] += b0.w, b[4] += b1.x, b[5] += b1.y, b[6] += b1.z, b[7] += b1.w;
-      }
+      add_chunk(a, 0, k);
+      if (out.b) add_chunk(b, 1, k);
+      if (out.c.dst) add_chunk(e, 2, k);
     }
   }
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     sa[warp][lane * 8 + i] = a[i];
     sb[warp][lane * 8 + i] = b[i];
+    sc[warp][lane * 8 + i] = e[i];
   }
   __syncthreads();
   if (n < N) {
-    float ta = 0.f, tb = 0.f;
+    float ta = 0.f, tb = 0.f, tc = 0.f;
     for (int w = 0; w < 8; ++w) {
       ta += sa[w][c];
       tb += sb[w][c];
+      tc += sc[w][c];
     }
-    dst_a[n] += ta;
-    if (dst_b) dst_b[n] += tb;
+    out.a[n] += ta;
+    if (out.b) out.b[n] += tb;
+    if (out.c.dst) out.c.dst[n] = out.c.accumulate ? out.c.dst[n] + tc : tc;
   }
   if (threadIdx.x == 0) counters[blockIdx.x] = 0;
 }
 
-void colsums(float* dst_a, float* dst_b, float* scratch, const uint16_t* dout, const uint16_t* inp, const float* mean,
-             const float* rstd, int M, int N, cudaStream_t s) {
-  MXDP_CHECK(N % 8 == 0 && aligned16(dout) && (!inp || aligned16(inp)) && aligned16(scratch),
+void colsums(const ColsumOut& out, float* scratch, const uint16_t* dout, const uint16_t* inp, const uint16_t* also,
+             const float* mean, const float* rstd, int M, int N, cudaStream_t s) {
+  MXDP_CHECK(N % 8 == 0 && aligned16(dout) && (!inp || aligned16(inp)) && (!also || aligned16(also)) &&
+                 aligned16(scratch),
              "column sums need N % 8 == 0 and 16-byte aligned rows and scratch, got N=", N);
+  MXDP_CHECK(!also || mean, "internal: a third column sum only beside the LayerNorm sums");
   const int col_blocks = (N + kColsumCols - 1) / kColsumCols;
   MXDP_CHECK(col_blocks <= kColsumCounters, "column sums over N=", N, " columns: more than ",
              kColsumCounters * kColsumCols, " are not supported");
   const int chunks = (M + kColsumRows - 1) / kColsumRows;
-  colsum_kernel<<<dim3(col_blocks, chunks), 256, 0, s>>>(dst_a, dst_b, scratch, dout, inp, mean, rstd, M, N);
+  colsum_kernel<<<dim3(col_blocks, chunks), 256, 0, s>>>(out, scratch, dout, inp, also, mean, rstd, M, N);
   MXDP_CUDA_CHECK_LAUNCH();
 }
 
@@ -482,13 +505,13 @@ void residual_layernorm_forward(uint16_t* res, uint16_t* out, float* mean, float
   MXDP_CUDA_CHECK_LAUNCH();
 }
 
-void layernorm_backward(uint16_t* dinp, bool accumulate, float* dw, float* db, float* scratch, const uint16_t* dout,
-                        const uint16_t* inp, const uint16_t* w, const float* mean, const float* rstd, int M, int C,
-                        cudaStream_t s) {
+void layernorm_backward(uint16_t* dinp, bool accumulate, float* dw, float* db, ColumnSum dinp_sum, float* scratch,
+                        const uint16_t* dout, const uint16_t* inp, const uint16_t* w, const float* mean,
+                        const float* rstd, int M, int C, cudaStream_t s) {
   check_rows(C, {dinp, dout, inp, w});
   layernorm_backward_kernel<<<(M + 7) / 8, 256, 0, s>>>(dinp, accumulate, dout, inp, w, mean, rstd, M, C);
   MXDP_CUDA_CHECK_LAUNCH();
-  colsums(dw, db, scratch, dout, inp, mean, rstd, M, C, s);
+  colsums({dw, db, dinp_sum}, scratch, dout, inp, dinp_sum.dst ? dinp : nullptr, mean, rstd, M, C, s);
 }
 
 void residual_add(uint16_t* y, const uint16_t* a, const uint16_t* b, int64_t n, cudaStream_t s) {
@@ -497,7 +520,17 @@ void residual_add(uint16_t* y, const uint16_t* a, const uint16_t* b, int64_t n, 
 }
 
 void bias_backward(float* dbias, float* scratch, const uint16_t* dout, int M, int N, cudaStream_t s) {
-  colsums(dbias, nullptr, scratch, dout, nullptr, nullptr, nullptr, M, N, s);
+  colsums({dbias, nullptr, {}}, scratch, dout, nullptr, nullptr, nullptr, nullptr, M, N, s);
+}
+
+__global__ void add_kernel(float* y, const float* x, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] += x[i];
+}
+
+void add_into(float* y, const float* x, int n, cudaStream_t s) {
+  add_kernel<<<(n + 255) / 256, 256, 0, s>>>(y, x, n);
+  MXDP_CUDA_CHECK_LAUNCH();
 }
 
 void classifier(uint16_t* logits, float* losses, const int32_t* targets, int M, int V, int Vp, float grad_scale,

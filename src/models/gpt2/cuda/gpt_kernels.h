@@ -26,8 +26,15 @@ constexpr int kColsumCounters = 1024;
 // two partial sums per column and chunk. It must be ZEROED once before its
 // first use (the kernels leave the counters zero again).
 inline int64_t colsum_scratch_floats(int64_t M, int64_t N) {
-  return kColsumCounters + 2 * ((M + kColsumRows - 1) / kColsumRows) * N;
+  return kColsumCounters + 3 * ((M + kColsumRows - 1) / kColsumRows) * N;
 }
+
+// Where a kernel that sums columns writes one more column sum: dst[n] += sum
+// (accumulate) or dst[n] = sum; dst nullptr: no such sum.
+struct ColumnSum {
+  float* dst = nullptr;
+  bool accumulate = true;
+};
 
 // x[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]   (x, wte, wpe bf16; sum in fp32, one rounding)
 void encoder_forward(uint16_t* x, const int32_t* tokens, const uint16_t* wte, const uint16_t* wpe, int B, int T, int C,
@@ -50,13 +57,19 @@ void residual_layernorm_forward(uint16_t* res, uint16_t* out, float* mean, float
 // dinp (+)= d LayerNorm / d inp (accumulate: bf16(dinp + contribution), or
 // overwrite); dw, db += (column sums, `scratch` of colsum_scratch_floats(M, C)
 // floats, zeroed before its first use). C % 8 == 0, rows 16-byte aligned.
-void layernorm_backward(uint16_t* dinp, bool accumulate, float* dw, float* db, float* scratch, const uint16_t* dout,
-                        const uint16_t* inp, const uint16_t* w, const float* mean, const float* rstd, int M, int C,
-                        cudaStream_t s);
+// dinp_sum: also the column sums of the new dinp (the residual stream's
+// gradient, whose column sums are the bias gradient of the linear layer that
+// added into that stream), the same bits as bias_backward over dinp, in the
+// same launch as dw and db.
+void layernorm_backward(uint16_t* dinp, bool accumulate, float* dw, float* db, ColumnSum dinp_sum, float* scratch,
+                        const uint16_t* dout, const uint16_t* inp, const uint16_t* w, const float* mean,
+                        const float* rstd, int M, int C, cudaStream_t s);
 // y = bf16(a + b), n elements.
 void residual_add(uint16_t* y, const uint16_t* a, const uint16_t* b, int64_t n, cudaStream_t s);
 // dbias[n] += sum over m (fixed chunks) of dout[m, n]; scratch as above.
 void bias_backward(float* dbias, float* scratch, const uint16_t* dout, int M, int N, cudaStream_t s);
+// y[i] += x[i], n floats.
+void add_into(float* y, const float* x, int n, cudaStream_t s);
 
 // Cross-entropy over the first V of Vp logits per row (bf16 [M, Vp]).
 // losses[m] = logsumexp(z) - z[target]. With write_grad, the logits are
