@@ -67,8 +67,8 @@ int main(int argc, char** argv) {
     const double copy_ms = bench::best_window_ms(s, reps, [&] { cudaMemcpyAsync(y, x, big * 2, cudaMemcpyDeviceToDevice, s); });
     const double copy_gbs = 2.0 * big * 2 / (copy_ms * 1e-3) / 1e9;
     std::printf("{\"what\": \"copy\", \"bytes\": %zu, \"ms\": %.4f, \"gb_s\": %.0f}\n", big * 4, copy_ms, copy_gbs);
-    cuda::Gemm bf(s);
-    cuda::Fp8Gemm f8(s);
+    cuda::Gemm bf(s), bf_nosplit(s, /*wgrad_split_k=*/false);
+    cuda::Fp8Gemm f8(s), f8_nosplit(s, /*wgrad_split_k=*/false);
     const Fp8Operand act{xc, xs, Fp8Kind::E4M3, Fp8Scaling::Rows1x128};
     const Fp8Operand wt{wc, ws, Fp8Kind::E4M3, Fp8Scaling::Tiles128};
     struct Layer {
@@ -86,6 +86,14 @@ int main(int argc, char** argv) {
           bench::best_window_ms(s, reps, [&] { bf.backward_weight(dw, x, y, M, L.N, L.K); }),
           bench::best_window_ms(s, reps, [&] { f8.wgrad(act, act, M, L.N, L.K, dw); }),
       };
+      // The weight gradients again, planned without workspace (no split-K).
+      const double ns[2] = {
+          bench::best_window_ms(s, reps, [&] { bf_nosplit.backward_weight(dw, x, y, M, L.N, L.K); }),
+          bench::best_window_ms(s, reps, [&] { f8_nosplit.wgrad(act, act, M, L.N, L.K, dw); }),
+      };
+      std::printf("{\"what\": \"wgrad_no_split_k\", \"layer\": \"%s\", \"bf16_ms\": %.4f, \"bf16_no_split_ms\": %.4f, "
+                  "\"fp8_ms\": %.4f, \"fp8_no_split_ms\": %.4f}\n",
+                  L.name, t[4], ns[0], t[5], ns[1]);
       const char* gemm[3] = {"fprop", "dgrad", "wgrad"};
       for (int g = 0; g < 3; ++g)
         std::printf("{\"what\": \"gemm\", \"layer\": \"%s\", \"gemm\": \"%s\", \"M\": %d, \"N\": %d, \"K\": %d, "

@@ -53,6 +53,7 @@ cublasLtMatmulMatrixScale_t scale_mode(Fp8Scaling s) {
 
 struct Fp8Gemm::Impl {
   cudaStream_t stream;
+  bool wgrad_split_k = true;
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   std::map<Key, Plan> plans;
@@ -88,7 +89,7 @@ struct Fp8Gemm::Impl {
     MXDP_FP8_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.cd, s.fp32_out ? CUDA_R_32F : CUDA_R_16BF, s.m, s.n, s.m));
     cublasLtMatmulPreference_t pref = nullptr;
     MXDP_FP8_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t ws = kWorkspace;
+    const uint64_t ws = s.fp32_out && !wgrad_split_k ? 0 : kWorkspace;
     MXDP_FP8_CUBLAS_CHECK(
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     cublasLtMatmulHeuristicResult_t res{};
@@ -142,8 +143,9 @@ struct Fp8Gemm::Impl {
   }
 };
 
-Fp8Gemm::Fp8Gemm(cudaStream_t stream) : impl_(std::make_unique<Impl>()) {
+Fp8Gemm::Fp8Gemm(cudaStream_t stream, bool wgrad_split_k) : impl_(std::make_unique<Impl>()) {
   impl_->stream = stream;
+  impl_->wgrad_split_k = wgrad_split_k;
   MXDP_FP8_CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
   MXDP_CUDA_CHECK(cudaMalloc(&impl_->workspace, kWorkspace));
 }

@@ -24,7 +24,10 @@ namespace mxdp::cuda {
 
 class Fp8Gemm {
  public:
-  explicit Fp8Gemm(cudaStream_t stream);
+  // wgrad_split_k false: the accumulating (wgrad) shapes are planned with no
+  // workspace, which rules out the algorithms that split K and add the parts
+  // in the workspace (gpubench_fp8_linear times both ways).
+  explicit Fp8Gemm(cudaStream_t stream, bool wgrad_split_k = true);
   ~Fp8Gemm();
   Fp8Gemm(const Fp8Gemm&) = delete;
   Fp8Gemm& operator=(const Fp8Gemm&) = delete;

@@ -52,6 +52,7 @@ struct Plan {
 
 struct Gemm::Impl {
   cudaStream_t stream;
+  bool wgrad_split_k = true;
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   std::map<Shape, Plan> plans;
@@ -77,7 +78,7 @@ struct Gemm::Impl {
 
     cublasLtMatmulPreference_t pref = nullptr;
     MXDP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t ws = kWorkspace;
+    const uint64_t ws = s.fp32_out && !wgrad_split_k ? 0 : kWorkspace;
     MXDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     MXDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &s.align_a, sizeof s.align_a));
     MXDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &s.align_b, sizeof s.align_b));
@@ -107,8 +108,9 @@ struct Gemm::Impl {
   }
 };
 
-Gemm::Gemm(cudaStream_t stream) : impl_(std::make_unique<Impl>()) {
+Gemm::Gemm(cudaStream_t stream, bool wgrad_split_k) : impl_(std::make_unique<Impl>()) {
   impl_->stream = stream;
+  impl_->wgrad_split_k = wgrad_split_k;
   MXDP_CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
   MXDP_CUDA_CHECK(cudaMalloc(&impl_->workspace, kWorkspace));
 }

@@ -20,7 +20,10 @@ namespace mxdp::cuda {
 
 class Gemm {
  public:
-  explicit Gemm(cudaStream_t stream);
+  // wgrad_split_k false: backward_weight's shapes are planned with no
+  // workspace, which rules out the algorithms that split K and add the parts
+  // in the workspace (gpubench_fp8_linear times both ways).
+  explicit Gemm(cudaStream_t stream, bool wgrad_split_k = true);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
