@@ -1,14 +1,18 @@
 // act_quantize (fp8_linear.cu) against the device copy bandwidth, one GPU,
 // same run: for gpt2-124m at 16384 tokens and gpt2-774m at 8192, each call the
 // GPT-2 FP8 path makes (gpt_cuda.cu's forward_block_fp8 / backward_block_fp8,
-// and Fp8Linear::fprop's bias pass where cuBLASLt has no bias epilogue). Outputs go to buffers of their own (the model writes biased / out
-// in place: the same bytes, but repeated calls would compound the values).
+// and Fp8Linear::fprop's bias pass where cuBLASLt has no bias epilogue), and
+// those it made before the forward made the inputs' X^T. Outputs go to buffers
+// of their own (the model writes biased / out in place: the same bytes, but
+// repeated calls would compound the values).
 // One JSON line per measurement:
 //   {"what": "copy", ...}: cudaMemcpyAsync device to device, read + write bytes / s;
 //   {"what": "act_quantize", "model", "M", "N", "call", "ms", "bytes", "gb_s", "of_copy"}:
 //     bytes = what the call must read and write (x, aux, biased, out, codes, scales);
-//   {"what": "block", "model", "M", "ms", "floor_ms", "of_floor"}: one block's act_quantize
-//     calls (3 forward, 7 backward; not the bias fallback), and the copy-bandwidth floor over it.
+//   {"what": "block", "model", "M", "path", "ms", "floor_ms", "of_floor"}: one block's
+//     act_quantize calls (not the bias fallback) and the copy-bandwidth floor over them, for
+//     path "now" (the forward makes the inputs' X^T: 4 forward, 4 backward) and "before"
+//     (the forward made rows only, backward the X^T again: 4 forward, 7 backward).
 //
 //   gpubench_act_quantize [reps=20]
 #include <cuda_runtime.h>
@@ -49,24 +53,27 @@ T* dev_zero(size_t n) {
 }
 
 
-// One call of the FP8 path: width in units of d_model, and how often a block makes it.
+// One call of the FP8 path: width in units of d_model, and how often a block
+// makes it, now and before the forward made the inputs' X^T (docs/fp8.md).
 struct Call {
   const char* name;
   int width;  // N = width * d_model
   cuda::ActOp op;
   bool bias, rows, cols, out;
-  int per_block;
+  int per_block[2];  // now, before
 };
+const char* const kPaths[2] = {"now", "before"};
 const Call kCalls[] = {
-    {"rows (ln1, atty, ln2)", 1, cuda::ActOp::Identity, false, true, false, false, 3},
-    {"bias+gelu+rows (fc)", 4, cuda::ActOp::Gelu, true, true, false, false, 1},
-    {"rows+cols (dresid)", 1, cuda::ActOp::Identity, false, true, true, false, 2},
-    {"rows+cols (dqkv)", 3, cuda::ActOp::Identity, false, true, true, false, 1},
-    {"gelu+cols (gelu(pre)^T)", 4, cuda::ActOp::Gelu, false, false, true, false, 1},
-    {"dgelu+rows+cols (fc's dY)", 4, cuda::ActOp::GeluGrad, false, true, true, true, 1},
-    {"cols (ln1, atty, ln2)^T", 1, cuda::ActOp::Identity, false, false, true, false, 3},
-    {"bias (fprop fallback, qkv)", 3, cuda::ActOp::Identity, true, false, false, false, 0},
-    {"bias (fprop fallback, fc)", 4, cuda::ActOp::Identity, true, false, false, false, 0},
+    {"rows+cols (ln1, atty, ln2 + X^T; dresid)", 1, cuda::ActOp::Identity, false, true, true, false, {5, 2}},
+    {"bias+gelu+rows+cols (fc + h^T)", 4, cuda::ActOp::Gelu, true, true, true, false, {1, 0}},
+    {"rows+cols (dqkv)", 3, cuda::ActOp::Identity, false, true, true, false, {1, 1}},
+    {"dgelu+rows+cols (fc's dY)", 4, cuda::ActOp::GeluGrad, false, true, true, true, {1, 1}},
+    {"rows (ln1, atty, ln2; before)", 1, cuda::ActOp::Identity, false, true, false, false, {0, 3}},
+    {"bias+gelu+rows (fc; before)", 4, cuda::ActOp::Gelu, true, true, false, false, {0, 1}},
+    {"gelu+cols (gelu(pre)^T; before)", 4, cuda::ActOp::Gelu, false, false, true, false, {0, 1}},
+    {"cols (ln1, atty, ln2)^T; before", 1, cuda::ActOp::Identity, false, false, true, false, {0, 3}},
+    {"bias (fprop fallback, qkv)", 3, cuda::ActOp::Identity, true, false, false, false, {0, 0}},
+    {"bias (fprop fallback, fc)", 4, cuda::ActOp::Identity, true, false, false, false, {0, 0}},
 };
 
 // Bytes a call must move: x (and aux) read; biased, out, codes and scales written.
@@ -106,25 +113,29 @@ int main(int argc, char** argv) {
     std::printf("{\"what\": \"copy\", \"bytes\": %zu, \"ms\": %.4f, \"gb_s\": %.0f}\n", big * 4, copy_ms, copy_gbs);
     for (const Shape& sh : shapes) {
       const int C = gpt_config(sh.model).d_model, M = sh.M;
-      double block_ms = 0, block_bytes = 0;
+      double block_ms[2] = {0, 0}, block_bytes[2] = {0, 0};
       for (const Call& c : kCalls) {
         const int N = c.width * C;
         const cuda::ActQuant q{.x = x, .bias = c.bias ? bias : nullptr, .biased = c.bias ? biased : nullptr,
                                .op = c.op, .aux = aux, .out = c.out ? out : nullptr,
                                .rows = {c.rows ? rc : nullptr, rs}, .cols = {c.cols ? cc : nullptr, cs}};
         const double bytes = call_bytes(c, M, N);
-        block_bytes += c.per_block * bytes;
         const double ms = bench::best_window_ms(s, reps, [&] { cuda::act_quantize(q, M, N, s); });
-        block_ms += c.per_block * ms;
+        for (int p = 0; p < 2; ++p) {
+          block_bytes[p] += c.per_block[p] * bytes;
+          block_ms[p] += c.per_block[p] * ms;
+        }
         const double gbs = bytes / (ms * 1e-3) / 1e9;
         std::printf("{\"what\": \"act_quantize\", \"model\": \"%s\", \"M\": %d, \"N\": %d, \"call\": \"%s\", "
                     "\"ms\": %.4f, \"bytes\": %.0f, \"gb_s\": %.0f, \"of_copy\": %.3f}\n",
                     sh.model, M, N, c.name, ms, bytes, gbs, gbs / copy_gbs);
       }
-      const double floor_ms = block_bytes / (copy_gbs * 1e9) * 1e3;
-      std::printf("{\"what\": \"block\", \"model\": \"%s\", \"M\": %d, \"ms\": %.4f, \"floor_ms\": %.4f, "
-                  "\"of_floor\": %.3f}\n",
-                  sh.model, M, block_ms, floor_ms, floor_ms / block_ms);
+      for (int p = 0; p < 2; ++p) {
+        const double floor_ms = block_bytes[p] / (copy_gbs * 1e9) * 1e3;
+        std::printf("{\"what\": \"block\", \"model\": \"%s\", \"M\": %d, \"path\": \"%s\", \"ms\": %.4f, "
+                    "\"floor_ms\": %.4f, \"of_floor\": %.3f}\n",
+                    sh.model, M, kPaths[p], block_ms[p], floor_ms, floor_ms / block_ms[p]);
+      }
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpubench_act_quantize: %s\n", e.what());

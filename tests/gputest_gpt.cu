@@ -87,6 +87,21 @@ struct F32 : Dev<float> {
   }
 };
 
+// A device array's contents on the host.
+template <class T>
+std::vector<T> to_host(const Dev<T>& d) {
+  MXDP_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<T> h(d.n);
+  MXDP_CUDA_CHECK(cudaMemcpy(h.data(), d.p, d.n * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+// Whether two device arrays hold the same bits (floats compared as bits: -0, NaN).
+template <class T>
+bool same_bits(const Dev<T>& a, const Dev<T>& b) {
+  const std::vector<T> x = to_host(a), y = to_host(b);
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(T)) == 0;
+}
+
 struct Stream {
   cudaStream_t s = nullptr;
   Stream() { MXDP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
@@ -492,6 +507,55 @@ TEST(GpuGptKernels, Fp8ActQuantizeInPlaceAsTheGptCallsIt) {
   }
 }
 
+// FP8 compute's forward makes the wgrad operand X^T of each linear's input in
+// the pass that makes fprop's rows (gpt_cuda.cu's forward_block_fp8), where
+// backward made it before from what the forward kept in bf16: cols of the
+// LayerNorm and attention outputs, and GELU(pre)^T recomputed from the
+// pre-activation the forward had biased in place. The one pass must give
+// exactly those operands, and the rows and biased values of the forward's
+// rows-only pass, for the step's results to stay bit for bit what they were.
+// Values across GELU's range (its saturating tails, signed zeros) and M not a
+// multiple of 128.
+TEST(GpuGptKernels, Fp8ForwardMakesTheTransposesBackwardMadeBefore) {
+  REQUIRE_GPU();
+  Stream st;
+  const int M = 300, N = 512, Mp = 384;
+  std::vector<float> x0 = randn(size_t(M) * N, 31, 4.f);
+  for (int n = 0; n < N; ++n) {
+    x0[size_t(3) * N + n] = bfr(float(n - N / 2) * 0.25f);  // -64 .. 63.75
+    x0[size_t(4) * N + n] = n % 2 ? -0.f : 0.f;
+  }
+  const std::vector<float> bias0 = randn(N, 32);
+  struct Operands {
+    Dev<uint8_t> rc, cc;
+    F32 rs, cs;
+    explicit Operands(size_t n) : rc(n), cc(n), rs(n / 128), cs(n / 128) {}
+    cuda::Fp8Slot rows() const { return {rc.p, rs.p}; }
+    cuda::Fp8Slot cols() const { return {cc.p, cs.p}; }
+  };
+  for (const bool fc : {false, true}) {  // identity (ln1, atty, ln2), or bias + GELU (fc's h)
+    const char* what = fc ? "bias + gelu (h)" : "identity (ln1, atty, ln2)";
+    const cuda::ActOp op = fc ? cuda::ActOp::Gelu : cuda::ActOp::Identity;
+    Bf16 x_before(x0), x_now(x0), bias(bias0);
+    const Operands before(size_t(Mp) * N), now(size_t(Mp) * N);
+    // Before: the forward's rows (fc: the bias written back over pre), then
+    // backward's cols from what the forward left.
+    cuda::act_quantize({.x = x_before.p, .bias = fc ? bias.p : nullptr, .biased = fc ? x_before.p : nullptr, .op = op,
+                        .rows = before.rows()},
+                       M, N, st.s);
+    cuda::act_quantize({.x = x_before.p, .op = op, .cols = before.cols()}, M, N, st.s);
+    // Now: the forward's one pass.
+    cuda::act_quantize({.x = x_now.p, .bias = fc ? bias.p : nullptr, .biased = fc ? x_now.p : nullptr, .op = op,
+                        .rows = now.rows(), .cols = now.cols()},
+                       M, N, st.s);
+    EXPECT_TRUE(same_bits(x_now, x_before)) << what << ": x (fc: biased in place)";
+    EXPECT_TRUE(same_bits(now.rc, before.rc)) << what << ": row codes";
+    EXPECT_TRUE(same_bits(now.rs, before.rs)) << what << ": row scales";
+    EXPECT_TRUE(same_bits(now.cc, before.cc)) << what << ": column codes";
+    EXPECT_TRUE(same_bits(now.cs, before.cs)) << what << ": column scales";
+  }
+}
+
 // ---------------------------------------------------------------- the model
 
 struct HostHooks final : ModelHooks {
@@ -689,29 +753,103 @@ TEST(GpuGpt, Fp8ComputeMatchesTheCpuFp8Gpt) {
   }
 }
 
+// The GPU GPT in FP8 compute as a test drives it: the FP8 weights of
+// Fp8Weights (fixed: no optimizer steps), fp32 device gradients.
+struct Fp8Gpt {
+  Pair m;
+  const Fp8Weights fw;
+  DevHooks g;
+  Fp8Hooks h;
+  explicit Fp8Gpt(const GptConfig& cfg) : m(cfg), fw(m.cpu), g(m.cpu.params()), h(g, fw, true) {
+    m.gpu->set_fp8_compute(true);
+  }
+  // A micro-batch: forward + backward, its gradients added to g's; its loss.
+  float step(const Batch& b) {
+    const float loss = m.gpu->forward(b, h);
+    m.gpu->backward(h);
+    return loss;
+  }
+  void zero_grads() {
+    for (size_t p = 0; p < g.g.size(); ++p) MXDP_CUDA_CHECK(cudaMemsetAsync(g.g[p], 0, size_t(g.n[p]) * 4, m.st.s));
+  }
+  std::vector<std::vector<float>> grads() const {
+    std::vector<std::vector<float>> out;
+    for (int p = 0; p < int(g.g.size()); ++p) out.push_back(g.get(p));
+    return out;
+  }
+};
+// Bitwise equality of two losses and of two sets of gradients, `what` in the messages.
+void expect_bitwise(float loss, float loss_want, const std::vector<std::vector<float>>& got,
+                    const std::vector<std::vector<float>>& want, const std::vector<ParamSpec>& params,
+                    const std::string& what) {
+  EXPECT_EQ(std::memcmp(&loss, &loss_want, sizeof(float)), 0) << what << ": loss " << loss << " vs " << loss_want;
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t p = 0; p < got.size(); ++p)
+    EXPECT_EQ(std::memcmp(got[p].data(), want[p].data(), got[p].size() * 4), 0) << what << ": " << params[p].name;
+}
+
 TEST(GpuGpt, Fp8ComputeRunToRunBitwise) {
   REQUIRE_GPU();
   const GptConfig cfg{.vocab = 250, .padded_vocab = 256, .max_seq = 64, .n_layer = 2, .n_head = 2, .d_model = 128};
   std::vector<float> loss;
   std::vector<std::vector<float>> grads[2];
   for (int run = 0; run < 2; ++run) {
-    Pair m(cfg);
-    m.gpu->set_fp8_compute(true);
-    const Fp8Weights fw(m.cpu);
+    Fp8Gpt m(cfg);
     std::vector<int32_t> in, tgt;
     make_tokens(cfg, 4, 50, 5, in, tgt);
-    DevHooks h0(m.cpu.params());
-    Fp8Hooks h(h0, fw, true);
-    for (int step = 0; step < 2; ++step) {  // the second replays the graphs the first captured
-      loss.push_back(m.gpu->forward({in.data(), tgt.data(), 4, 50}, h));
-      m.gpu->backward(h);
-    }
-    for (int p = 0; p < int(m.cpu.params().size()); ++p) grads[run].push_back(h0.get(p));
+    for (int step = 0; step < 2; ++step)  // the second replays the graphs the first captured
+      loss.push_back(m.step({in.data(), tgt.data(), 4, 50}));
+    grads[run] = m.grads();
   }
   for (int i = 0; i < 2; ++i) EXPECT_EQ(std::memcmp(&loss[i], &loss[2 + i], sizeof(float)), 0) << "forward " << i;
   EXPECT_EQ(std::memcmp(&loss[0], &loss[1], sizeof(float)), 0) << "the same forward twice (graph replay)";
   for (size_t p = 0; p < grads[0].size(); ++p)
     EXPECT_EQ(std::memcmp(grads[0][p].data(), grads[1][p].data(), grads[0][p].size() * 4), 0) << "param " << p;
+}
+
+// FP8 compute keeps per block what backward reads of the forward (among it the
+// FP8 X^T operands the forward makes for the wgrads). A backward must read
+// its own forward's, whatever ran before: other micro-batches, an eval forward
+// (loss only) of the same shape, which writes the same per-block buffers, and
+// forward_logits of another shape (the arena laid out again, the graphs
+// captured again). Each case against a fresh model that ran only the
+// micro-batch compared, bit for bit (loss and every gradient); then two
+// micro-batches with an eval between them against the plain two. 3 blocks,
+// B*T = 111 (Mp = 128: the padded rows in every per-block offset).
+TEST(GpuGpt, Fp8ComputeBackwardReadsItsOwnForward) {
+  REQUIRE_GPU();
+  const GptConfig cfg{.vocab = 250, .padded_vocab = 256, .max_seq = 64, .n_layer = 3, .n_head = 2, .d_model = 128};
+  const int B = 3, T = 37;
+  std::vector<int32_t> in[3], tgt[3];
+  for (int i = 0; i < 3; ++i) make_tokens(cfg, B, T, 400 + i, in[i], tgt[i]);
+  const Batch a{in[0].data(), tgt[0].data(), B, T}, b{in[1].data(), tgt[1].data(), B, T};
+  const Batch e{in[2].data(), tgt[2].data(), B, T};  // the eval's
+  const std::vector<int32_t> prompt(2 * 20, 7);      // forward_logits: B 2, T 20 (64 inside)
+
+  Fp8Gpt fresh(cfg);
+  const float loss_b = fresh.step(b);
+  const auto grads_b = fresh.grads();
+  const std::vector<ParamSpec>& params = fresh.m.cpu.params();
+
+  Fp8Gpt m(cfg);
+  m.step(a);
+  (void)m.m.gpu->forward(e, m.h);  // an eval: forward only
+  m.zero_grads();
+  float loss = m.step(b);
+  expect_bitwise(loss, loss_b, m.grads(), grads_b, params, "after a micro-batch and an eval of its shape");
+  m.m.gpu->forward_logits(prompt.data(), 2, 20, m.h);
+  m.zero_grads();
+  loss = m.step(b);
+  expect_bitwise(loss, loss_b, m.grads(), grads_b, params, "after forward_logits of another shape");
+
+  // Two micro-batches, an eval between them: the gradients of the plain two.
+  Fp8Gpt plain(cfg), with_eval(cfg);
+  const float plain_a = plain.step(a), plain_b = plain.step(b);
+  const float eval_a = with_eval.step(a);
+  (void)with_eval.m.gpu->forward(e, with_eval.h);
+  const float eval_b = with_eval.step(b);
+  EXPECT_EQ(std::memcmp(&eval_a, &plain_a, sizeof(float)), 0) << "micro-batch a";
+  expect_bitwise(eval_b, plain_b, with_eval.grads(), plain.grads(), params, "two micro-batches with an eval between");
 }
 
 TEST(GpuGpt, InitIsTheCpuInitRoundedToBf16) {

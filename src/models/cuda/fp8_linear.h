@@ -17,9 +17,11 @@
 // and fp8_quantize_1x128_transposed of the bf16 value, bit for bit
 // (gputest_gpt checks it). N must be a multiple of 128.
 //
-// Fp8Linear holds the GEMMs, three scratch operands (kRows, kCols, kXCols:
-// what one layer's backward needs at once) and the padded output the GEMMs
-// write when M is not a multiple of 128.
+// Fp8Linear holds the GEMMs, two scratch operands (kRows, kCols: an input's
+// rows for fprop, an output gradient's rows and cols for dgrad and wgrad; the
+// wgrad operands of the inputs, X^T, are the model's, made in its forward and
+// kept for backward) and the padded output the GEMMs write when M is not a
+// multiple of 128.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -56,7 +58,7 @@ inline int64_t fp8_rows_padded(int64_t M) { return (M + 127) / 128 * 128; }
 
 class Fp8Linear {
  public:
-  enum Slot { kRows, kCols, kXCols, kSlots };
+  enum Slot { kRows, kCols, kSlots };
   explicit Fp8Linear(cudaStream_t stream);
   ~Fp8Linear();
   Fp8Linear(const Fp8Linear&) = delete;

@@ -116,7 +116,7 @@ class GptCuda final : public GptModel {
     if (on == fp8_) return;
     MXDP_CHECK(!ran_, "set_fp8_compute: set it before the model's first forward");
     fp8_ = on;
-    B_ = T_ = 0;  // the arena's layout depends on it (the GELU output is kept only in bf16)
+    B_ = T_ = 0;  // the arena's layout depends on it (bf16: h, ln1 and ln2 per block; FP8: the X^T operands)
     if (on && !lin_) lin_ = std::make_unique<Fp8Linear>(s_);
     fw_.assign(on ? specs_.size() : 0, {});
     fwt_.assign(on ? specs_.size() : 0, {});
@@ -227,7 +227,15 @@ class GptCuda final : public GptModel {
     // made in that LayerNorm's column-sum launch and added in block l's segment.
     float* mproj_dbias;
     int32_t *tokens, *targets, *order, *seg_start, *seg_token;
+    uint8_t* xt_codes;  // FP8 compute only: every block's X^T operands (BlockActs::ln1t ... ht)
+    float* xt_scales;
   };
+  // FP8 compute keeps, per block, the wgrad operand X^T of each linear's input,
+  // made by the forward's quantize pass of that input: ln1^T, atty^T, ln2^T
+  // ([C, Mp] each) and h^T ([4C, Mp], h = gelu(pre)). Their widths in units of
+  // C, in that order, and their sum (the codes of a block: kXtWidth C Mp bytes).
+  static constexpr int kXtWidths[4] = {1, 1, 1, 4};
+  static constexpr int kXtWidth = 7;
 
   int check_param(int p) const {
     MXDP_CHECK(p >= 0 && p < int(specs_.size()), "param index ", p, " out of range [0, ", specs_.size(), ")");
@@ -255,6 +263,7 @@ class GptCuda final : public GptModel {
     uint16_t *x, *ln1, *qkv, *atty, *mid, *ln2, *pre;  // pre: fc's output before the GELU
     uint16_t* h;  // the GELU's output (bf16 compute; FP8 compute makes it inside act_quantize)
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *stats;  // stats: attention's softmax statistics
+    Fp8Slot ln1t, attyt, ln2t, ht;  // FP8 compute: the X^T operands of qkv, attn.proj, fc and mlp.proj's wgrads
   };
   BlockActs block_acts(int l);
   void forward_block(int l);
@@ -338,13 +347,19 @@ void GptCuda::ensure_activations(int B, int T) {
     Activations& a = act_;
     take(a.resid, (L + 1) * BT * C);
     take(a.resid_mid, L * BT * C);
-    take(a.ln1, L * BT * C);
-    take(a.ln2, L * BT * C);
+    // The LayerNorm outputs are kept per block for bf16 compute's wgrads. FP8
+    // compute's wgrads read their transposed operands (xt, below) instead, so
+    // there ln1 and ln2 of every block share one buffer that only the forward
+    // reads (ln1 is quantized before ln2 is written).
+    take(a.ln1, fp8_ ? BT * C : L * BT * C);
+    if (fp8_) a.ln2 = a.ln1;
+    else take(a.ln2, L * BT * C);
     take(a.qkv, L * BT * 3 * C);
     take(a.atty, L * BT * C);
     take(a.fch_pre, L * BT * 4 * C);
     // The GELU output is kept for the MLP's backward (recomputing it there cost
-    // 0.9 ms a step at 124M B 16, for 1.2 GB); FP8 compute never stores it.
+    // 0.9 ms a step at 124M B 16, for 1.2 GB); FP8 compute keeps its FP8
+    // transpose instead (xt, below), the operand mlp.proj's wgrad reads.
     take(a.fch, fp8_ ? 0 : L * BT * 4 * C);
     take(a.lnf, BT * C);
     take(a.logits, BT * Vp);
@@ -369,6 +384,9 @@ void GptCuda::ensure_activations(int B, int T) {
     take(a.order, BT);
     take(a.seg_start, BT + 1);
     take(a.seg_token, BT);
+    const int64_t xt = fp8_ ? L * kXtWidth * C * fp8_rows_padded(BT) : 0;  // codes; a scale per 128
+    take(a.xt_codes, xt);
+    take(a.xt_scales, xt / 128);
     if (pass == 0) {
       arena_.resize(at);
       base = arena_.get();
@@ -504,12 +522,28 @@ void GptCuda::forward_stage(int s) {
 GptCuda::BlockActs GptCuda::block_acts(int l) {
   const int M = B_ * T_;
   const int64_t BTC = int64_t(M) * cfg_.d_model, lm = int64_t(l) * M;
+  const int64_t ln_at = fp8_ ? 0 : l * BTC;  // one LayerNorm output buffer under FP8 compute
   Activations& a = act_;
-  return {a.resid + l * BTC,        a.ln1 + l * BTC,   a.qkv + l * 3 * BTC, a.atty + l * BTC,
-          a.resid_mid + l * BTC,    a.ln2 + l * BTC,   a.fch_pre + l * 4 * BTC,
-          fp8_ ? nullptr : a.fch + l * 4 * BTC,
-          a.ln1_mean + lm,          a.ln1_rstd + lm,   a.ln2_mean + lm,     a.ln2_rstd + lm,
-          a.stats + int64_t(l) * B_ * cfg_.n_head * T_};
+  BlockActs b{a.resid + l * BTC,        a.ln1 + ln_at,     a.qkv + l * 3 * BTC, a.atty + l * BTC,
+              a.resid_mid + l * BTC,    a.ln2 + ln_at,     a.fch_pre + l * 4 * BTC,
+              fp8_ ? nullptr : a.fch + l * 4 * BTC,
+              a.ln1_mean + lm,          a.ln1_rstd + lm,   a.ln2_mean + lm,     a.ln2_rstd + lm,
+              a.stats + int64_t(l) * B_ * cfg_.n_head * T_};
+  if (fp8_) {
+    // Block l's X^T operands, one after another: [width C, Mp] codes and
+    // (Mp / 128) x width C scales each (Mp: M padded to 128, as act_quantize writes).
+    static_assert(kXtWidths[0] + kXtWidths[1] + kXtWidths[2] + kXtWidths[3] == kXtWidth);
+    const int64_t CMp = cfg_.d_model * fp8_rows_padded(M);
+    uint8_t* codes = a.xt_codes + l * kXtWidth * CMp;
+    float* scales = a.xt_scales + l * kXtWidth * CMp / 128;
+    Fp8Slot* xt[4] = {&b.ln1t, &b.attyt, &b.ln2t, &b.ht};
+    for (int i = 0; i < 4; ++i) {
+      *xt[i] = {codes, scales};
+      codes += kXtWidths[i] * CMp;
+      scales += kXtWidths[i] * CMp / 128;
+    }
+  }
+  return b;
 }
 
 void GptCuda::forward_block(int l) {
@@ -613,32 +647,42 @@ void GptCuda::to_compute_weights() {
 }
 
 // Block l's body under FP8 compute (forward_stage's, with the four linears in
-// FP8): each GEMM's input quantized 1x128 into the kRows slot; the bias adds
-// (and fc's GELU, whose output goes straight to the next GEMM's operand) in
-// act_quantize. The GELU output is not stored: backward recomputes it.
+// FP8): each GEMM's input quantized 1x128 in one act_quantize pass into both
+// its operands, the rows for fprop (the kRows slot) and the transpose for
+// backward's wgrad (the block's own X^T slot, kept until then: making it here
+// from the tile already loaded costs less than reading the bf16 input again in
+// backward). The bias adds (and fc's GELU) are in act_quantize too; the GELU
+// output h goes only to its two operands and is not stored in bf16.
+// Every forward makes the X^T operands, an eval's too: they are the same
+// graphs, and a training backward always follows its own forward.
 void GptCuda::forward_block_fp8(int l) {
   const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, HS = C / NH, M = B * T;
   const BlockParams& p = blocks_[size_t(l)];
   const BlockActs b = block_acts(l);
   uint16_t* tmp = act_.tmp;
   const Fp8Slot q = lin_->slot(Fp8Linear::kRows);
-  const auto quantize = [&](const uint16_t* in, int N) { act_quantize({.x = in, .rows = q}, M, N, s_); };
-  quantize(b.ln1, C);
+  const auto quantize = [&](const uint16_t* in, const Fp8Slot& xt) {
+    act_quantize({.x = in, .rows = q, .cols = xt}, M, C, s_);
+  };
+  quantize(b.ln1, b.ln1t);
   lin_->fprop(b.qkv, q, fw_[size_t(p.qkvw)], w(p.qkvb), M, 3 * C, C);
   att_.forward(b.atty, b.stats, b.qkv, B, T, NH, HS);
-  quantize(b.atty, C);
+  quantize(b.atty, b.attyt);
   lin_->fprop(tmp, q, fw_[size_t(p.projw)], w(p.projb), M, C, C);
   residual_layernorm_forward(b.mid, b.ln2, b.ln2_mean, b.ln2_rstd, b.x, tmp, w(p.ln2w), w(p.ln2b), M, C, s_);
-  quantize(b.ln2, C);
+  quantize(b.ln2, b.ln2t);
   lin_->fprop(b.pre, q, fw_[size_t(p.fcw)], nullptr, M, 4 * C, C);
-  act_quantize({.x = b.pre, .bias = w(p.fcb), .biased = b.pre, .op = ActOp::Gelu, .rows = q}, M, 4 * C, s_);
+  // pre + bias is written back: backward's GELU gradient reads it.
+  act_quantize({.x = b.pre, .bias = w(p.fcb), .biased = b.pre, .op = ActOp::Gelu, .rows = q, .cols = b.ht}, M, 4 * C,
+               s_);
   lin_->fprop(tmp, q, fw_[size_t(p.mprojw)], w(p.mprojb), M, C, 4 * C);
 }
 
 // backward_block under FP8 compute. Per linear layer: the output gradient dY
-// quantized both ways (kRows for dgrad, kCols, the transpose, for wgrad) and
-// the input X's transpose (kXCols) for wgrad; mproj's dgrad goes through the
-// GELU in the next act_quantize, which also makes fc's dY operands.
+// quantized both ways (kRows for dgrad, kCols, the transpose, for wgrad); the
+// input's transpose X^T for wgrad is the one the forward made (BlockActs::
+// ln1t ... ht). mproj's dgrad goes through the GELU in the next act_quantize,
+// which also makes fc's dY operands.
 void GptCuda::backward_block_fp8(int l, float* const* g) {
   const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, HS = C / NH, M = B * T;
   Activations& a = act_;
@@ -647,32 +691,26 @@ void GptCuda::backward_block_fp8(int l, float* const* g) {
   float *d_ln1w = g[0], *d_ln1b = g[1], *d_qkvw = g[2], *d_qkvb = g[3], *d_projw = g[4], *d_projb = g[5];
   float *d_ln2w = g[6], *d_ln2b = g[7], *d_fcw = g[8], *d_fcb = g[9], *d_mprojw = g[10], *d_mprojb = g[11];
   const Fp8Slot dy = lin_->slot(Fp8Linear::kRows), dyt = lin_->slot(Fp8Linear::kCols);
-  const Fp8Slot xt = lin_->slot(Fp8Linear::kXCols);
   const auto grad_operands = [&](const uint16_t* d, int N) { act_quantize({.x = d, .rows = dy, .cols = dyt}, M, N, s_); };
-  const auto input_t = [&](const uint16_t* in, int N) { act_quantize({.x = in, .cols = xt}, M, N, s_); };
   // MLP: resid[l+1] = mid + mproj(gelu(fc(ln2))).
   grad_operands(a.dresid, C);
-  act_quantize({.x = b.pre, .op = ActOp::Gelu, .cols = xt}, M, 4 * C, s_);  // gelu(pre)^T
-  lin_->wgrad(d_mprojw, dyt, xt, M, C, 4 * C);
+  lin_->wgrad(d_mprojw, dyt, b.ht, M, C, 4 * C);
   add_into(d_mprojb, a.mproj_dbias, C, s_);  // the column sums of a.dresid (see Activations)
   lin_->dgrad(a.dfch, dy, fwt_[size_t(p.mprojw)], M, C, 4 * C);
   act_quantize({.x = a.dfch, .op = ActOp::GeluGrad, .aux = b.pre, .out = a.dfch, .rows = dy, .cols = dyt}, M, 4 * C,
                s_);
-  input_t(b.ln2, C);
-  lin_->wgrad(d_fcw, dyt, xt, M, 4 * C, C);
+  lin_->wgrad(d_fcw, dyt, b.ln2t, M, 4 * C, C);
   lin_->dgrad(a.dln, dy, fwt_[size_t(p.fcw)], M, 4 * C, C);
   bias_backward(d_fcb, a.scratch, a.dfch, M, 4 * C, s_);
   layernorm_backward(a.dresid, true, d_ln2w, d_ln2b, {d_projb}, a.scratch, a.dln, b.mid, w(p.ln2w), b.ln2_mean,
                      b.ln2_rstd, M, C, s_);  // d_projb: the column sums of the new a.dresid
   // Attention: mid = x + proj(attn(qkv(ln1))).
   grad_operands(a.dresid, C);
-  input_t(b.atty, C);
-  lin_->wgrad(d_projw, dyt, xt, M, C, C);
+  lin_->wgrad(d_projw, dyt, b.attyt, M, C, C);
   lin_->dgrad(a.datty, dy, fwt_[size_t(p.projw)], M, C, C);
   att_.backward(a.dqkv, a.datty, b.qkv, b.atty, b.stats, B, T, NH, HS);
   grad_operands(a.dqkv, 3 * C);
-  input_t(b.ln1, C);
-  lin_->wgrad(d_qkvw, dyt, xt, M, 3 * C, C);
+  lin_->wgrad(d_qkvw, dyt, b.ln1t, M, 3 * C, C);
   lin_->dgrad(a.dln, dy, fwt_[size_t(p.qkvw)], M, 3 * C, C);
   bias_backward(d_qkvb, a.scratch, a.dqkv, M, 3 * C, s_);
   const ColumnSum below = l > 0 ? ColumnSum{a.mproj_dbias, false} : ColumnSum{};  // block l-1's mlp.proj bias
