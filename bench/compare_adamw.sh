@@ -30,6 +30,14 @@ for f in ("bf16", "mxfp8", "nvfp4"):
 pp = next((r for r in rows if r.get("what") == "fused-per-param"), None)
 if pp:
     print(f"{'mxdp fused nvfp4, per GPT-2 param':<34} {pp['ms']:>8.3f} {pp['bytes_per_param']:>8.3f} {pp['tb_per_s']:>7.3f} {pp['floor_ms']:>9.3f} {pp['of_floor']:>8.3f}x")
+nruns = next((r["count"] for r in rows if r.get("what") == "runs"), None)
+for f in ("bf16", "mxfp8"):
+    for w, label in (("fused-per-run", f"{f}, a launch per decay run"), ("fused-ranges", f"{f}, one launch for the runs")):
+        r = next((r for r in rows if r.get("what") == w and r.get("format") == f), None)
+        if r:
+            print(f"{label:<34} {r['ms']:>8.3f} {r['bytes_per_param']:>8.3f} {r['tb_per_s']:>7.3f} {r['floor_ms']:>9.3f} {r['of_floor']:>8.3f}x")
+if nruns:
+    print(f"(GPT-2's params in order: {nruns} runs of equal weight decay)")
 best = {}
 for r in var:
     if r["format"] not in best or r["ms"] < best[r["format"]]["ms"]: best[r["format"]] = r

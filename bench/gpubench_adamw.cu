@@ -6,6 +6,8 @@
 //   {"system":"mxdp","what":"copy",...}          cudaMemcpy D2D, bytes read + written per second
 //   {"system":"mxdp","what":"fused","format":F,"unroll":U,...}   one pass (nvfp4: AdamW + amax, then quantize)
 //   {"system":"mxdp","what":"separate",...}      adamw then quantize (two passes), for comparison
+//   {"system":"mxdp","what":"fused-per-run"|"fused-ranges",...}   bf16/mxfp8 over GPT-2's decay runs:
+//                                                 a launch per run, or one adamw_quantize_ranges
 //   ./build/bench/gpubench_adamw [params (0: GPT-2 124M, 124475904)] [iters=50]
 // Bytes per param: read g, m, v, p (16), write m, v, p (12), plus the payload:
 // bf16 2; mxfp8 1 + 1/32; nvfp4 reads p again (4) and writes 1/2 + 1/16.
@@ -190,6 +192,43 @@ int main(int argc, char** argv) {
         }
       });
       report("fused-per-param", "nvfp4", cuda::detail::kFusedUnroll, ms, 28.0 + 4.0 + 0.5 + 1.0 / 16);
+    }
+    // bf16 and MXFP8 as the engine stages a GPT-2 shard: its params in order,
+    // cut into runs of equal weight decay. One adamw_quantize per run (what
+    // BucketSync did) against one adamw_quantize_ranges for the whole shard.
+    {
+      std::vector<AdamWRange> runs;
+      int64_t at = 0;
+      for (size_t i = 0; i < specs.size() && at < n; ++i) {
+        const int64_t len = std::min<int64_t>(specs[i].numel(), n - at);
+        const int32_t choice = specs[i].decay ? 1 : 0;
+        if (!runs.empty() && runs.back().choice == choice)
+          runs.back().len += len;
+        else
+          runs.push_back({at, len, choice});
+        at += len;
+      }
+      const AdamWChoice choices[2] = {adamw_choice(AdamWParams{a.lr, a.beta1, a.beta2, a.eps, 0.0f, a.t}), sc};
+      for (int k = 0; k < 2; ++k) {
+        const Fmt& fm = fmts[k];
+        uint8_t* codes = pay.data();
+        uint8_t* scales = pay.data() + code_bytes[k];
+        const FormatTraits& ft = format_traits(fm.f);
+        const double per_run = time_ms(st, iters, [&] {
+          for (const AdamWRange& r : runs)
+            cuda::detail::adamw_quantize(fm.f, ScaleRounding::RCeil, p.data() + r.begin, m.data() + r.begin,
+                                         v.data() + r.begin, g.data() + r.begin, r.len, clip, choices[r.choice],
+                                         codes + ft.code_bytes(r.begin), scales + ft.scales_bytes(r.begin), st);
+        });
+        report("fused-per-run", fm.name, cuda::detail::kFusedUnroll, per_run, 28.0 + fm.payload_bytes);
+        const auto table = ops->adamw_ranges(fm.f, runs);
+        const double one = time_ms(st, iters, [&] {
+          ops->adamw_quantize_ranges(ScaleRounding::RCeil, p.data(), m.data(), v.data(), g.data(), clip, choices,
+                                     *table, codes, scales);
+        });
+        report("fused-ranges", fm.name, cuda::detail::kFusedUnroll, one, 28.0 + fm.payload_bytes);
+      }
+      std::printf("{\"system\":\"mxdp\",\"what\":\"runs\",\"count\":%zu}\n", runs.size());
     }
     return 0;
   } catch (const std::exception& e) {

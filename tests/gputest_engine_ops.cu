@@ -8,6 +8,8 @@
 #include <cstring>
 #include <random>
 #include <limits>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "engine/cuda/engine_ops_cuda.h"
@@ -16,6 +18,7 @@
 #include "engine/layout.h"
 #include "formats/fp8_block.h"
 #include "formats/quant.h"
+#include "adamw_ranges_case.h"
 #include "compare_util.h"
 #include "flat_payload.h"
 #include "gpu_test_util.h"
@@ -432,5 +435,87 @@ TEST(GpuEngineOps, Fp8b128OpsBitwiseEqualToCpu) {
     EXPECT_EQ(mismatches(dct.get(), ct), 0u) << cols << ": transposed codes";
     EXPECT_EQ(mismatches(dst.get(), st), 0u) << cols << ": transposed scales";
     EXPECT_EQ(mismatches(dgm.get(), gm), 0u) << cols << ": GEMM layout";
+  }
+}
+
+// adamw_quantize_ranges on the device (one launch for every range of a shard)
+// against the CPU's (which test_engine_ops holds equal to adamw_quantize range
+// by range): bitwise, bf16 and mxfp8 (rceil, floor), hundreds of tiny ranges
+// (biases, LayerNorm params, one block, lengths that are not whole blocks or
+// float4s, gaps, empty ranges) around one long range, and one long range
+// alone; base pointers 16-byte aligned (the vectorized code, its tails in the
+// general one) and not (the general code throughout); steps that apply, clip,
+// pick the choices' second scalars, and skip. None of them waits on the host,
+// and no byte outside the ranges' elements and payload moves.
+TEST(GpuEngineOps, AdamWQuantizeRangesBitwiseEqualToCpu) {
+  REQUIRE_GPU();
+  auto cpu = make_cpu_ops();
+  auto gpu = cuda::make_cuda_ops();
+  int checked = 0;
+  struct Shape {
+    int tiny;
+    int64_t big;
+  };
+  for (const Shape sh : {Shape{300, 3'000'000 + 5}, Shape{0, 5'000'000 + 96}, Shape{2, 100}})
+    for (int64_t shift : {int64_t(0), int64_t(1)})  // elements: 1 makes every base pointer 4-byte aligned only
+      for (WeightFormat f : {WeightFormat::Bf16, WeightFormat::Mxfp8})
+        for (ScaleRounding r : {ScaleRounding::RCeil, ScaleRounding::Floor}) {
+          if (f != WeightFormat::Mxfp8 && r == ScaleRounding::Floor) continue;
+          const mxdp::testing::RangeCase rc = mxdp::testing::range_case(f, sh.tiny, sh.big);
+          const std::string what = std::string(to_string(f)) + " " + to_string(r) + " ranges=" +
+                                   std::to_string(rc.list.size()) + " big=" + std::to_string(sh.big) +
+                                   " shift=" + std::to_string(shift);
+          const int64_t n = rc.numel;
+          const size_t len = size_t(n + shift);
+          auto p = random_floats(len, 41, 0.02f), m = random_floats(len, 42, 0.01f), v = random_floats(len, 43, 1e-4f);
+          for (auto& x : v) x = x * x;
+          const FlatShape ps = flat_shape(f, n);
+          const int64_t code_shift = f == WeightFormat::Bf16 ? 2 * shift : shift;
+          std::vector<uint8_t> pay(size_t(ps.shard_bytes + code_shift + 64), 0x5A);
+          Dev<float> dp(*gpu, p), dm(*gpu, m), dv(*gpu, v);
+          Dev<uint8_t> dpay(*gpu, pay);
+          const std::unique_ptr<AdamWRanges> cr = cpu->adamw_ranges(f, rc.list), gr = gpu->adamw_ranges(f, rc.list);
+          int64_t waits = 0;
+          for (int t = 1; t <= 4; ++t) {
+            auto g = random_floats(len, 400 + t, t == 4 ? 1e-6f : 1.0f);
+            Dev<float> dg(*gpu, g);
+            const auto choices = mxdp::testing::range_choices(t == 2 ? 1 : t);
+            const StepControl c = step_ctl(t, t == 2 ? 0.37f : 1.0f, t == 3);
+            Dev<StepControl> dc(*gpu, {c});
+            cpu->adamw_quantize_ranges(r, p.data() + shift, m.data() + shift, v.data() + shift, g.data() + shift, &c,
+                                       choices, *cr, pay.data() + code_shift, pay.data() + code_shift + ps.code_bytes);
+            const int64_t w0 = gpu->host_waits();
+            gpu->adamw_quantize_ranges(r, dp.a.data() + shift, dm.a.data() + shift, dv.a.data() + shift,
+                                       dg.a.data() + shift, dc.a.data(), choices, *gr, dpay.a.data() + code_shift,
+                                       dpay.a.data() + code_shift + ps.code_bytes);
+            waits += gpu->host_waits() - w0;
+            EXPECT_EQ(mismatches(dpay.get(), pay), 0u) << what << " step " << t << ": payload";
+          }
+          EXPECT_EQ(waits, 0) << what << ": the ranged pass waited on the host";
+          EXPECT_EQ(mismatches(dp.get(), p), 0u) << what << ": masters";
+          EXPECT_EQ(mismatches(dm.get(), m), 0u) << what << ": first moments";
+          EXPECT_EQ(mismatches(dv.get(), v), 0u) << what << ": second moments";
+          ++checked;
+        }
+  EXPECT_EQ(checked, 3 * 2 * 3);
+}
+
+// The device reads the ranges from its own table: ranges the CPU ops made have
+// none, and are refused with the reason.
+TEST(GpuEngineOps, AdamWQuantizeRangesRefusesAnotherOpsTable) {
+  REQUIRE_GPU();
+  auto cpu = make_cpu_ops();
+  auto gpu = cuda::make_cuda_ops();
+  const auto host_made = cpu->adamw_ranges(WeightFormat::Bf16, {{0, 64, 0}});
+  DeviceArray<float> x(*gpu, 64);
+  DeviceArray<uint8_t> out(*gpu, 128);
+  Dev<StepControl> dc(*gpu, {step_ctl(1, 1.0f)});
+  const auto choices = mxdp::testing::range_choices(1);
+  try {
+    gpu->adamw_quantize_ranges(ScaleRounding::RCeil, x.data(), x.data(), x.data(), x.data(), dc.a.data(), choices,
+                               *host_made, out.data(), out.data() + 128);
+    ADD_FAILURE() << "a table without device memory was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not made by CUDA ops"), std::string::npos) << e.what();
   }
 }

@@ -234,6 +234,57 @@ TEST(Engine, MainGradsAreTheGradBufferAtDp1) {
   }
 }
 
+// Weight decay reaches exactly the params that take it (ParamSpec::decay), in
+// every buffer format: the stage runs a shard's decay runs in one fused pass
+// (adamw_quantize_ranges), each run with its own AdamW scalars. After one step
+// from the same weights and batch, a param without decay has bitwise the master
+// of a run with weight_decay 0, and a param with it that master less
+// lr * wd * p0 (decoupled decay, to rounding).
+TEST(Engine, WeightDecayReachesExactlyTheParamsThatTakeIt) {
+  const double lr = 1e-2, wd = 0.1;
+  for (const FormatTraits& ft : all_formats()) {
+    auto run = [&](double decay) {
+      auto comm = self();
+      ToyModel m;
+      m.init_weights(4);
+      DpOptions o;
+      o.weight_format = ft.id;
+      o.lr = lr;
+      o.weight_decay = decay;
+      o.bucket_size = 3000;  // several buckets, params cut across them
+      DataParallel dp(m, *comm, o);
+      std::vector<std::vector<float>> w0, w1;
+      for (int p = 0; p < int(m.params().size()); ++p) w0.push_back(dp.full_master(p));
+      dp.train_step({make_batch(0, 0, 0, false).batch});
+      for (int p = 0; p < int(m.params().size()); ++p) w1.push_back(dp.full_master(p));
+      return std::make_pair(w0, w1);
+    };
+    const auto [w0, with] = run(wd);
+    const auto [w0b, without] = run(0.0);
+    const ToyModel toy;
+    const std::vector<ParamSpec>& specs = toy.params();
+    int decayed = 0, kept = 0;
+    for (size_t p = 0; p < specs.size(); ++p) {
+      const std::string what = std::string(ft.name) + " " + specs[p].name;
+      ASSERT_TRUE(same_bits(w0[p], w0b[p])) << what;
+      if (!specs[p].decay) {
+        EXPECT_TRUE(same_bits(with[p], without[p])) << what << ": decayed, but it takes no weight decay";
+        ++kept;
+        continue;
+      }
+      int64_t off = 0;
+      for (size_t i = 0; i < w0[p].size(); ++i) {
+        const double want = double(without[p][i]) - lr * wd * double(w0[p][i]);
+        off += std::abs(double(with[p][i]) - want) > 1e-5 * std::abs(double(w0[p][i])) + 1e-9;
+      }
+      EXPECT_EQ(off, 0) << what << ": not decayed by lr * wd * p";
+      ++decayed;
+    }
+    EXPECT_GT(decayed, 0);
+    EXPECT_GT(kept, 0);
+  }
+}
+
 TEST(Engine, MisuseIsAClearError) {
   auto comm = self();
   ToyModel m;

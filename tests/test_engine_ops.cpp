@@ -1,12 +1,15 @@
 // The CPU ops' fused optimizer work (engine_ops.h) against the separate ops it
 // stands for: adamw_quantize = adamw then quantize, adamw_amax = adamw then an
-// amax fold, the device-amax NVFP4 ops = the host-amax ones. Bitwise, on sizes
-// that are not whole blocks, with and without a clip coefficient.
+// amax fold, adamw_quantize_ranges = adamw_quantize of each range, the
+// device-amax NVFP4 ops = the host-amax ones. Bitwise, on sizes that are not
+// whole blocks, with and without a clip coefficient.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "util/check.h"
@@ -14,7 +17,9 @@
 #include "engine/layout.h"
 #include "formats/codec.h"
 #include "formats/quant.h"
+#include "adamw_ranges_case.h"
 #include "compare_util.h"
+#include "error_of.h"
 #include "flat_payload.h"
 #include "fp8_ref.h"
 
@@ -278,4 +283,115 @@ TEST(CpuEngineOps, DequantizePiecesIsDequantizeOfEach) {
     ops->dequantize_pieces(f, t.data(), int(t.size()), 1000, ComputeDType::F32);
     for (size_t i = 0; i < lens.size(); ++i) EXPECT_TRUE(same_bits(got[i], want[i])) << to_string(f) << " piece " << i;
   }
+}
+
+// adamw_quantize_ranges is adamw_quantize range by range (engine_ops.h), for
+// every format the engine stages in one pass (no tensor amax, row blocks):
+// ranges of many lengths with gaps between them, three AdamW choices, over
+// steps that apply, clip (grad_scale != 1), pick the choice's second scalars,
+// and skip. Elements outside every range, and payload bytes no range owns,
+// stay as they were.
+TEST(CpuEngineOps, AdamWQuantizeRangesIsAdamWQuantizeOfEachRange) {
+  auto ops = make_cpu_ops();
+  int checked = 0;
+  for (const FormatTraits& ft : all_formats()) {
+    if (ft.tensor_amax || ft.block_rows > 1) continue;
+    for (ScaleRounding r : {ScaleRounding::RCeil, ScaleRounding::Floor}) {
+      if (!ft.rounding_applies && r == ScaleRounding::Floor) continue;
+      const std::string what = std::string(ft.name) + " " + to_string(r);
+      const mxdp::testing::RangeCase rc = mxdp::testing::range_case(ft.id, 4, 65536 + 7);
+      const int64_t n = rc.numel;
+      State a = start(size_t(n), 17), b = a;
+      const State before = a;
+      const FlatShape ps = flat_shape(ft.id, n);
+      std::vector<uint8_t> pa(size_t(ps.shard_bytes), 0xAB), pb = pa;
+      const std::unique_ptr<AdamWRanges> ranges = ops->adamw_ranges(ft.id, rc.list);
+      for (int t = 1; t <= 4; ++t) {
+        auto g = randn(size_t(n), 300 + t, 1.0f);
+        // Step 2: clipped, and the device's count is one past first_t (the
+        // choices' second scalars); step 3: skipped.
+        const auto choices = mxdp::testing::range_choices(t == 2 ? 1 : t);
+        const StepControl c = step_ctl(t, t == 2 ? 0.37f : 1.0f, t == 3);
+        ops->adamw_quantize_ranges(r, a.p.data(), a.m.data(), a.v.data(), g.data(), &c, choices, *ranges, pa.data(),
+                                   pa.data() + ps.code_bytes);
+        mxdp::testing::adamw_quantize_each(*ops, ft.id, r, b.p.data(), b.m.data(), b.v.data(), g.data(), &c, choices,
+                                           rc.list, pb.data(), pb.data() + ps.code_bytes);
+        EXPECT_TRUE(same_bits(pa, pb)) << what << " step " << t << ": payload";
+      }
+      EXPECT_TRUE(same_bits(a.p, b.p)) << what << ": masters";
+      EXPECT_TRUE(same_bits(a.m, b.m)) << what << ": first moments";
+      EXPECT_TRUE(same_bits(a.v, b.v)) << what << ": second moments";
+      // The reference is trusted only as far as it moved what it should: every
+      // range's elements changed, the rest did not.
+      std::vector<char> in(size_t(n), 0);
+      for (const AdamWRange& x : rc.list) std::fill(in.begin() + x.begin, in.begin() + x.begin + x.len, 1);
+      int64_t moved = 0, stray = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const bool changed = a.m[size_t(i)] != before.m[size_t(i)];
+        moved += in[size_t(i)] && changed;
+        stray += !in[size_t(i)] && (changed || a.p[size_t(i)] != before.p[size_t(i)]);
+      }
+      EXPECT_EQ(moved, std::count(in.begin(), in.end(), 1)) << what;
+      EXPECT_EQ(stray, 0) << what;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 3) << "bf16, mxfp8 rceil and floor";
+}
+
+// Ranges that tile a shard at block boundaries, all with one choice, give the
+// bits of one adamw_quantize over the whole shard: the engine's ranges change
+// nothing but the AdamW scalars.
+TEST(CpuEngineOps, AdamWQuantizeRangesTilingAShardIsOneAdamWQuantize) {
+  auto ops = make_cpu_ops();
+  for (WeightFormat f : {WeightFormat::Bf16, WeightFormat::Mxfp8}) {
+    const int64_t n = 256 * 40;
+    std::vector<AdamWRange> list;
+    for (int64_t at = 0, k = 0; at < n; ++k) {
+      const int64_t len = std::min(n - at, int64_t(32 * (1 + k % 7)));
+      list.push_back({at, len, 0});
+      at += len;
+    }
+    State a = start(size_t(n), 21), b = a;
+    auto g = randn(size_t(n), 22, 1.0f);
+    const FlatShape ps = flat_shape(f, n);
+    std::vector<uint8_t> pa(size_t(ps.shard_bytes), 0), pb = pa;
+    const auto choices = mxdp::testing::range_choices(3);
+    const StepControl c = step_ctl(3, 0.5f);
+    ops->adamw_quantize_ranges(ScaleRounding::RCeil, a.p.data(), a.m.data(), a.v.data(), g.data(), &c,
+                               std::span(choices).first(1), *ops->adamw_ranges(f, list), pa.data(),
+                               pa.data() + ps.code_bytes);
+    ops->adamw_quantize(f, ScaleRounding::RCeil, b.p.data(), b.m.data(), b.v.data(), g.data(), n, &c, choices[0],
+                        pb.data(), pb.data() + ps.code_bytes);
+    EXPECT_TRUE(same_bits(a.p, b.p) && same_bits(a.m, b.m) && same_bits(a.v, b.v)) << to_string(f);
+    EXPECT_TRUE(same_bits(pa, pb)) << to_string(f);
+  }
+}
+
+// What a range list must be (engine_ops.h, AdamWRanges): refused otherwise,
+// with the reason.
+TEST(CpuEngineOps, AdamWRangesRefusesWhatOnePassCannotDo) {
+  auto ops = make_cpu_ops();
+  const auto refused = [&](WeightFormat f, std::vector<AdamWRange> list, const char* why) {
+    const std::string msg = mxdp::testing::error_of([&] { ops->adamw_ranges(f, list); });
+    EXPECT_NE(msg.find(why), std::string::npos) << msg;
+  };
+  refused(WeightFormat::Nvfp4, {{0, 64, 0}}, "tensor amax");
+  refused(WeightFormat::Fp8b128, {{0, 128 * 128, 0}}, "tiles");
+  refused(WeightFormat::Mxfp8, {{16, 64, 0}}, "inside a mxfp8 block");
+  refused(WeightFormat::Mxfp8, {{0, 64, 0}, {32, 64, 0}}, "in order and disjoint");
+  refused(WeightFormat::Bf16, {{100, 5, 0}, {0, 5, 0}}, "in order and disjoint");
+  refused(WeightFormat::Bf16, {{0, -1, 0}}, "negative length");
+  refused(WeightFormat::Bf16, {{0, 5, kMaxAdamWChoices}}, "AdamW choice");
+  const auto ranges = ops->adamw_ranges(WeightFormat::Bf16, {{0, 8, 0}, {8, 8, 2}});
+  EXPECT_EQ(ranges->choices_needed(), 3);
+  std::vector<float> x(16);
+  std::vector<uint8_t> out(32);
+  const StepControl c = step_ctl(1, 1.0f);
+  const auto two = mxdp::testing::range_choices(1);
+  const std::string msg = mxdp::testing::error_of([&] {
+    ops->adamw_quantize_ranges(ScaleRounding::RCeil, x.data(), x.data(), x.data(), x.data(), &c,
+                               std::span(two).first(2), *ranges, out.data(), out.data() + 32);
+  });
+  EXPECT_NE(msg.find("pick among 3 AdamW choices, got 2"), std::string::npos) << msg;
 }

@@ -35,6 +35,48 @@ BucketSync::BucketSync(Model& model, Communicator& comm, EngineOps& ops, const D
     st_.emplace_back(gb.buckets.size());
     unpack_.emplace_back(gb.buckets.size());
   }
+  make_stage_ranges();
+}
+
+// The fused AdamW + stage of a row-block format without a tensor amax runs a
+// whole shard in one adamw_quantize_ranges: its ranges are the runs of
+// consecutive pieces with the same weight decay, the padding around them
+// included (its grads, moments and masters are zero and stay zero under AdamW
+// with any decay). Ranges start at piece starts, which are whole blocks of the
+// format, so the blocks are those of the whole shard. The layout fixes them:
+// made (and, on a GPU, uploaded) here, so no step waits on the host for them.
+void BucketSync::make_stage_ranges() {
+  stage_ranges_.resize(layout_.buffers.size());
+  for (size_t f = 0; f < layout_.buffers.size(); ++f) {
+    const GatherBuffer& gb = layout_.buffers[f];
+    const FormatTraits& ft = format_traits(gb.format);
+    stage_ranges_[f].resize(gb.buckets.size());
+    if (ft.tensor_amax || ft.block_rows > 1) continue;  // staged piece by piece (stage())
+    for (size_t b = 0; b < gb.buckets.size(); ++b) {
+      const Bucket& bk = gb.buckets[b];
+      stage_ranges_[f][b].resize(size_t(dp_));
+      for (int s = 0; s < dp_; ++s) {
+        if (!bufs_.owns(s)) continue;
+        std::vector<AdamWRange> runs;
+        const std::vector<Piece>& pcs = bk.shards[s];
+        int64_t begin = 0;
+        int run_param = pcs.empty() ? bk.params.front() : pcs.front().param;
+        const auto close_run = [&](int64_t end) {
+          if (end > begin) runs.push_back({begin, end - begin, params_[run_param].decay ? kWithDecay : kNoDecay});
+        };
+        for (const Piece& pc : pcs) {
+          if (params_[pc.param].decay == params_[run_param].decay) continue;
+          MXDP_CHECK(pc.shard_pos % ft.block == 0, "internal: piece of '", params_[pc.param].name,
+                     "' starts inside a ", ft.name, " block (", pc.shard_pos, ")");
+          close_run(pc.shard_pos);
+          begin = pc.shard_pos;
+          run_param = pc.param;
+        }
+        close_run(bk.shard_numel);
+        stage_ranges_[f][b][s] = ops_.adamw_ranges(gb.format, std::move(runs));
+      }
+    }
+  }
 }
 
 void BucketSync::restart_at(int64_t version) {
@@ -64,10 +106,11 @@ void BucketSync::stage(int f, int b, const Update* u) {
   // Where element `at` of a shard's payload has its code and its block's scale.
   const auto codes_at = [&](uint8_t* slot, int64_t at) { return slot + ft.code_bytes(at); };
   const auto scales_at = [&](uint8_t* slot, int64_t at) { return slot + ps.code_bytes + ft.scales_bytes(at); };
-  const auto adamw_params = [&](int param) {
+  const auto adamw_with = [&](bool decay) {
     return adamw_choice(AdamWParams{u->lr, float(opt_.adam_beta1), float(opt_.adam_beta2), float(opt_.adam_eps),
-                                    params_[param].decay ? float(opt_.weight_decay) : 0.0f, u->first_t});
+                                    decay ? float(opt_.weight_decay) : 0.0f, u->first_t});
   };
+  const auto adamw_params = [&](int param) { return adamw_with(params_[param].decay); };
 
   if (ft.tensor_amax) {
     // One tensor scale per param: the max over every shard's amax of the
@@ -162,30 +205,13 @@ void BucketSync::stage(int f, int b, const Update* u) {
                        slot + ps.code_bytes);
         continue;
       }
-      // The whole shard in as few passes as its params' weight decay allows:
-      // consecutive pieces with the same decay are one range, the padding
-      // around them included (its grads, moments and masters are zero and stay
-      // zero under AdamW with any decay). Ranges start at piece starts, which
-      // are whole blocks of the format, so the blocks are those of the whole shard.
-      const auto fused = [&](int64_t at, int64_t len, int param) {
-        if (len <= 0) return;
-        const int64_t e = off + at;
-        ops_.adamw_quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + e, bs.m.data() + e,
-                             bs.v.data() + e, bs.main_grad + e, len, u->ctl, adamw_params(param),
-                             codes_at(slot, at), scales_at(slot, at));
-      };
-      const std::vector<Piece>& pcs = bk.shards[s];
-      int64_t begin = 0;
-      int run_param = pcs.empty() ? bk.params.front() : pcs.front().param;
-      for (const Piece& pc : pcs) {
-        if (params_[pc.param].decay == params_[run_param].decay) continue;
-        MXDP_CHECK(pc.shard_pos % ft.block == 0, "internal: piece of '", params_[pc.param].name,
-                   "' starts inside a ", ft.name, " block (", pc.shard_pos, ")");
-        fused(begin, pc.shard_pos - begin, run_param);
-        begin = pc.shard_pos;
-        run_param = pc.param;
-      }
-      fused(begin, bk.shard_numel - begin, run_param);
+      // The whole shard in one pass over its decay runs (make_stage_ranges).
+      AdamWChoice choices[2];
+      choices[kNoDecay] = adamw_with(false);
+      choices[kWithDecay] = adamw_with(true);
+      ops_.adamw_quantize_ranges(opt_.mxfp8_scale_rounding, bs.master.data() + off, bs.m.data() + off,
+                                 bs.v.data() + off, bs.main_grad + off, u->ctl, choices, *stage_ranges_[f][b][s],
+                                 slot, slot + ps.code_bytes);
     }
   }
   st.staged_v = version_;

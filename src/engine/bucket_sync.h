@@ -86,6 +86,7 @@ class BucketSync final : public ModelHooks {
 
   void weights_for_forward(int f, int b);
   void stage(int f, int b, const Update* u = nullptr);  // u: AdamW first, fused
+  void make_stage_ranges();
   void start_gather(int f, int b);
   void finish_gather(int f, int b);
   void unpack(int f, int b);
@@ -113,6 +114,11 @@ class BucketSync final : public ModelHooks {
   int rank_, dp_;
   std::vector<std::vector<BucketState>> st_;      // [buffer][bucket]
   std::vector<std::vector<UnpackTable>> unpack_;  // [buffer][bucket], filled at the first unpack
+  // The AdamW choices of a stage's ranges (AdamWRange::choice).
+  static constexpr int32_t kNoDecay = 0, kWithDecay = 1;
+  // [buffer][bucket][shard]: an owned shard's decay runs, for the fused AdamW
+  // + stage in one pass (row-block formats without a tensor amax; else empty).
+  std::vector<std::vector<std::vector<std::unique_ptr<AdamWRanges>>>> stage_ranges_;
   std::vector<std::pair<int, int>> fwd_order_;    // buckets in forward order
   std::vector<std::vector<int>> layer_params_;    // params whose first layer is L
   DeviceArray<float> zero_amax_;  // 0: the tensor amax a payload's padding is quantized with

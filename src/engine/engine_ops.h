@@ -18,7 +18,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <utility>
+#include <vector>
 
 #include "models/model.h"
 #include "engine/optimizer.h"
@@ -88,6 +90,43 @@ inline void check_tensor_amax(WeightFormat f, const float* tensor_amax, const ch
   MXDP_CHECK(!format_traits(f).tensor_amax || tensor_amax, op, ": ", to_string(f), " needs the tensor amax");
 }
 
+// One range of a shard for adamw_quantize_ranges: len elements from element
+// `begin` of the shard, updated with the step's AdamW scalars number `choice`
+// (the engine's: 0 without weight decay, 1 with it).
+struct AdamWRange {
+  int64_t begin = 0;
+  int64_t len = 0;
+  int32_t choice = 0;
+};
+// The most AdamW choices one adamw_quantize_ranges call takes (a GPU kernel
+// gets them all as its arguments).
+inline constexpr int kMaxAdamWChoices = 4;
+
+// A shard's ranges, made ready for adamw_quantize_ranges by the ops that run it
+// (EngineOps::adamw_ranges): the list, and whatever those ops read it from in a
+// step (a GPU's copy in device memory). The layout fixes a shard's ranges, so
+// the engine makes this once: a step uploads nothing and never waits on the host.
+// The list: a format with block_rows == 1 and no tensor_amax; ranges in order
+// and disjoint (begin >= the previous begin + len), each begin a multiple of
+// the format's block, len >= 0, 0 <= choice < kMaxAdamWChoices.
+class AdamWRanges {
+ public:
+  AdamWRanges(WeightFormat f, std::vector<AdamWRange> list);
+  virtual ~AdamWRanges() = default;
+  AdamWRanges(const AdamWRanges&) = delete;
+  AdamWRanges& operator=(const AdamWRanges&) = delete;
+  WeightFormat format() const { return format_; }
+  const std::vector<AdamWRange>& list() const { return list_; }
+  int choices_needed() const { return choices_needed_; }  // 1 + the largest choice (0: no range)
+  // The argument check of adamw_quantize_ranges: one choice per index the list uses.
+  void check_choices(std::span<const AdamWChoice> choices) const;
+
+ private:
+  WeightFormat format_;
+  std::vector<AdamWRange> list_;
+  int choices_needed_ = 0;
+};
+
 class EngineOps {
  public:
   virtual ~EngineOps() = default;
@@ -147,6 +186,21 @@ class EngineOps {
   virtual void adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m, float* v, const float* g,
                               int64_t n, const StepControl* ctl, const AdamWChoice& a, uint8_t* codes,
                               uint8_t* scales, int64_t cols = 0) = 0;
+  // The fused pass over several ranges of one shard (p, m, v, g at the shard's
+  // first element, codes and scales its payload's): for each range R of
+  // `ranges`, in one launch on a GPU, bitwise exactly
+  //   adamw_quantize(ranges.format(), r, p + R.begin, m + R.begin, v + R.begin,
+  //                  g + R.begin, R.len, ctl, choices[R.choice],
+  //                  codes + code_bytes(R.begin), scales + scales_bytes(R.begin))
+  // (format.h's byte counts); elements outside every range untouched. `ranges`
+  // from these ops' adamw_ranges; choices: at least ranges.choices_needed(),
+  // at most kMaxAdamWChoices, in host memory (a GPU passes them to its kernel).
+  virtual void adamw_quantize_ranges(ScaleRounding r, float* p, float* m, float* v, const float* g,
+                                     const StepControl* ctl, std::span<const AdamWChoice> choices,
+                                     const AdamWRanges& ranges, uint8_t* codes, uint8_t* scales) = 0;
+  // The list checked (AdamWRanges) and made ready for these ops; a GPU uploads
+  // it here (a host wait: make it outside the step, once per layout).
+  virtual std::unique_ptr<AdamWRanges> adamw_ranges(WeightFormat f, std::vector<AdamWRange> list) = 0;
   // The same AdamW, then *amax = max(*amax, amax(p)) in ops memory: the first
   // pass of the stage of a format with tensor_amax.
   virtual void adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,

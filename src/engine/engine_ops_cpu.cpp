@@ -116,6 +116,22 @@ class CpuOps final : public EngineOps {
     adamw_scaled(p, m, v, g, n, ctl, a);
     quantize(f, r, p, n, nullptr, codes, scales, cols);
   }
+  // Literally the contract: adamw_quantize range by range.
+  void adamw_quantize_ranges(ScaleRounding r, float* p, float* m, float* v, const float* g, const StepControl* ctl,
+                             std::span<const AdamWChoice> choices, const AdamWRanges& ranges, uint8_t* codes,
+                             uint8_t* scales) override {
+    ranges.check_choices(choices);
+    const WeightFormat f = ranges.format();
+    const FormatTraits& ft = format_traits(f);
+    for (const AdamWRange& a : ranges.list()) {
+      const int64_t at = a.begin;
+      adamw_quantize(f, r, p + at, m + at, v + at, g + at, a.len, ctl, choices[size_t(a.choice)],
+                     codes + ft.code_bytes(at), scales ? scales + ft.scales_bytes(at) : nullptr, 0);
+    }
+  }
+  std::unique_ptr<AdamWRanges> adamw_ranges(WeightFormat f, std::vector<AdamWRange> list) override {
+    return std::make_unique<AdamWRanges>(f, std::move(list));  // host memory: the list is what the loop reads
+  }
   void adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
                   const AdamWChoice& a, float* am) override {
     adamw_scaled(p, m, v, g, n, ctl, a);

@@ -5,6 +5,7 @@
 // multiply and add on its own to give the host's bits.
 #include "engine/cuda/engine_ops_cuda.h"
 
+#include <algorithm>
 #include <array>
 #include <climits>
 #include <cstring>
@@ -64,18 +65,17 @@ __device__ __forceinline__ uint32_t bf16x2(float a, float b) {
 
 enum class FusedOut : uint8_t { Bf16, Mxfp8, Amax };
 
-// n4 float4s; Mxfp8: n4 % 8 == 0 (whole blocks). Bf16 codes: uint2 per float4;
-// Mxfp8 codes: uint32 per float4, one scale per 8 float4s; Amax: folded into *amax.
+// The vectorized kernel's work for one warp: float4s base + j * 32 (j < U) of
+// n4, base = (the warp's first float4) + lane. Mxfp8: n4 % 8 == 0 (whole
+// blocks) and the warp's first float4 a multiple of 8. Bf16 codes: uint2 per
+// float4; Mxfp8 codes: uint32 per float4, one scale per 8 float4s; Amax: folded
+// into am_all. Every lane of the warp calls it (the Mxfp8 block amax shuffles).
 template <FusedOut O, ScaleRounding R, int U>
-__global__ void __launch_bounds__(kThreads)
-    adamw_fused_vec(float4* __restrict__ p, float4* __restrict__ m, float4* __restrict__ v,
-                    const float4* __restrict__ g, int64_t n4, const StepControl* __restrict__ ctl, AdamWChoice c,
-                    void* __restrict__ codes, uint8_t* __restrict__ scales, unsigned* __restrict__ amax) {
+__device__ __forceinline__ void fused_vec_warp(float4* __restrict__ p, float4* __restrict__ m, float4* __restrict__ v,
+                                               const float4* __restrict__ g, int64_t n4, int64_t base, bool update,
+                                               float gs, const AdamWScalars& s, void* __restrict__ codes,
+                                               uint8_t* __restrict__ scales, float& am_all) {
   const int lane = threadIdx.x & 31;
-  const bool update = !ctl->skip;
-  const float gs = ctl->grad_scale;
-  const AdamWScalars s = adamw_pick(c, ctl->updates);
-  const int64_t base = ((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5) * (32 * U) + lane;
   float4 pp[U], mm[U], vv[U], gg[U];
   const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
@@ -87,7 +87,6 @@ __global__ void __launch_bounds__(kThreads)
     vv[j] = in ? v[i] : z;
     pp[j] = in ? p[i] : z;
   }
-  float am_all = 0.0f;
 #pragma unroll
   for (int j = 0; j < U; ++j) {
     const int64_t i = base + j * 32;
@@ -115,6 +114,56 @@ __global__ void __launch_bounds__(kThreads)
       if (in) am_all = fold4(am_all, pp[j]);
     }
   }
+}
+
+// The general kernel's work for one warp: the 32 elements b * 32 + lane of n
+// (any n, any alignment; those past n absent). Every lane of the warp calls it
+// (the Mxfp8 block amax shuffles).
+template <FusedOut O, ScaleRounding R>
+__device__ __forceinline__ void fused_any_group(float* __restrict__ p, float* __restrict__ m, float* __restrict__ v,
+                                                const float* __restrict__ g, int64_t n, int64_t b, bool update,
+                                                float gs, const AdamWScalars& s, void* __restrict__ codes,
+                                                uint8_t* __restrict__ scales, float& am_all) {
+  const int lane = threadIdx.x & 31;
+  const int64_t i = b * 32 + lane;
+  const bool in = i < n;
+  float pi = 0.0f, mi = 0.0f, vi = 0.0f;
+  if (in) {
+    pi = p[i];
+    mi = m[i];
+    vi = v[i];
+    if (update) {
+      adamw_element(pi, mi, vi, g[i] * gs, s);
+      p[i] = pi;
+      m[i] = mi;
+      v[i] = vi;
+    }
+  }
+  if constexpr (O == FusedOut::Bf16) {
+    if (in) static_cast<uint16_t*>(codes)[i] = codec::bf16_from_f32(pi);
+  } else if constexpr (O == FusedOut::Mxfp8) {
+    const float am = warp_max(codec::amax_fold(0.0f, pi), 32);  // absent lanes fold 0: the amax of those present
+    const uint8_t sb = codec::mxfp8_scale_byte(am, Fp8Kind::E4M3, R);
+    if (in) static_cast<uint8_t*>(codes)[i] = device::encode1<Fp8Kind::E4M3, device::kEnc>(pi * codec::e8m0_multiplier(sb));
+    if (lane == 0) scales[b] = sb;
+  } else {
+    am_all = codec::amax_fold(am_all, pi);
+  }
+}
+
+// n4 float4s, one fused_vec_warp per warp; Mxfp8: n4 % 8 == 0 (whole blocks).
+template <FusedOut O, ScaleRounding R, int U>
+__global__ void __launch_bounds__(kThreads)
+    adamw_fused_vec(float4* __restrict__ p, float4* __restrict__ m, float4* __restrict__ v,
+                    const float4* __restrict__ g, int64_t n4, const StepControl* __restrict__ ctl, AdamWChoice c,
+                    void* __restrict__ codes, uint8_t* __restrict__ scales, unsigned* __restrict__ amax) {
+  const int lane = threadIdx.x & 31;
+  const bool update = !ctl->skip;
+  const float gs = ctl->grad_scale;
+  const AdamWScalars s = adamw_pick(c, ctl->updates);
+  const int64_t base = ((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5) * (32 * U) + lane;
+  float am_all = 0.0f;
+  fused_vec_warp<O, R, U>(p, m, v, g, n4, base, update, gs, s, codes, scales, am_all);
   if constexpr (O == FusedOut::Amax) {
     am_all = warp_max(am_all, 32);
     __shared__ float part[kThreads / 32];
@@ -141,32 +190,8 @@ __global__ void __launch_bounds__(kThreads)
   const AdamWScalars s = adamw_pick(c, ctl->updates);
   const int64_t nb = (n + 31) / 32, nwarps = int64_t(gridDim.x) * blockDim.x / 32;
   float am_all = 0.0f;
-  for (int64_t b = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; b < nb; b += nwarps) {
-    const int64_t i = b * 32 + lane;
-    const bool in = i < n;
-    float pi = 0.0f, mi = 0.0f, vi = 0.0f;
-    if (in) {
-      pi = p[i];
-      mi = m[i];
-      vi = v[i];
-      if (update) {
-        adamw_element(pi, mi, vi, g[i] * gs, s);
-        p[i] = pi;
-        m[i] = mi;
-        v[i] = vi;
-      }
-    }
-    if constexpr (O == FusedOut::Bf16) {
-      if (in) static_cast<uint16_t*>(codes)[i] = codec::bf16_from_f32(pi);
-    } else if constexpr (O == FusedOut::Mxfp8) {
-      const float am = warp_max(codec::amax_fold(0.0f, pi), 32);  // absent lanes fold 0: the amax of those present
-      const uint8_t sb = codec::mxfp8_scale_byte(am, Fp8Kind::E4M3, R);
-      if (in) static_cast<uint8_t*>(codes)[i] = device::encode1<Fp8Kind::E4M3, device::kEnc>(pi * codec::e8m0_multiplier(sb));
-      if (lane == 0) scales[b] = sb;
-    } else {
-      am_all = codec::amax_fold(am_all, pi);
-    }
-  }
+  for (int64_t b = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; b < nb; b += nwarps)
+    fused_any_group<O, R>(p, m, v, g, n, b, update, gs, s, codes, scales, am_all);
   if constexpr (O == FusedOut::Amax) {
     am_all = warp_max(am_all, 32);
     if (lane == 0 && am_all > 0.0f) atomicMax(amax, __float_as_uint(am_all));
@@ -183,19 +208,30 @@ __global__ void sum_into_kernel(const float* x, int64_t n, double* out) {
   *out = s;
 }
 
-bool aligned(const void* q, int a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }
+__host__ __device__ __forceinline__ bool aligned(const void* q, int a) {
+  return reinterpret_cast<uintptr_t>(q) % a == 0;
+}
 
-template <FusedOut O, ScaleRounding R>
-void launch_fused(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
-                  const AdamWChoice& ch, void* codes, uint8_t* scales, unsigned* amax, int unroll, cudaStream_t st) {
-  // The vectorized kernel takes the longest prefix of whole float4s (MXFP8:
-  // whole 32-element blocks) when every pointer allows 16-byte loads and the
-  // codes their vector stores; the general kernel does the rest.
+// The part of a range of n elements the vectorized code takes: the longest
+// prefix of whole float4s (MXFP8: whole 32-element blocks) when every pointer
+// allows 16-byte loads and the codes their vector stores, else none; the
+// general code does the rest. Host (launch_fused) and device (the ranged
+// kernel) split a range alike.
+template <FusedOut O>
+__host__ __device__ __forceinline__ int64_t vec_prefix(const float* p, const float* m, const float* v, const float* g,
+                                                       const void* codes, int64_t n) {
   const int64_t quantum = O == FusedOut::Mxfp8 ? 32 : 4;
   const int code_align = O == FusedOut::Bf16 ? 8 : (O == FusedOut::Mxfp8 ? 4 : 1);
   const bool vec = aligned(p, 16) && aligned(m, 16) && aligned(v, 16) && aligned(g, 16) &&
                    (O == FusedOut::Amax || aligned(codes, code_align));
-  const int64_t nv = vec ? n / quantum * quantum : 0;
+  return vec ? n / quantum * quantum : 0;
+}
+
+template <FusedOut O, ScaleRounding R>
+void launch_fused(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
+                  const AdamWChoice& ch, void* codes, uint8_t* scales, unsigned* amax, int unroll, cudaStream_t st) {
+  // The vectorized kernel on the vector prefix, the general kernel on the rest.
+  const int64_t nv = vec_prefix<O>(p, m, v, g, codes, n);
   if (nv > 0) {
     const int64_t n4 = nv / 4;
     auto go = [&]<int U>() {
@@ -225,6 +261,128 @@ void launch_fused(float* p, float* m, float* v, const float* g, int64_t n, const
     adamw_fused_any<O, R><<<blocks, kThreads, 0, st>>>(p + nv, m + nv, v + nv, g + nv, rest, ctl, ch, c, sc, amax);
     MXDP_CUDA_CHECK_LAUNCH();
   }
+}
+
+// ---- fused AdamW + stage over the ranges of a shard, one launch -----------------
+// Each CTA takes one tile of kRangeTile elements of one range: its warps'
+// fused_vec_warp chunks over the range's vector prefix, fused_any_group over
+// the rest, both with the range's own pointers, so every element and MXFP8
+// block gets what launch_fused of that range alone gives it. The table
+// (AdamWRanges made by these ops) says where each range's tiles start; a CTA
+// finds its range by binary search over it.
+
+// A range as the ranged kernel reads it (no empty ones: each holds >= 1 tile).
+struct RangeTiles {
+  int64_t begin = 0, len = 0;
+  int64_t first_tile = 0;  // CTAs first_tile .. first_tile + ceil(len / kRangeTile) - 1 are its
+  int32_t choice = 0;
+};
+constexpr int kRangeUnroll = detail::kFusedUnroll;
+constexpr int64_t kRangeTile = int64_t(kThreads) * 4 * kRangeUnroll;  // 8 warps x 32 * U float4s
+
+// The step's AdamW choices, passed by value to the kernel.
+struct RangeChoices {
+  AdamWChoice c[kMaxAdamWChoices];
+};
+// Choice k, picked without a run-time index into parameter space (adamw_pick's note).
+__device__ __forceinline__ AdamWChoice choice_at(const RangeChoices& ch, int k) {
+  AdamWChoice c = ch.c[0];
+#pragma unroll
+  for (int i = 1; i < kMaxAdamWChoices; ++i)
+    if (i == k) c = ch.c[i];
+  return c;
+}
+
+// The range CTA `tile` works on: the last row whose first tile is <= tile.
+__device__ __forceinline__ RangeTiles range_of(const RangeTiles* __restrict__ t, int count, int64_t tile) {
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo + 1) / 2;
+    if (t[mid].first_tile <= tile)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return t[lo];
+}
+
+template <FusedOut O, ScaleRounding R>
+__global__ void __launch_bounds__(kThreads)
+    adamw_fused_ranges(float* __restrict__ p, float* __restrict__ m, float* __restrict__ v,
+                       const float* __restrict__ g, const RangeTiles* __restrict__ ranges, int count,
+                       const StepControl* __restrict__ ctl, RangeChoices ch, void* __restrict__ codes,
+                       uint8_t* __restrict__ scales) {
+  static_assert(O != FusedOut::Amax, "the ranged pass quantizes: formats without a tensor amax");
+  constexpr int U = kRangeUnroll;
+  const RangeTiles rg = range_of(ranges, count, blockIdx.x);
+  const bool update = !ctl->skip;
+  const float gs = ctl->grad_scale;
+  const AdamWScalars s = adamw_pick(choice_at(ch, rg.choice), ctl->updates);
+  // The range's own arrays: what adamw_quantize of the range alone would get.
+  float* rp = p + rg.begin;
+  float* rm = m + rg.begin;
+  float* rv = v + rg.begin;
+  const float* rgrad = g + rg.begin;
+  const auto codes_at = [&](int64_t i) -> void* {
+    if constexpr (O == FusedOut::Bf16)
+      return static_cast<uint16_t*>(codes) + rg.begin + i;
+    else
+      return static_cast<uint8_t*>(codes) + rg.begin + i;
+  };
+  const auto scales_at = [&](int64_t i) -> uint8_t* {
+    if constexpr (O == FusedOut::Mxfp8)
+      return scales + (rg.begin + i) / kMxfp8Block;  // begin and i: whole blocks
+    else
+      return nullptr;
+  };
+  // This CTA's tile [lo, hi) of the range, split as launch_fused splits the range.
+  const int64_t lo = (int64_t(blockIdx.x) - rg.first_tile) * kRangeTile;
+  const int64_t hi = lo + kRangeTile < rg.len ? lo + kRangeTile : rg.len;
+  const int64_t nv = vec_prefix<O>(rp, rm, rv, rgrad, codes_at(0), rg.len);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  float unused = 0.0f;
+  if (lo < nv)  // the tile's float4s below nv / 4: warp w's chunk starts at lo / 4 + w * 32 * U
+    fused_vec_warp<O, R, U>(reinterpret_cast<float4*>(rp), reinterpret_cast<float4*>(rm),
+                            reinterpret_cast<float4*>(rv), reinterpret_cast<const float4*>(rgrad), nv / 4,
+                            lo / 4 + warp * (32 * U) + lane, update, gs, s, codes_at(0), scales_at(0), unused);
+  const int64_t at = lo > nv ? lo : nv;  // a multiple of 32: groups are the range's MXFP8 blocks
+  for (int64_t b = warp; at + b * 32 < hi; b += kThreads / 32)
+    fused_any_group<O, R>(rp + at, rm + at, rv + at, rgrad + at, hi - at, b, update, gs, s, codes_at(at),
+                          scales_at(at), unused);
+}
+
+// What CudaOps::adamw_ranges makes: the list, and its tiles in device memory.
+class CudaRanges final : public AdamWRanges {
+ public:
+  CudaRanges(EngineOps& ops, WeightFormat f, std::vector<AdamWRange> list) : AdamWRanges(f, std::move(list)) {
+    std::vector<RangeTiles> rows;
+    for (const AdamWRange& a : this->list()) {
+      if (a.len == 0) continue;  // no work, and no CTA
+      rows.push_back({a.begin, a.len, tiles_, a.choice});
+      tiles_ += (a.len + kRangeTile - 1) / kRangeTile;
+    }
+    MXDP_CHECK(tiles_ <= INT_MAX, "adamw_ranges: too many elements for one launch (", tiles_, " tiles of ",
+               kRangeTile, ")");
+    count_ = int(rows.size());
+    dev_ = DeviceArray<RangeTiles>(ops, rows.size());
+    ops.copy_from_host(dev_.data(), rows.data(), dev_.bytes());
+  }
+  const RangeTiles* dev() const { return dev_.data(); }
+  int count() const { return count_; }
+  int64_t tiles() const { return tiles_; }
+
+ private:
+  DeviceArray<RangeTiles> dev_;
+  int count_ = 0;
+  int64_t tiles_ = 0;
+};
+
+template <FusedOut O, ScaleRounding R>
+void launch_fused_ranges(float* p, float* m, float* v, const float* g, const CudaRanges& t, const StepControl* ctl,
+                         const RangeChoices& ch, uint8_t* codes, uint8_t* scales, cudaStream_t st) {
+  adamw_fused_ranges<O, R><<<unsigned(t.tiles()), kThreads, 0, st>>>(p, m, v, g, t.dev(), t.count(), ctl, ch, codes,
+                                                                      scales);
+  MXDP_CUDA_CHECK_LAUNCH();
 }
 
 // Dequantize straight into bf16 compute weights: bf16_rne(fp32 dequantized
@@ -505,6 +663,36 @@ class CudaOps final : public EngineOps {
       return;
     }
     detail::adamw_quantize(f, r, p, m, v, g, n, ctl, a, codes, scales, stream_);
+  }
+  void adamw_quantize_ranges(ScaleRounding r, float* p, float* m, float* v, const float* g, const StepControl* ctl,
+                             std::span<const AdamWChoice> choices, const AdamWRanges& ranges, uint8_t* codes,
+                             uint8_t* scales) override {
+    ranges.check_choices(choices);
+    const auto* t = dynamic_cast<const CudaRanges*>(&ranges);
+    MXDP_CHECK(t, "adamw_quantize_ranges: these ranges were not made by CUDA ops' adamw_ranges, so they have no "
+                  "table in device memory");
+    if (t->tiles() == 0) return;
+    const WeightFormat f = ranges.format();
+    MXDP_CHECK(p && m && v && g && ctl && codes && (f == WeightFormat::Bf16 || scales),
+               "adamw_quantize_ranges: null pointer");
+    RangeChoices ch;
+    std::copy(choices.begin(), choices.end(), ch.c);
+    switch (f) {
+      case WeightFormat::Bf16:
+        launch_fused_ranges<FusedOut::Bf16, ScaleRounding::RCeil>(p, m, v, g, *t, ctl, ch, codes, nullptr, stream_);
+        break;
+      case WeightFormat::Mxfp8:
+        if (r == ScaleRounding::RCeil)
+          launch_fused_ranges<FusedOut::Mxfp8, ScaleRounding::RCeil>(p, m, v, g, *t, ctl, ch, codes, scales, stream_);
+        else
+          launch_fused_ranges<FusedOut::Mxfp8, ScaleRounding::Floor>(p, m, v, g, *t, ctl, ch, codes, scales, stream_);
+        break;
+      default:  // AdamWRanges refuses tensor-amax and slab formats; a new row-block format needs its FusedOut here
+        MXDP_FAIL("adamw_quantize_ranges: no fused CUDA pass for ", to_string(f));
+    }
+  }
+  std::unique_ptr<AdamWRanges> adamw_ranges(WeightFormat f, std::vector<AdamWRange> list) override {
+    return std::make_unique<CudaRanges>(*this, f, std::move(list));
   }
   void fp8b128_transpose(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, uint8_t* codes_t,
                          float* scales_t) override {

@@ -1,0 +1,41 @@
+// What every EngineOps implementation shares: the checked range list of
+// adamw_quantize_ranges (engine_ops.h).
+#include "engine/engine_ops.h"
+
+#include <algorithm>
+
+#include "formats/format.h"
+#include "util/check.h"
+
+namespace mxdp {
+
+AdamWRanges::AdamWRanges(WeightFormat f, std::vector<AdamWRange> list) : format_(f), list_(std::move(list)) {
+  const FormatTraits& ft = format_traits(f);
+  // A tensor amax spans ranges (two passes) and a 128-row tile spans a range's
+  // rows (the range needs its cols): neither is one pass over flat ranges.
+  MXDP_CHECK(!ft.tensor_amax, "adamw_ranges: ", ft.name,
+             " needs the tensor amax first (adamw_amax, then quantize), not one fused pass over ranges");
+  MXDP_CHECK(ft.block_rows == 1, "adamw_ranges: ", ft.name, " quantizes ", ft.block_rows,
+             "-row tiles of a matrix; use adamw_quantize with its cols");
+  int64_t end = 0;  // of the previous range
+  for (size_t i = 0; i < list_.size(); ++i) {
+    const AdamWRange& r = list_[i];
+    MXDP_CHECK(r.len >= 0, "adamw_ranges: range ", i, " has a negative length (", r.len, ")");
+    MXDP_CHECK(r.begin >= end, "adamw_ranges: range ", i, " begins at ", r.begin,
+               ", before the end of the range ahead of it (", end, "): ranges must be in order and disjoint");
+    MXDP_CHECK(r.begin % ft.block == 0, "adamw_ranges: range ", i, " begins at ", r.begin, ", inside a ", ft.name,
+               " block of ", ft.block, " elements");
+    MXDP_CHECK(r.choice >= 0 && r.choice < kMaxAdamWChoices, "adamw_ranges: range ", i, " picks AdamW choice ",
+               r.choice, "; there are at most ", kMaxAdamWChoices);
+    end = r.begin + r.len;
+    choices_needed_ = std::max(choices_needed_, r.choice + 1);
+  }
+}
+
+void AdamWRanges::check_choices(std::span<const AdamWChoice> choices) const {
+  MXDP_CHECK(int64_t(choices.size()) >= choices_needed_ && int64_t(choices.size()) <= kMaxAdamWChoices,
+             "adamw_quantize_ranges: the ranges pick among ", choices_needed_, " AdamW choices, got ", choices.size(),
+             " (at most ", kMaxAdamWChoices, ")");
+}
+
+}  // namespace mxdp
