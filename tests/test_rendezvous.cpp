@@ -242,6 +242,29 @@ TEST(Rendezvous, RankSkippingACollectiveIsNamed) {
   }
 }
 
+// The same with data in flight: ranks 0 and 2 all-gather 4 MB each, which
+// rank 0 never reads once rank 1's barrier stops it. A rank 0 that closed its
+// sockets with rank 2's bytes unread would reset the connection (TCP sends RST,
+// not FIN), and rank 2 would see "connection reset" instead of the reason; so
+// rank 0 lets its peers finish and read the reason before it closes.
+TEST(Rendezvous, RankSkippingACollectiveIsNamedWithDataInFlight) {
+  const int port = free_port();
+  constexpr size_t kBytes = size_t(4) << 20;
+  auto body = [&](int rank) -> std::string {
+    Rendezvous rv(opts(port, rank, 3, 5));
+    std::vector<char> v(3 * kBytes, char(rank));
+    if (rank == 1)
+      rv.barrier();
+    else
+      rv.all_gather(v.data(), kBytes);
+    return "no error";
+  };
+  for (const Outcome& o : run_ranks({0, 1, 2}, body)) {
+    EXPECT_FALSE(o.ok);
+    EXPECT_TRUE(contains(o.msg, "rank 1 called host collective barrier #0")) << "rank " << o.rank << ": " << o.msg;
+  }
+}
+
 TEST(Rendezvous, RankThatExitsIsNamed) {
   const int port = free_port();
   auto body = [&](int rank) -> std::string {

@@ -31,6 +31,8 @@ constexpr uint64_t kVersion = 1;
 // A rank other than 0 waits this much longer than the deadline for rank 0's
 // answer, so that rank 0's report (which rank is missing) reaches it first.
 constexpr double kGrace_s = 5.0;
+// How long rank 0, failing, waits for its peers to read why and close.
+constexpr double kDrain_s = 2.0;
 enum Kind : uint32_t { kHello = 1, kWelcome, kBroadcast, kAllGather, kBarrier };
 
 const char* kind_name(uint32_t k) {
@@ -94,6 +96,39 @@ Io transfer(int fd, void* p, size_t n, bool send, Clock::time_point deadline, in
     }
   }
   return Io::Ok;
+}
+
+// Stops sending on each socket (what was sent still arrives, then the end of
+// the stream) and reads and drops what the peers still send, until each has
+// closed its end or the deadline passes. Closing a socket with bytes unread
+// makes TCP reset the connection, and a reset can throw away what the peer had
+// not read yet: the reason rank 0 just sent it.
+void drain_until_closed(const std::vector<int>& fds, Clock::time_point deadline) {
+  std::vector<pollfd> open;
+  for (int fd : fds)
+    if (fd >= 0) {
+      ::shutdown(fd, SHUT_WR);
+      open.push_back({fd, POLLIN, 0});
+    }
+  static thread_local char sink[1 << 16];
+  while (!open.empty() && Clock::now() < deadline) {
+    if (::poll(open.data(), open.size(), ms_left(deadline)) < 0 && errno != EINTR) return;
+    for (size_t i = 0; i < open.size();) {
+      bool closed = false;
+      if (open[i].revents != 0) {
+        for (;;) {
+          const ssize_t r = ::recv(open[i].fd, sink, sizeof sink, 0);
+          if (r > 0 || (r < 0 && errno == EINTR)) continue;
+          closed = !(r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));  // end of stream, or an error
+          break;
+        }
+      }
+      if (closed)
+        open.erase(open.begin() + std::ptrdiff_t(i));
+      else
+        ++i;
+    }
+  }
 }
 
 }  // namespace
@@ -169,6 +204,8 @@ void Rendezvous::server_fail(const std::string& why) {
     if (transfer(peers_[r], &f, sizeof f, true, d, &err) == Io::Ok)
       transfer(peers_[r], const_cast<char*>(msg.data()), msg.size(), true, d, &err);
   }
+  // The peers read the reason and close; only then do ours close (~Rendezvous).
+  drain_until_closed({peers_.begin() + 1, peers_.end()}, deadline_in(kDrain_s));
   throw Error(msg);
 }
 
