@@ -5,17 +5,9 @@ groups summed from their opcodes, kernels kept apart. Run by ctest."""
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "py"))
+from checks import check, finish  # noqa: E402  (also puts scripts/ on the path)
 from sass_stats import kernels, row  # noqa: E402
-
-failures = 0
-
-
-def check(what, got, want):
-    global failures
-    if got != want:
-        failures += 1
-        print(f"FAIL {what}: got {got!r}, want {want!r}")
 
 
 SASS = """
@@ -63,6 +55,4 @@ check("two: global", two["ldg/stg"], 1)
 check("two: RET is control", two["control"], 1)
 check("no kernel in text without one", kernels("arch = sm_90\n"), [])
 
-if failures:
-    sys.exit(f"{failures} check(s) failed")
-print("sass_stats parser: all checks pass")
+finish("sass_stats parser")

@@ -7,17 +7,9 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "py"))
+from checks import SCRIPTS, check, finish  # noqa: E402  (also puts scripts/ on the path)
 from step_timeline import idle_gaps, load  # noqa: E402
-
-failures = 0
-
-
-def check(what, got, want):
-    global failures
-    if got != want:
-        failures += 1
-        print(f"FAIL {what}: got {got!r}, want {want!r}")
 
 
 # A [0, 1000) holds B [100, 500) inside it; C starts 2000 ns after A ends: the gap
@@ -40,12 +32,9 @@ with tempfile.TemporaryDirectory() as d:
         f.write('start_ns,end_ns,name\n300,400,"k2(int, float)"\n0,100,"k1"\n')
     check("load", load(path), [(0, 100, "k1"), (300, 400, "k2(int, float)")])
     # The whole script on it: the report names the one gap of 0.2 us between k1 and k2.
-    out = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts",
-                                                       "step_timeline.py"), "--csv", path],
+    out = subprocess.run([sys.executable, os.path.join(SCRIPTS, "step_timeline.py"), "--csv", path],
                          capture_output=True, text=True)
     check("exit code", out.returncode, 0)
     check("report line", "| 0.2 | `k1` | `k2` |" in out.stdout, True)
 
-if failures:
-    sys.exit(f"{failures} check(s) failed")
-print("step_timeline: all checks passed")
+finish("step_timeline")
