@@ -415,6 +415,8 @@ template <class I, class C>
 void LmCuda<I, C>::backward(ModelHooks& hooks) {
   MXDP_CHECK(state_ == State::kLoss, "backward needs a forward with targets since the last backward");
   state_ = State::kBackwardDone;
+  MXDP_CHECK(int(stage_grads_.size()) == num_layers(), "the GPU ", name_, " lists the gradients of ",
+             stage_grads_.size(), " stages, not ", num_layers());
   for (int s = cfg_.n_layer + 1; s >= 0; --s) {
     std::vector<float*> g;
     for (int p : stage_grads_[size_t(s)]) g.push_back(p >= 0 ? hooks.grad(p) : nullptr);
