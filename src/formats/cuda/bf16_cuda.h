@@ -1,6 +1,6 @@
 // fp32 <-> bf16 conversion on the device, with the one codec (formats/codec.h:
 // codec::bf16_from_f32 rounds to nearest even, codec::bf16_to_f32 is exact).
-// Used by the engine (grad/weight staging) and the GPT-2 model (weights).
+// Used by the engine (grad/weight staging) and the GPU language models (weights: models/cuda/lm_cuda.h).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,7 +1,10 @@
-// The Llama family on the GPU (one file of over 500 lines: the forward and
-// backward of a block share the activation arena laid out below). The same
-// model as llama.h (architecture, parameter list, init: llama_param_specs,
-// llama_init_param, llama_inv_freq), in bf16 with fp32 accumulation.
+// The Llama family on the GPU: its own parts (parameter indices, the
+// activation arena laid out below with RoPE's tables, the forward and
+// backward of each stage) on LmCuda (models/cuda/lm_cuda.h), which holds what
+// every GPU language model does the same way (weights, batch upload, the
+// hooks, graph segments, loss). The same model as llama.h (architecture,
+// parameter list, init: llama_param_specs, llama_init_param, llama_inv_freq),
+// in bf16 with fp32 accumulation.
 //
 // Forward of block l (resid[l] is the residual stream entering it):
 //   hn1  = RMSNorm(resid[l])          (fused into the previous block's last residual add)
@@ -20,18 +23,12 @@
 // that layer's gradients are in.
 #include "models/llama/cuda/llama_cuda.h"
 
-#include <algorithm>
-#include <array>
 #include <cmath>
-#include <span>
+#include <cstdint>
 #include <vector>
 
-#include "formats/codec.h"
-#include "formats/cuda/bf16_cuda.h"
-#include "models/cuda/attention.h"
-#include "models/cuda/gemm.h"
-#include "models/cuda/stream_graphs.h"
-#include "models/gpt2/cuda/gpt_kernels.h"  // classifier, mean_loss, bias_backward
+#include "models/cuda/lm_cuda.h"
+#include "models/gpt2/cuda/gpt_kernels.h"  // bias_backward, colsum_scratch_floats
 #include "models/llama/cuda/llama_kernels.h"
 #include "util/check.h"
 #include "util/cuda_check.h"
@@ -40,42 +37,11 @@ namespace mxdp::cuda {
 
 namespace {
 
-// Device memory owned by the model.
-template <class T>
-class Buf {
- public:
-  Buf() = default;
-  ~Buf() { reset(); }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-  void resize(int64_t n) {
-    reset();
-    if (n > 0) MXDP_CUDA_CHECK(cudaMalloc(&p_, size_t(n) * sizeof(T)));
-  }
-  void reset() {
-    if (p_) cudaFree(p_);
-    p_ = nullptr;
-  }
-  T* get() const { return p_; }
-
- private:
-  T* p_ = nullptr;
-};
-
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
-class LlamaCuda final : public LlamaModel {
+class LlamaCuda final : public LmCuda<LlamaModel, LlamaConfig> {
  public:
   LlamaCuda(const LlamaConfig& cfg, cudaStream_t stream, const LlamaCudaOptions& opts)
-      : cfg_(cfg), specs_(llama_param_specs(cfg)), inv_freq_(llama_inv_freq(cfg)), s_(stream), gemm_(stream),
-        att_(stream), graphs_(stream, opts.cuda_graphs) {
-    validate(cfg_);
-    for (const auto& p : specs_) {
-      offsets_.push_back(total_);
-      total_ += round_up(p.numel(), 128);  // every param 256-byte aligned
-    }
-    weights_.resize(total_);
-    MXDP_CUDA_CHECK(cudaMemsetAsync(weights_.get(), 0, size_t(total_) * 2, s_));
+      : LmCuda(validated(cfg), llama_param_specs(cfg), cfg.vocab, "Llama", stream, opts.cuda_graphs),
+        inv_freq_(llama_inv_freq(cfg)) {
     int i = 1;
     for (int l = 0; l < cfg_.n_layer; ++l) {
       BlockParams b{};
@@ -91,237 +57,82 @@ class LlamaCuda final : public LlamaModel {
     norm_ = i++;
     head_ = cfg_.tie_embeddings ? embed_ : i++;
     MXDP_CHECK(i == int(specs_.size()), "GPU Llama: ", i, " param indices for ", specs_.size(), " params");
-    MXDP_CUDA_CHECK(cudaMallocHost(&loss_host_, sizeof(float)));
-    for (Staging& st : staging_) MXDP_CUDA_CHECK(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming));
-    loss_mean_.resize(1);
+    stage_grads_.push_back({embed_});
+    for (const BlockParams& p : blocks_)
+      stage_grads_.push_back({p.attn_norm, p.qkvw, p.qkvb, p.ow, p.mlp_norm, p.gate_up, p.down});
+    stage_grads_.push_back({head_, norm_});
   }
-  ~LlamaCuda() override {
-    cudaStreamSynchronize(s_);
-    for (Staging& st : staging_) {
-      cudaEventDestroy(st.done);
-      if (st.host) cudaFreeHost(st.host);
-    }
-    cudaFreeHost(loss_host_);
-  }
-
-  const LlamaConfig& config() const override { return cfg_; }
-  const std::vector<ParamSpec>& params() const override { return specs_; }
-  int num_layers() const override { return cfg_.n_layer + 2; }
-  float* weights(int) override { MXDP_FAIL("the GPU Llama keeps bf16 compute weights: use compute_weights()"); }
-  ComputeDType compute_dtype() const override { return ComputeDType::BF16; }
-  void* compute_weights(int p) override { return w(check_param(p)); }
-
-  void init_weights(uint64_t seed) override {
-    std::vector<float> host(size_t(total_), 0.f);
-    for (size_t p = 0; p < specs_.size(); ++p) llama_init_param(cfg_, specs_, seed, int(p), host.data() + offsets_[p]);
-    init_.resize(total_);
-    MXDP_CUDA_CHECK(cudaMemcpyAsync(init_.get(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice, s_));
-    f32_to_bf16(init_.get(), weights_.get(), total_, s_);
-    MXDP_CUDA_CHECK(cudaStreamSynchronize(s_));  // `host` goes away
-  }
-  const float* initial_weights(int p) override {
-    MXDP_CHECK(init_.get(), "initial_weights(", p, ") needs init_weights() first (or they were released)");
-    return init_.get() + offsets_[check_param(p)];
-  }
-  void release_initial_weights() override {
-    MXDP_CUDA_CHECK(cudaStreamSynchronize(s_));
-    init_.reset();
-    init_released_ = true;
-  }
-  // As the GPU GPT's: until the engine took the initial values, set_weights
-  // sets them too (--init-from starts the masters from the file's fp32 values).
-  void set_weights(int p, const float* host) override {
-    const int64_t n = specs_[check_param(p)].numel();
-    if (!init_.get() && !init_released_) {
-      init_.resize(total_);
-      MXDP_CUDA_CHECK(cudaMemsetAsync(init_.get(), 0, size_t(total_) * sizeof(float), s_));
-    }
-    Buf<float> tmp;
-    float* dst = init_.get() ? init_.get() + offsets_[p] : (tmp.resize(n), tmp.get());
-    MXDP_CUDA_CHECK(cudaMemcpyAsync(dst, host, size_t(n) * sizeof(float), cudaMemcpyHostToDevice, s_));
-    f32_to_bf16(dst, w(p), n, s_);
-    MXDP_CUDA_CHECK(cudaStreamSynchronize(s_));
-  }
-
-  void forward_into(const Batch& batch, ModelHooks& hooks, float* loss) override {
-    state_ = State::kNone;
-    MXDP_CHECK(batch.targets != nullptr, "forward needs targets (use forward_logits for inference)");
-    upload_batch(batch.inputs, batch.targets, batch.B, batch.T);
-    run_forward(hooks);
-    const int M = B_ * T_;
-    segment(kLossSegment, {&loss, 1}, [&] {
-      classifier(act_.logits, act_.losses, act_.targets, M, cfg_.vocab, cfg_.vocab, 1.f / float(M),
-                 /*write_grad=*/true, s_);
-      mean_loss(act_.losses, M, loss, s_);
-    });
-    state_ = State::kLoss;
-  }
-  float forward(const Batch& batch, ModelHooks& hooks) override {
-    forward_into(batch, hooks, loss_mean_.get());
-    MXDP_CUDA_CHECK(cudaMemcpyAsync(loss_host_, loss_mean_.get(), sizeof(float), cudaMemcpyDeviceToHost, s_));
-    MXDP_CUDA_CHECK(cudaStreamSynchronize(s_));
-    return *loss_host_;
-  }
-
-  void forward_logits(const int32_t* tokens, int B, int T, ModelHooks& hooks) override {
-    state_ = State::kNone;
-    // As the GPU GPT: T padded up to a multiple of 64 with token 0. Causal
-    // attention keeps positions < T blind to the padding; a sampler growing T
-    // needs one attention graph per 64 lengths.
-    MXDP_CHECK(B >= 1 && T >= 1 && T <= cfg_.max_seq, "forward_logits: B must be >= 1 and T in [1, max_seq=",
-               cfg_.max_seq, "], got B=", B, " T=", T);
-    const int Tp = int(std::min<int64_t>(round_up(T, 64), cfg_.max_seq));
-    std::vector<int32_t> padded(size_t(B) * Tp, 0);
-    for (int b = 0; b < B; ++b)
-      std::copy(tokens + int64_t(b) * T, tokens + int64_t(b + 1) * T, padded.begin() + int64_t(b) * Tp);
-    upload_batch(padded.data(), nullptr, B, Tp);
-    run_forward(hooks);
-    real_T_ = T;
-    state_ = State::kLogits;
-  }
-
-  std::vector<float> logits_last(int b) const override {
-    MXDP_CHECK(state_ == State::kLogits, "logits_last() needs forward_logits() first (forward with targets turns "
-               "the GPU model's logits into their gradient in place)");
-    MXDP_CHECK(b >= 0 && b < B_, "logits_last(", b, ") outside B=", B_);
-    std::vector<uint16_t> row(size_t(cfg_.vocab));
-    const uint16_t* src = act_.logits + (int64_t(b) * T_ + real_T_ - 1) * cfg_.vocab;
-    MXDP_CUDA_CHECK(cudaMemcpyAsync(row.data(), src, row.size() * 2, cudaMemcpyDeviceToHost, s_));
-    MXDP_CUDA_CHECK(cudaStreamSynchronize(s_));
-    std::vector<float> out(row.size());
-    for (size_t i = 0; i < row.size(); ++i) out[i] = codec::bf16_to_f32(row[i]);
-    return out;
-  }
-
-  void backward(ModelHooks& hooks) override;
-
-  const StreamGraphs& graphs() const { return graphs_; }
 
  private:
   struct BlockParams {
     int attn_norm, qkvw, qkvb, ow, mlp_norm, gate_up, down;  // qkvb -1 without biases
   };
-  static constexpr int kBlockParams = 7;
-  enum class State { kNone, kLogits, kLoss, kBackwardDone };
 
-  // Activations for one (B, T), carved out of one allocation (with RoPE's
-  // tables, so that the graphs' key, which names the arena, covers them).
+  // Activations for one (B, T), carved out of one allocation (with io_: the
+  // batch, the logits and the losses; and with RoPE's tables, so that the
+  // graphs' key, which names the arena, covers them).
   struct Activations {
-    uint16_t *resid, *resid_mid, *hn1, *hn2, *qkv, *atty, *gu, *hnf, *logits;
+    uint16_t *resid, *resid_mid, *hn1, *hn2, *qkv, *atty, *gu, *hnf;
     uint16_t *act, *tmp, *dresid, *dln, *datty, *dqkv, *dact, *dgu;
-    float *rstd1, *rstd2, *rstdf, *stats, *losses, *rms_scratch, *bias_scratch, *cos, *sin;
-    int32_t *tokens, *targets, *order, *seg_start, *seg_token;
+    float *rstd1, *rstd2, *rstdf, *stats, *rms_scratch, *bias_scratch, *cos, *sin;
   };
 
-  int check_param(int p) const {
-    MXDP_CHECK(p >= 0 && p < int(specs_.size()), "param index ", p, " out of range [0, ", specs_.size(), ")");
-    return p;
+  static const LlamaConfig& validated(const LlamaConfig& cfg) {
+    validate(cfg);
+    return cfg;
   }
-  uint16_t* w(int p) const { return weights_.get() + offsets_[p]; }
-  const uint16_t* bias(int p) const { return p >= 0 ? w(p) : nullptr; }
+  uint16_t* bias(int p) const { return p >= 0 ? w(p) : nullptr; }
 
-  void ensure_activations(int B, int T);
-  void upload_batch(const int32_t* tokens, const int32_t* targets, int B, int T);
-  void run_forward(ModelHooks& hooks);
-  void forward_stage(int s);
+  void init_param(uint64_t seed, int p, float* out) const override { llama_init_param(cfg_, specs_, seed, p, out); }
+  void carve(ArenaSlicer& take, int B, int T) override;
+  void activations_ready(int B, int T) override;
+  void forward_stage(int s) override;
+  void backward_stage(int s, float* const* g) override;
   void block_forward(int l);
   void backward_head(float* dhead, float* dnorm);
   void backward_block(int l, float* const* g);
 
-  // Graph segments as the GPU GPT's (stream_graphs.h): forward stage s, the
-  // loss, backward stage s; keyed by the shape, the arena, the attention
-  // workspace and the gradient pointers the hooks handed out.
-  static constexpr int kLossSegment = 0;
-  int forward_segment(int s) const { return 1 + s; }
-  int backward_segment(int s) const { return 1 + num_layers() + s; }
-  void segment(int id, std::span<float* const> pointers, const std::function<void()>& work);
-
-  LlamaConfig cfg_;
-  std::vector<ParamSpec> specs_;
   std::vector<float> inv_freq_;
-  cudaStream_t s_;
-  Gemm gemm_;
-  Attention att_;
-  StreamGraphs graphs_;
-  std::vector<int64_t> offsets_;
-  int64_t total_ = 0;
-  Buf<uint16_t> weights_;
-  Buf<float> init_;
-  bool init_released_ = false;
   std::vector<BlockParams> blocks_;
   int embed_ = 0, norm_ = 0, head_ = 0;
-
-  int B_ = 0, T_ = 0, real_T_ = 0;
-  Buf<uint8_t> arena_;
   Activations act_{};
-  int n_seg_ = 0;
-  // Pinned host copies of tokens, targets and the embedding's segments, used
-  // in turn (as the GPU GPT's): an upload waits only for the one kStagingSlots back.
-  struct Staging {
-    int32_t* host = nullptr;
-    int64_t n = 0;
-    cudaEvent_t done = nullptr;
-    bool pending = false;
-  };
-  static constexpr int kStagingSlots = 4;
-  std::array<Staging, kStagingSlots> staging_{};
-  int next_staging_ = 0;
-  Buf<float> loss_mean_;
-  float* loss_host_ = nullptr;
-  State state_ = State::kNone;
 };
 
-void LlamaCuda::ensure_activations(int B, int T) {
-  if (B == B_ && T == T_) return;
-  MXDP_CUDA_CHECK(cudaStreamSynchronize(s_));
+void LlamaCuda::carve(ArenaSlicer& take, int B, int T) {
   const int64_t BT = int64_t(B) * T, C = cfg_.d_model, L = cfg_.n_layer, NH = cfg_.n_head, V = cfg_.vocab;
   const int64_t S = cfg_.qkv_dim(), Q = cfg_.q_dim(), F = cfg_.d_ff, half = cfg_.head_dim / 2;
-  uint8_t* base = nullptr;
-  int64_t at = 0;
-  auto take = [&](auto*& ptr, int64_t n) {
-    using T0 = std::remove_reference_t<decltype(*ptr)>;
-    ptr = reinterpret_cast<T0*>(base ? base + at : nullptr);
-    at = round_up(at + n * int64_t(sizeof(T0)), 256);
-  };
-  for (int pass = 0; pass < 2; ++pass) {
-    at = 0;
-    Activations& a = act_;
-    take(a.resid, (L + 1) * BT * C);
-    take(a.resid_mid, L * BT * C);
-    take(a.hn1, L * BT * C);
-    take(a.hn2, L * BT * C);
-    take(a.qkv, L * BT * S);
-    take(a.atty, L * BT * Q);
-    take(a.gu, L * BT * 2 * F);
-    take(a.act, L * BT * F);
-    take(a.hnf, BT * C);
-    take(a.logits, BT * V);
-    take(a.tmp, BT * C);
-    take(a.dresid, BT * C);
-    take(a.dln, BT * C);
-    take(a.datty, BT * Q);
-    take(a.dqkv, BT * S);
-    take(a.dact, BT * F);
-    take(a.dgu, BT * 2 * F);
-    take(a.rstd1, L * BT);
-    take(a.rstd2, L * BT);
-    take(a.rstdf, BT);
-    take(a.stats, L * B * NH * T);
-    take(a.losses, BT);
-    take(a.rms_scratch, llama::rmsnorm_scratch_floats(BT, C));
-    take(a.bias_scratch, cfg_.qkv_bias ? colsum_scratch_floats(BT, S) : 0);
-    take(a.cos, T * half);
-    take(a.sin, T * half);
-    take(a.tokens, BT);
-    take(a.targets, BT);
-    take(a.order, BT);
-    take(a.seg_start, BT + 1);
-    take(a.seg_token, BT);
-    if (pass == 0) {
-      arena_.resize(at);
-      base = arena_.get();
-    }
-  }
+  Activations& a = act_;
+  take(a.resid, (L + 1) * BT * C);
+  take(a.resid_mid, L * BT * C);
+  take(a.hn1, L * BT * C);
+  take(a.hn2, L * BT * C);
+  take(a.qkv, L * BT * S);
+  take(a.atty, L * BT * Q);
+  take(a.gu, L * BT * 2 * F);
+  take(a.act, L * BT * F);
+  take(a.hnf, BT * C);
+  take(io_.logits, BT * V);
+  take(a.tmp, BT * C);
+  take(a.dresid, BT * C);
+  take(a.dln, BT * C);
+  take(a.datty, BT * Q);
+  take(a.dqkv, BT * S);
+  take(a.dact, BT * F);
+  take(a.dgu, BT * 2 * F);
+  take(a.rstd1, L * BT);
+  take(a.rstd2, L * BT);
+  take(a.rstdf, BT);
+  take(a.stats, L * B * NH * T);
+  take(io_.losses, BT);
+  take(a.rms_scratch, llama::rmsnorm_scratch_floats(BT, C));
+  take(a.bias_scratch, cfg_.qkv_bias ? colsum_scratch_floats(BT, S) : 0);
+  take(a.cos, T * half);
+  take(a.sin, T * half);
+  take_batch(take, BT);
+}
+
+void LlamaCuda::activations_ready(int, int T) {
+  const int64_t half = cfg_.head_dim / 2;
   // The bias column sums' counters start at zero (the kernels leave them so).
   if (cfg_.qkv_bias) MXDP_CUDA_CHECK(cudaMemsetAsync(act_.bias_scratch, 0, kColsumCounters * sizeof(float), s_));
   // RoPE's tables, as the CPU model computes them: angle t * inv_freq[i] in fp32.
@@ -335,77 +146,6 @@ void LlamaCuda::ensure_activations(int B, int T) {
   MXDP_CUDA_CHECK(cudaMemcpyAsync(act_.cos, cs.data(), cs.size() * 4, cudaMemcpyHostToDevice, s_));
   MXDP_CUDA_CHECK(cudaMemcpyAsync(act_.sin, sn.data(), sn.size() * 4, cudaMemcpyHostToDevice, s_));
   MXDP_CUDA_CHECK(cudaStreamSynchronize(s_));  // cs, sn go away
-  B_ = B;
-  T_ = T;
-}
-
-// Tokens and targets go up through a pinned buffer, with the embedding's
-// backward segments: the positions sorted by (token, position) by a counting
-// sort, so that each embed row's gradient is summed in position order.
-void LlamaCuda::upload_batch(const int32_t* tokens, const int32_t* targets, int B, int T) {
-  MXDP_CHECK(B >= 1, "batch size B must be >= 1, got ", B);
-  MXDP_CHECK(T >= 1 && T <= cfg_.max_seq, "sequence length T must be in [1, max_seq=", cfg_.max_seq, "], got ", T);
-  MXDP_CHECK(tokens != nullptr, "null token pointer");
-  const int64_t BT = int64_t(B) * T;
-  const int V = cfg_.vocab;
-  for (int64_t i = 0; i < BT; ++i) {
-    MXDP_CHECK(tokens[i] >= 0 && tokens[i] < V, "token ", tokens[i], " at position ", i, " outside [0, vocab=", V, ")");
-    if (targets)
-      MXDP_CHECK(targets[i] >= 0 && targets[i] < V, "target ", targets[i], " at position ", i, " outside [0, vocab=", V,
-                 ")");
-  }
-  ensure_activations(B, T);
-  const int64_t need = 5 * BT + 1;
-  Staging& sg = staging_[size_t(next_staging_)];
-  next_staging_ = (next_staging_ + 1) % kStagingSlots;
-  if (sg.pending) MXDP_CUDA_CHECK(cudaEventSynchronize(sg.done));
-  if (need > sg.n) {
-    if (sg.host) MXDP_CUDA_CHECK(cudaFreeHost(sg.host));
-    sg.host = nullptr;
-    MXDP_CUDA_CHECK(cudaMallocHost(&sg.host, size_t(need) * sizeof(int32_t)));
-    sg.n = need;
-  }
-  int32_t* tok = sg.host;
-  int32_t* tgt = tok + BT;
-  int32_t* order = tgt + BT;
-  int32_t* seg_start = order + BT;
-  int32_t* seg_token = seg_start + BT + 1;
-  std::copy(tokens, tokens + BT, tok);
-  if (targets) std::copy(targets, targets + BT, tgt);
-  else std::fill(tgt, tgt + BT, 0);
-  std::vector<int32_t> count(size_t(V) + 1, 0);
-  for (int64_t i = 0; i < BT; ++i) ++count[size_t(tok[i]) + 1];
-  for (int v = 0; v < V; ++v) count[size_t(v) + 1] += count[size_t(v)];
-  n_seg_ = 0;
-  for (int v = 0; v < V; ++v)
-    if (count[size_t(v) + 1] > count[size_t(v)]) {
-      seg_start[n_seg_] = count[size_t(v)];
-      seg_token[n_seg_] = v;
-      ++n_seg_;
-    }
-  seg_start[n_seg_] = int32_t(BT);
-  for (int64_t i = 0; i < BT; ++i) order[count[size_t(tok[i])]++] = int32_t(i);
-  MXDP_CUDA_CHECK(cudaMemcpyAsync(act_.tokens, tok, size_t(BT) * 4, cudaMemcpyHostToDevice, s_));
-  MXDP_CUDA_CHECK(cudaMemcpyAsync(act_.targets, tgt, size_t(BT) * 4, cudaMemcpyHostToDevice, s_));
-  MXDP_CUDA_CHECK(cudaMemcpyAsync(act_.order, order, size_t(BT) * 4, cudaMemcpyHostToDevice, s_));
-  MXDP_CUDA_CHECK(cudaMemcpyAsync(act_.seg_start, seg_start, size_t(n_seg_ + 1) * 4, cudaMemcpyHostToDevice, s_));
-  MXDP_CUDA_CHECK(cudaMemcpyAsync(act_.seg_token, seg_token, size_t(n_seg_) * 4, cudaMemcpyHostToDevice, s_));
-  MXDP_CUDA_CHECK(cudaEventRecord(sg.done, s_));
-  sg.pending = true;
-}
-
-void LlamaCuda::segment(int id, std::span<float* const> pointers, const std::function<void()>& work) {
-  StreamGraphs::Key key{B_, T_, reinterpret_cast<intptr_t>(arena_.get()),
-                        reinterpret_cast<intptr_t>(att_.workspace()), att_.workspace_bytes()};
-  for (float* p : pointers) key.push_back(reinterpret_cast<intptr_t>(p));
-  graphs_.run(id, key, work);
-}
-
-void LlamaCuda::run_forward(ModelHooks& hooks) {
-  for (int s = 0; s <= cfg_.n_layer + 1; ++s) {
-    hooks.before_layer(s);
-    segment(forward_segment(s), {}, [&] { forward_stage(s); });
-  }
 }
 
 // Layer 0 is the embedding, layer 1 + l block l, layer L + 1 the final norm
@@ -418,7 +158,7 @@ void LlamaCuda::forward_stage(int s) {
   const float eps = float(cfg_.rms_eps);
   Activations& a = act_;
   if (s == 0) {
-    llama::embedding_forward(a.resid, a.tokens, w(embed_), M, C, s_);
+    llama::embedding_forward(a.resid, io_.tokens, w(embed_), M, C, s_);
     return;
   }
   if (s == 1) {
@@ -433,7 +173,7 @@ void LlamaCuda::forward_stage(int s) {
                                     eps, s_);
   }
   if (s - 1 == L) {
-    gemm_.forward(a.logits, a.hnf, w(head_), nullptr, M, cfg_.vocab, C);
+    gemm_.forward(io_.logits, a.hnf, w(head_), nullptr, M, cfg_.vocab, C);
     return;
   }
   block_forward(s - 1);
@@ -463,27 +203,16 @@ void LlamaCuda::block_forward(int l) {
   gemm_.forward(a.tmp, act, w(p.down), nullptr, M, C, F);
 }
 
-void LlamaCuda::backward(ModelHooks& hooks) {
-  MXDP_CHECK(state_ == State::kLoss, "backward needs a forward with targets since the last backward");
-  state_ = State::kBackwardDone;
-  const int L = cfg_.n_layer;
-  {
-    float* g[2] = {hooks.grad(head_), hooks.grad(norm_)};
-    segment(backward_segment(L + 1), g, [&] { backward_head(g[0], g[1]); });
+// Stage L + 1 is the head and the final RMSNorm, stage 1 + l block l, stage
+// 0 the embedding (g in stage_grads_'s order).
+void LlamaCuda::backward_stage(int s, float* const* g) {
+  if (s == 0) {
+    llama::embedding_backward(g[0], act_.dresid, io_.order, io_.seg_start, io_.seg_token, n_seg_, cfg_.d_model, s_);
+  } else if (s == cfg_.n_layer + 1) {
+    backward_head(g[0], g[1]);
+  } else {
+    backward_block(s - 1, g);
   }
-  hooks.after_layer_backward(L + 1);
-  for (int l = L - 1; l >= 0; --l) {
-    const BlockParams& p = blocks_[size_t(l)];
-    const int ids[kBlockParams] = {p.attn_norm, p.qkvw, p.qkvb, p.ow, p.mlp_norm, p.gate_up, p.down};
-    float* g[kBlockParams];
-    for (int i = 0; i < kBlockParams; ++i) g[i] = ids[i] >= 0 ? hooks.grad(ids[i]) : nullptr;
-    segment(backward_segment(l + 1), g, [&] { backward_block(l, g); });
-    hooks.after_layer_backward(l + 1);
-  }
-  // Not a graph: its launch size is the batch's number of distinct tokens.
-  llama::embedding_backward(hooks.grad(embed_), act_.dresid, act_.order, act_.seg_start, act_.seg_token, n_seg_,
-                            cfg_.d_model, s_);
-  hooks.after_layer_backward(0);
 }
 
 // dhnf = dlogits @ head, dhead += dlogits^T @ hnf, then the final RMSNorm
@@ -491,8 +220,8 @@ void LlamaCuda::backward(ModelHooks& hooks) {
 void LlamaCuda::backward_head(float* dhead, float* dnorm) {
   const int M = B_ * T_, C = cfg_.d_model, V = cfg_.vocab, L = cfg_.n_layer;
   Activations& a = act_;
-  gemm_.backward_data(a.dln, a.logits, w(head_), M, V, C);
-  gemm_.backward_weight(dhead, a.logits, a.hnf, M, V, C);
+  gemm_.backward_data(a.dln, io_.logits, w(head_), M, V, C);
+  gemm_.backward_weight(dhead, io_.logits, a.hnf, M, V, C);
   llama::rmsnorm_backward(a.dresid, /*accumulate=*/false, dnorm, a.rms_scratch, a.dln, a.resid + int64_t(L) * M * C,
                           w(norm_), a.rstdf, M, C, s_);
 }
