@@ -68,6 +68,14 @@ size_t mismatches(const std::vector<T>& a, const std::vector<T>& b) {
   return bad;
 }
 
+// After a test's steps: the device's masters and moments bit for bit the
+// host's, a failure named by `what`.
+void expect_state_equal(Dev<float>& dp, Dev<float>& dm, Dev<float>& dv, const std::vector<float>& p,
+                        const std::vector<float>& m, const std::vector<float>& v, const std::string& what) {
+  EXPECT_EQ(mismatches(dp.get(), p), 0u) << what << ": masters";
+  EXPECT_EQ(mismatches(dm.get(), m), 0u) << what << ": first moments";
+  EXPECT_EQ(mismatches(dv.get(), v), 0u) << what << ": second moments";
+}
 
 }  // namespace
 
@@ -230,9 +238,7 @@ TEST(GpuEngineOps, FusedAdamWStageBitwiseEqualToCpuAdamWThenQuantize) {
             }
           }
           EXPECT_EQ(waits, 0) << what << ": the fused ops waited on the host";
-          EXPECT_EQ(mismatches(dp.get(), p), 0u) << what << ": masters";
-          EXPECT_EQ(mismatches(dm.get(), m), 0u) << what << ": first moments";
-          EXPECT_EQ(mismatches(dv.get(), v), 0u) << what << ": second moments";
+          expect_state_equal(dp, dm, dv, p, m, v, what);
           EXPECT_EQ(mismatches(dpay.get(), pay), 0u) << what << ": payload (codes, scales, and nothing past them)";
           ++checked;
         }
@@ -492,9 +498,7 @@ TEST(GpuEngineOps, AdamWQuantizeRangesBitwiseEqualToCpu) {
             EXPECT_EQ(mismatches(dpay.get(), pay), 0u) << what << " step " << t << ": payload";
           }
           EXPECT_EQ(waits, 0) << what << ": the ranged pass waited on the host";
-          EXPECT_EQ(mismatches(dp.get(), p), 0u) << what << ": masters";
-          EXPECT_EQ(mismatches(dm.get(), m), 0u) << what << ": first moments";
-          EXPECT_EQ(mismatches(dv.get(), v), 0u) << what << ": second moments";
+          expect_state_equal(dp, dm, dv, p, m, v, what);
           ++checked;
         }
   EXPECT_EQ(checked, 3 * 2 * 3);

@@ -385,6 +385,31 @@ void launch_fused_ranges(float* p, float* m, float* v, const float* g, const Cud
   MXDP_CUDA_CHECK_LAUNCH();
 }
 
+// The one format -> (FusedOut, ScaleRounding) dispatch of the fused AdamW +
+// quantize passes (the whole tensor's and the ranged one): the null-pointer
+// check ("<op>: null pointer"), then launch.template operator()<O, R>(scales)
+// for a format with a fused quantizing pass (Bf16 gets no scales), other(f)
+// for any other format.
+template <class Launch, class Other>
+void dispatch_fused_quantize(const char* op, WeightFormat f, ScaleRounding r, const float* p, const float* m,
+                             const float* v, const float* g, const StepControl* ctl, const uint8_t* codes,
+                             uint8_t* scales, const Launch& launch, const Other& other) {
+  MXDP_CHECK(p && m && v && g && ctl && codes && (f == WeightFormat::Bf16 || scales), op, ": null pointer");
+  switch (f) {
+    case WeightFormat::Bf16:
+      launch.template operator()<FusedOut::Bf16, ScaleRounding::RCeil>(nullptr);
+      break;
+    case WeightFormat::Mxfp8:
+      if (r == ScaleRounding::RCeil)
+        launch.template operator()<FusedOut::Mxfp8, ScaleRounding::RCeil>(scales);
+      else
+        launch.template operator()<FusedOut::Mxfp8, ScaleRounding::Floor>(scales);
+      break;
+    default:
+      other(f);
+  }
+}
+
 // Dequantize straight into bf16 compute weights: bf16_rne(fp32 dequantized
 // value), element by element the CPU's to_bf16(dequantize(x)).
 // cols: fp8b128 only, the range is a (n / cols) x cols matrix of 128x128 tiles.
@@ -672,24 +697,15 @@ class CudaOps final : public EngineOps {
     MXDP_CHECK(t, "adamw_quantize_ranges: these ranges were not made by CUDA ops' adamw_ranges, so they have no "
                   "table in device memory");
     if (t->tiles() == 0) return;
-    const WeightFormat f = ranges.format();
-    MXDP_CHECK(p && m && v && g && ctl && codes && (f == WeightFormat::Bf16 || scales),
-               "adamw_quantize_ranges: null pointer");
     RangeChoices ch;
     std::copy(choices.begin(), choices.end(), ch.c);
-    switch (f) {
-      case WeightFormat::Bf16:
-        launch_fused_ranges<FusedOut::Bf16, ScaleRounding::RCeil>(p, m, v, g, *t, ctl, ch, codes, nullptr, stream_);
-        break;
-      case WeightFormat::Mxfp8:
-        if (r == ScaleRounding::RCeil)
-          launch_fused_ranges<FusedOut::Mxfp8, ScaleRounding::RCeil>(p, m, v, g, *t, ctl, ch, codes, scales, stream_);
-        else
-          launch_fused_ranges<FusedOut::Mxfp8, ScaleRounding::Floor>(p, m, v, g, *t, ctl, ch, codes, scales, stream_);
-        break;
-      default:  // AdamWRanges refuses tensor-amax and slab formats; a new row-block format needs its FusedOut here
-        MXDP_FAIL("adamw_quantize_ranges: no fused CUDA pass for ", to_string(f));
-    }
+    dispatch_fused_quantize(
+        "adamw_quantize_ranges", ranges.format(), r, p, m, v, g, ctl, codes, scales,
+        [&]<FusedOut O, ScaleRounding R>(uint8_t* sc) {
+          launch_fused_ranges<O, R>(p, m, v, g, *t, ctl, ch, codes, sc, stream_);
+        },
+        // AdamWRanges refuses tensor-amax and slab formats; a new row-block format needs its FusedOut here
+        [](WeightFormat other) { MXDP_FAIL("adamw_quantize_ranges: no fused CUDA pass for ", to_string(other)); });
   }
   std::unique_ptr<AdamWRanges> adamw_ranges(WeightFormat f, std::vector<AdamWRange> list) override {
     return std::make_unique<CudaRanges>(*this, f, std::move(list));
@@ -764,25 +780,18 @@ void detail::adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m,
                             cudaStream_t st, int unroll) {
   MXDP_CHECK(n >= 0, "adamw_quantize: n must be >= 0, got ", n);
   if (n == 0) return;
-  MXDP_CHECK(p && m && v && g && ctl && codes && (f == WeightFormat::Bf16 || scales), "adamw_quantize: null pointer");
-  switch (f) {
-    case WeightFormat::Bf16:
-      launch_fused<FusedOut::Bf16, ScaleRounding::RCeil>(p, m, v, g, n, ctl, s, codes, nullptr, nullptr,
-                                                          unroll, st);
-      break;
-    case WeightFormat::Mxfp8:
-      if (r == ScaleRounding::RCeil)
-        launch_fused<FusedOut::Mxfp8, ScaleRounding::RCeil>(p, m, v, g, n, ctl, s, codes, scales, nullptr,
-                                                             unroll, st);
-      else
-        launch_fused<FusedOut::Mxfp8, ScaleRounding::Floor>(p, m, v, g, n, ctl, s, codes, scales, nullptr,
-                                                             unroll, st);
-      break;
-    case WeightFormat::Nvfp4:
-      MXDP_FAIL("adamw_quantize: ", to_string(f), " needs the tensor amax first (adamw_amax, then quantize)");
-    case WeightFormat::Fp8b128:
-      MXDP_FAIL("adamw_quantize: ", to_string(f), " quantizes 128-row tiles: use EngineOps::adamw_quantize with cols");
-  }
+  dispatch_fused_quantize(
+      "adamw_quantize", f, r, p, m, v, g, ctl, codes, scales,
+      [&]<FusedOut O, ScaleRounding R>(uint8_t* sc) {
+        launch_fused<O, R>(p, m, v, g, n, ctl, s, codes, sc, nullptr, unroll, st);
+      },
+      [](WeightFormat other) {
+        if (other == WeightFormat::Nvfp4)
+          MXDP_FAIL("adamw_quantize: ", to_string(other), " needs the tensor amax first (adamw_amax, then quantize)");
+        if (other == WeightFormat::Fp8b128)
+          MXDP_FAIL("adamw_quantize: ", to_string(other),
+                    " quantizes 128-row tiles: use EngineOps::adamw_quantize with cols");
+      });
 }
 
 void detail::adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
