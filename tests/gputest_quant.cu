@@ -17,6 +17,7 @@
 #include <random>
 #include <vector>
 
+#include "formats/cuda/bf16_pack.cuh"
 #include "formats/cuda/quant_cuda.h"
 #include "util/cuda_check.h"
 #include "formats/codec.h"
@@ -86,7 +87,7 @@ const int64_t kShapes[][2] = {{1, 16}, {1, 1}, {65, 80}, {993, 512}, {3, 33}, {3
 
 // ---- codecs: all 2^32 inputs against the hardware ------------------------------------
 __global__ void codec_sweep(unsigned long long* bad) {
-  unsigned long long local[4] = {0, 0, 0, 0};
+  unsigned long long local[5] = {0, 0, 0, 0, 0};
   const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
   for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (uint64_t(1) << 32); i += stride) {
     const float x = __uint_as_float(uint32_t(i));
@@ -98,22 +99,30 @@ __global__ void codec_sweep(unsigned long long* bad) {
     const uint16_t hw = __bfloat16_as_ushort(__float2bfloat16_rn(x));
     const bool nan = (uint32_t(i) & 0x7FFFFFFFu) > 0x7F800000u;
     local[3] += nan ? !((ours & 0x7FFF) > 0x7F80 && (hw & 0x7FFF) > 0x7F80) : ours != hw;
+    // The hardware pair with the codec's NaN bits: x with a bijective partner, and with -x
+    // (opposite infinities, NaN pairs).
+    const float y = __uint_as_float(uint32_t(i) * 2654435761u);
+    const auto pair = [](float a, float b) {
+      return uint32_t(codec::bf16_from_f32(a)) | (uint32_t(codec::bf16_from_f32(b)) << 16);
+    };
+    local[4] += (cuda::device::bf16x2_rn(x, y) != pair(x, y)) + (cuda::device::bf16x2_rn(-x, x) != pair(-x, x));
   }
-  for (int k = 0; k < 4; ++k)
+  for (int k = 0; k < 5; ++k)
     if (local[k]) atomicAdd(&bad[k], local[k]);  // integer counts: order-free
 }
 
 TEST(GpuCodecs, AllFp32InputsMatchHardwareConversions) {
   REQUIRE_GPU();
-  Dev d(4 * sizeof(unsigned long long));
-  MXDP_CUDA_CHECK(cudaMemset(d.p, 0, 4 * sizeof(unsigned long long)));
+  Dev d(5 * sizeof(unsigned long long));
+  MXDP_CUDA_CHECK(cudaMemset(d.p, 0, 5 * sizeof(unsigned long long)));
   codec_sweep<<<4096, 256>>>(d.as<unsigned long long>());
   MXDP_CUDA_CHECK_LAUNCH();
-  const auto bad = download(d.as<unsigned long long>(), 4);
+  const auto bad = download(d.as<unsigned long long>(), 5);
   EXPECT_EQ(bad[0], 0u) << "E4M3 vs cvt.rn.satfinite.e4m3x2.f32";
   EXPECT_EQ(bad[1], 0u) << "E5M2 vs cvt.rn.satfinite.e5m2x2.f32";
   EXPECT_EQ(bad[2], 0u) << "E2M1 vs __nv_cvt_float_to_fp4";
   EXPECT_EQ(bad[3], 0u) << "BF16 vs cvt.rn.bf16.f32";
+  EXPECT_EQ(bad[4], 0u) << "device::bf16x2_rn vs codec::bf16_from_f32, NaN bits included";
 }
 
 // ---- MXFP8 ---------------------------------------------------------------------------

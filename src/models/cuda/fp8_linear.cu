@@ -2,16 +2,20 @@
 //
 // act_quantize: one CTA of 256 threads per 128x128 tile, in two phases.
 // Phase 1: each thread takes 8 consecutive elements of a row (16 threads a
-// row, 8 passes), applies bias and op, and for the rows operand folds the
-// 128-element amax across its 16 lanes and writes 8 codes at once. For the
-// cols operand the bf16 values go to shared memory, one 16-byte chunk per
-// thread and pass. Phase 2: each warp takes 8 columns (one chunk column) at a
-// time, each lane 4 consecutive rows of them: one warp amax per column and, per
-// lane, 4 codes as one 32-bit store, so a warp writes a column's 128 codes at
-// once. The tile is stored with chunk k of row r at k ^ ((r >> 2) & 7): both
-// phases' 16-byte accesses then hit 8 different bank groups per quarter-warp
-// (no bank conflicts). Divisions by a block scale are codec::block_div (one
-// division per block, then a product and two FMAs per element).
+// row, 8 passes), applies bias and op and rounds to bf16 (the hardware pair
+// conversion, the codec's bits). For the rows operand the 16 lanes of a row
+// reduce the 8 passes' amaxes at once (max8_transposed: each lane ends with one
+// pass's amax and computes that block's scale and reciprocal, the only IEEE
+// divisions of the phase), then encode pass by pass with the divisor shuffled
+// from its lane. For the cols operand the bf16 values go to shared memory, one
+// 16-byte chunk per thread and pass. Phase 2: each warp takes 8 columns (one
+// chunk column) at a time, each lane 4 consecutive rows of them: the 8 column
+// amaxes reduced at once the same way, per lane 4 codes as one 32-bit store, so
+// a warp writes a column's 128 codes at once. The tile is stored with chunk k
+// of row r at k ^ ((r >> 2) & 7): both phases' 16-byte accesses then hit 8
+// different bank groups per quarter-warp (no bank conflicts). Divisions by a
+// block scale are codec::block_div_fast (a product and two FMAs an element)
+// behind one test of the block's scale range (block_div_n).
 #include "models/cuda/fp8_linear.h"
 
 #include <cuda_runtime.h>
@@ -19,6 +23,7 @@
 #include <algorithm>
 
 #include "formats/codec.h"
+#include "formats/cuda/bf16_pack.cuh"
 #include "formats/cuda/fp8_encode.cuh"
 #include "util/check.h"
 #include "util/cuda_check.h"
@@ -50,36 +55,84 @@ __device__ __forceinline__ float gelu_grad(float x) {
   const float sg = gelu_sigmoid(x);
   return sg + 2.f * x * (sg - sg * sg) * kS * (1.f + 3.f * 0.044715f * x * x);
 }
-__device__ __forceinline__ float round_bf16(float x) { return codec::bf16_to_f32(codec::bf16_from_f32(x)); }
 using device::amax_fold;  // every fold here starts at 0 (see fp8_encode.cuh)
 
+// 8 floats rounded to bf16 (codec::bf16_from_f32's bits, by the hardware pair
+// conversion): the packed chunk, and v replaced by the rounded values.
+__device__ __forceinline__ uint4 round8(float* v) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    w[i] = device::bf16x2_rn(v[2 * i], v[2 * i + 1]);
+    v[2 * i] = device::bf16_lo(w[i]);
+    v[2 * i + 1] = device::bf16_hi(w[i]);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
 __device__ __forceinline__ void unpack8(uint4 v, float* f) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    f[2 * i] = codec::bf16_to_f32(uint16_t(w[i] & 0xffffu));
-    f[2 * i + 1] = codec::bf16_to_f32(uint16_t(w[i] >> 16));
+    f[2 * i] = device::bf16_lo(w[i]);
+    f[2 * i + 1] = device::bf16_hi(w[i]);
   }
 }
 __device__ __forceinline__ void load8(const uint16_t* p, float* f) { unpack8(*reinterpret_cast<const uint4*>(p), f); }
-__device__ __forceinline__ uint4 pack8(const float* f) {
-  uint32_t w[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-    w[i] = uint32_t(codec::bf16_from_f32(f[2 * i])) | (uint32_t(codec::bf16_from_f32(f[2 * i + 1])) << 16);
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
 // Element i (0-7) of a chunk of 8 bf16.
 __device__ __forceinline__ float half_of(const uint4& v, int i) {
   const uint32_t w = i < 2 ? v.x : i < 4 ? v.y : i < 6 ? v.z : v.w;
-  return codec::bf16_to_f32(uint16_t(i & 1 ? w >> 16 : w & 0xffffu));
+  return i & 1 ? device::bf16_hi(w) : device::bf16_lo(w);
 }
-__device__ __forceinline__ uint32_t encode4_scaled(float a, float b, float c, float d, codec::BlockDivisor q) {
-  return device::encode4<Fp8Kind::E4M3, device::kEnc>(codec::block_div(a, q), codec::block_div(b, q),
-                                                       codec::block_div(c, q), codec::block_div(d, q));
+
+// codec::block_div of n values, with the block-uniform fast test made once (the
+// IEEE divisions of the other branch, scales outside [2^-80, 2^100], are rare):
+// the common path carries no per-element branch.
+template <int kN>
+__device__ __forceinline__ void block_div_n(float* q, codec::BlockDivisor d) {
+  if (d.fast) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) q[i] = codec::block_div_fast(q[i], d);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) q[i] = q[i] / d.s;
+  }
+}
+__device__ __forceinline__ uint32_t encode4(const float* q) {
+  return device::encode4<Fp8Kind::E4M3, device::kEnc>(q[0], q[1], q[2], q[3]);
+}
+
+// The amaxes of 8 blocks, each spread over the kWidth (16 or 32) lanes of an
+// aligned lane group, reduced by a transposed butterfly: halving the values a
+// lane keeps at each of the first three steps (4 + 2 + 1 shuffles), then the
+// rest of the group (1 or 2). Lane l of the group ends with block l / (kWidth
+// / 8)'s amax: 9 shuffles instead of 8 warp_max's 32-40. fmaxf is exact and
+// order-free on these non-negative, NaN-free folds, so the bits are warp_max's.
+template <int kWidth>
+__device__ __forceinline__ float max8_transposed(const float (&a)[8]) {
+  const int l = threadIdx.x & (kWidth - 1);
+  float x[4], y[2];
+  const bool h4 = l & (kWidth / 2), h2 = l & (kWidth / 4), h1 = l & (kWidth / 8);
+#pragma unroll
+  for (int t = 0; t < 4; ++t)
+    x[t] = fmaxf(h4 ? a[t + 4] : a[t], __shfl_xor_sync(0xFFFFFFFFu, h4 ? a[t] : a[t + 4], kWidth / 2));
+#pragma unroll
+  for (int t = 0; t < 2; ++t)
+    y[t] = fmaxf(h2 ? x[t + 2] : x[t], __shfl_xor_sync(0xFFFFFFFFu, h2 ? x[t] : x[t + 2], kWidth / 4));
+  float z = fmaxf(h1 ? y[1] : y[0], __shfl_xor_sync(0xFFFFFFFFu, h1 ? y[0] : y[1], kWidth / 8));
+#pragma unroll
+  for (int o = kWidth / 16; o > 0; o /= 2) z = fmaxf(z, __shfl_xor_sync(0xFFFFFFFFu, z, o));
+  return z;
+}
+// Block i's divisor, from the lane of the group that computed it (lane i * kWidth / 8).
+template <int kWidth>
+__device__ __forceinline__ codec::BlockDivisor divisor_of(const codec::BlockDivisor& mine, int i) {
+  const float s = __shfl_sync(0xFFFFFFFFu, mine.s, i * (kWidth / 8), kWidth);
+  const float r = __shfl_sync(0xFFFFFFFFu, mine.r, i * (kWidth / 8), kWidth);
+  return {s, r, r != 0.0f};  // block_divisor's r is 0 exactly when not fast
 }
 
 // Phase 2: the cols operand of the tile from its bf16 values in shared memory.
+// A warp takes one chunk column (8 tile columns) at a time, each lane 4 rows of it.
 __device__ __forceinline__ void cols_phase(const uint4* tile, const Fp8Slot& cols, int m0, int n0, int N, int Mp) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll 1
@@ -87,17 +140,23 @@ __device__ __forceinline__ void cols_phase(const uint4* tile, const Fp8Slot& col
     uint4 v[4];  // rows 4 lane .. 4 lane + 3, columns 8 k .. 8 k + 7
 #pragma unroll
     for (int j = 0; j < 4; ++j) v[j] = tile[chunk_at(4 * lane + j, k)];
+    float am[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      float f[4], am = 0.f;
+      am[i] = 0.f;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) am = amax_fold(am, f[j] = half_of(v[j], i));
-      am = device::warp_max(am, 32);
-      const float s = codec::fp8_block_scale(am, Fp8Kind::E4M3);
-      const int n = n0 + 8 * k + i;
-      *reinterpret_cast<uint32_t*>(cols.codes + int64_t(n) * Mp + m0 + 4 * lane) =
-          encode4_scaled(f[0], f[1], f[2], f[3], codec::block_divisor(s));
-      if (lane == 0) cols.scales[int64_t(m0 / kTile) * N + n] = s;
+      for (int j = 0; j < 4; ++j) am[i] = amax_fold(am[i], half_of(v[j], i));
+    }
+    const float s = codec::fp8_block_scale(max8_transposed<32>(am), Fp8Kind::E4M3);  // column lane / 4's
+    if ((lane & 3) == 0) cols.scales[int64_t(m0 / kTile) * N + n0 + 8 * k + lane / 4] = s;
+    const codec::BlockDivisor mine = codec::block_divisor(s);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      float q[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) q[j] = half_of(v[j], i);
+      block_div_n<4>(q, divisor_of<32>(mine, i));
+      *reinterpret_cast<uint32_t*>(cols.codes + int64_t(n0 + 8 * k + i) * Mp + m0 + 4 * lane) = encode4(q);
     }
   }
 }
@@ -105,6 +164,7 @@ __device__ __forceinline__ void cols_phase(const uint4* tile, const Fp8Slot& col
 template <ActOp kOp, bool kBias, bool kRows, bool kCols>
 __global__ void __launch_bounds__(kThreads) act_quantize_kernel(ActQuant q, int M, int N, int Mp) {
   constexpr int kPasses = kTile * 16 / kThreads;  // rows of the tile a thread visits
+  static_assert(kPasses == 8, "the rows operand reduces 8 passes' amaxes at once");
   __shared__ uint4 tile[kCols ? kTile * kChunks : 1];
   const int n0 = blockIdx.x * kTile, m0 = blockIdx.y * kTile;
   const int seg = threadIdx.x & 15, c = seg * 8;  // the thread's 8 columns, the same in every pass
@@ -121,6 +181,8 @@ __global__ void __launch_bounds__(kThreads) act_quantize_kernel(ActQuant q, int 
   }
   float b[8];
   if constexpr (kBias) load8(q.bias + n0 + c, b);
+  // Pass by pass: bias and op, the bf16 results (bits) and their amax over the thread's 8.
+  float am[kPasses];
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
     const int r = pass * (kThreads / 16) + (threadIdx.x >> 4);
@@ -131,32 +193,42 @@ __global__ void __launch_bounds__(kThreads) act_quantize_kernel(ActQuant q, int 
     if (m < M) {
       if constexpr (kBias) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) v[i] = round_bf16(v[i] + b[i]);
-        if (q.biased) *reinterpret_cast<uint4*>(q.biased + at) = pack8(v);
+        for (int i = 0; i < 8; ++i) v[i] += b[i];
+        raw[pass] = round8(v);
+        if (q.biased) *reinterpret_cast<uint4*>(q.biased + at) = raw[pass];
       }
       if constexpr (kOp == ActOp::Gelu) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) v[i] = round_bf16(gelu_tanh(v[i]));
+        for (int i = 0; i < 8; ++i) v[i] = gelu_tanh(v[i]);
+        raw[pass] = round8(v);
       } else if constexpr (kOp == ActOp::GeluGrad) {
         float a[8];
         unpack8(raw_aux[pass], a);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) v[i] = round_bf16(v[i] * gelu_grad(a[i]));
+        for (int i = 0; i < 8; ++i) v[i] *= gelu_grad(a[i]);
+        raw[pass] = round8(v);
       }
-      if (kOp != ActOp::Identity && q.out) *reinterpret_cast<uint4*>(q.out + at) = pack8(v);
+      if (kOp != ActOp::Identity && q.out) *reinterpret_cast<uint4*>(q.out + at) = raw[pass];
     }
-    if constexpr (kRows) {
-      float am = 0.f;
+    am[pass] = 0.f;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) am = amax_fold(am, v[i]);
-      am = device::warp_max(am, 16);
-      const float s = codec::fp8_block_scale(am, Fp8Kind::E4M3);
-      const codec::BlockDivisor d = codec::block_divisor(s);
-      *reinterpret_cast<uint2*>(q.rows.codes + int64_t(m) * N + n0 + c) =
-          make_uint2(encode4_scaled(v[0], v[1], v[2], v[3], d), encode4_scaled(v[4], v[5], v[6], v[7], d));
-      if (seg == 0) q.rows.scales[int64_t(blockIdx.x) * Mp + m] = s;
+    for (int i = 0; i < 8; ++i) am[pass] = amax_fold(am[pass], v[i]);
+    if constexpr (kCols) tile[chunk_at(r, seg)] = raw[pass];
+  }
+  if constexpr (kRows) {
+    // The 16 lanes of a tile row hold its 8 passes' partial amaxes; lane seg ends
+    // with pass seg / 2's, and its scale and divisor are computed once.
+    const float s = codec::fp8_block_scale(max8_transposed<16>(am), Fp8Kind::E4M3);
+    if ((seg & 1) == 0) q.rows.scales[int64_t(blockIdx.x) * Mp + m0 + (seg / 2) * (kThreads / 16) + (threadIdx.x >> 4)] = s;
+    const codec::BlockDivisor mine = codec::block_divisor(s);
+#pragma unroll
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const int m = m0 + pass * (kThreads / 16) + (threadIdx.x >> 4);
+      float v[8];
+      unpack8(raw[pass], v);
+      block_div_n<8>(v, divisor_of<16>(mine, pass));
+      *reinterpret_cast<uint2*>(q.rows.codes + int64_t(m) * N + n0 + c) = make_uint2(encode4(v), encode4(v + 4));
     }
-    if constexpr (kCols) tile[chunk_at(r, seg)] = kOp == ActOp::Identity && !kBias ? raw[pass] : pack8(v);
   }
   if constexpr (kCols) {
     __syncthreads();
