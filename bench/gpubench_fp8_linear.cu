@@ -106,8 +106,7 @@ int main(int argc, char** argv) {
     // gradient), cols only (an input's transpose), GELU + bias + rows (fc).
     cuda::Fp8Linear lin(s);
     lin.reserve(M, 4 * C);
-    const cuda::Fp8Linear::GradSlots o = lin.grad_slots();
-    const cuda::Fp8Slot r = o.rows, c = o.cols;
+    const cuda::Fp8Slot r = lin.slot(cuda::Fp8Linear::kRows), c = lin.slot(cuda::Fp8Linear::kCols);
     struct Q {
       const char* name;
       int N;

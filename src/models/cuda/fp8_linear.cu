@@ -277,26 +277,10 @@ void act_quantize(const ActQuant& q, int M, int N, cudaStream_t s) {
 
 // ---- Fp8Linear ------------------------------------------------------------------
 
-Fp8Linear::OwnedStream::OwnedStream(bool make) {
-  if (make) MXDP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-}
-Fp8Linear::OwnedStream::~OwnedStream() {
-  if (s) cudaStreamDestroy(s);
-}
-
-Fp8Linear::Fp8Linear(cudaStream_t stream, bool concurrent_wgrad)
-    : s_(stream), gemm_(stream), concurrent_(concurrent_wgrad), ws_(concurrent_wgrad),
-      wgemm_(concurrent_wgrad ? ws_.s : stream) {
-  if (concurrent_)
-    for (cudaEvent_t* e : {&fork_, &joined_, &read_[0], &read_[1]})
-      MXDP_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
-}
+Fp8Linear::Fp8Linear(cudaStream_t stream) : s_(stream), gemm_(stream) {}
 
 Fp8Linear::~Fp8Linear() {
   cudaStreamSynchronize(s_);
-  if (ws_.s) cudaStreamSynchronize(ws_.s);
-  for (cudaEvent_t e : {fork_, joined_, read_[0], read_[1]})
-    if (e) cudaEventDestroy(e);
   for (Fp8Slot& sl : slots_) {
     cudaFree(sl.codes);
     cudaFree(sl.scales);
@@ -308,13 +292,9 @@ void Fp8Linear::reserve(int M, int max_n) {
   const int64_t Mp = fp8_rows_padded(M), codes = Mp * max_n;
   if (codes <= cap_codes_ && Mp <= cap_m_) return;
   MXDP_CUDA_CHECK(cudaStreamSynchronize(s_));
-  if (ws_.s) MXDP_CUDA_CHECK(cudaStreamSynchronize(ws_.s));
-  for (int i = 0; i < kSlots; ++i) {
-    Fp8Slot& sl = slots_[i];
+  for (Fp8Slot& sl : slots_) {
     MXDP_CUDA_CHECK(cudaFree(sl.codes));
     MXDP_CUDA_CHECK(cudaFree(sl.scales));
-    sl = {};
-    if (i == kCols2 && !concurrent_) continue;  // in order, one cols slot serves every wgrad
     MXDP_CUDA_CHECK(cudaMalloc(&sl.codes, size_t(codes)));
     MXDP_CUDA_CHECK(cudaMalloc(&sl.scales, size_t(codes / kTile) * sizeof(float)));
   }
@@ -323,39 +303,6 @@ void Fp8Linear::reserve(int M, int max_n) {
   MXDP_CUDA_CHECK(cudaMalloc(&pad_, size_t(codes) * 2));
   cap_codes_ = codes;
   cap_m_ = Mp;
-}
-
-Fp8Linear::GradSlots Fp8Linear::grad_slots() {
-  if (!concurrent_) return {slots_[kRows], slots_[kCols]};
-  const int i = next_cols_;
-  next_cols_ ^= 1;
-  if (reading_[i]) {  // a queued wgrad still reads this slot
-    MXDP_CUDA_CHECK(cudaStreamWaitEvent(s_, read_[i], 0));
-    reading_[i] = false;
-  }
-  return {slots_[kRows], slots_[kCols + i]};
-}
-
-void Fp8Linear::wgrad(float* dw, const Fp8Slot& dy, const Fp8Slot& x, int M, int N, int K) {
-  const int Mp = int(fp8_rows_padded(M));
-  if (!concurrent_) {
-    wgemm_.wgrad(dy.operand(), x.operand(), Mp, N, K, dw);
-    return;
-  }
-  const int i = dy.codes == slots_[kCols].codes ? 0 : 1;
-  MXDP_CHECK(dy.codes == slots_[kCols + i].codes, "internal: an FP8 wgrad's dY^T must be a grad_slots() cols slot");
-  MXDP_CUDA_CHECK(cudaEventRecord(fork_, s_));
-  MXDP_CUDA_CHECK(cudaStreamWaitEvent(ws_.s, fork_, 0));
-  wgemm_.wgrad(dy.operand(), x.operand(), Mp, N, K, dw);
-  MXDP_CUDA_CHECK(cudaEventRecord(read_[i], ws_.s));
-  reading_[i] = pending_ = true;
-}
-
-void Fp8Linear::join() {
-  if (!pending_) return;
-  MXDP_CUDA_CHECK(cudaEventRecord(joined_, ws_.s));
-  MXDP_CUDA_CHECK(cudaStreamWaitEvent(s_, joined_, 0));
-  pending_ = reading_[0] = reading_[1] = false;
 }
 
 void Fp8Linear::write_rows(uint16_t* dst, int M, int N) {
@@ -381,6 +328,10 @@ void Fp8Linear::dgrad(uint16_t* dx, const Fp8Slot& dy, const Fp8Weight& wt, int 
   const Fp8Operand wo{wt.codes, wt.scales, Fp8Kind::E4M3, Fp8Scaling::Tiles128};
   gemm_.dgrad(dy.operand(), wo, Mp, N, K, Mp == M ? dx : pad_);
   if (Mp != M) write_rows(dx, M, K);
+}
+
+void Fp8Linear::wgrad(float* dw, const Fp8Slot& dy, const Fp8Slot& x, int M, int N, int K) {
+  gemm_.wgrad(dy.operand(), x.operand(), int(fp8_rows_padded(M)), N, K, dw);
 }
 
 }  // namespace mxdp::cuda

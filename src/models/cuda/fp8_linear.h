@@ -17,17 +17,11 @@
 // and fp8_quantize_1x128_transposed of the bf16 value, bit for bit
 // (gputest_gpt checks it). N must be a multiple of 128.
 //
-// Fp8Linear holds the GEMMs, the scratch operands (an input's rows for fprop;
-// an output gradient's rows for dgrad and its cols for wgrad, two cols slots
-// used in turn; the wgrad operands of the inputs, X^T, are the model's, made
-// in its forward and kept for backward) and the padded output the GEMMs write
-// when M is not a multiple of 128. The weight gradients may run on a second
-// stream, concurrent with the rest of backward (the dgrad chain does not wait
-// for them; a wgrad's output tiles are few and its K long, so it fills the
-// machine badly alone): wgrad() forks after everything queued so far, and
-// join() makes the model's stream wait for every wgrad queued. Each wgrad
-// writes its own gradient with its own cuBLASLt workspace, so the bits do not
-// depend on the overlap.
+// Fp8Linear holds the GEMMs, two scratch operands (kRows, kCols: an input's
+// rows for fprop, an output gradient's rows and cols for dgrad and wgrad; the
+// wgrad operands of the inputs, X^T, are the model's, made in its forward and
+// kept for backward) and the padded output the GEMMs write when M is not a
+// multiple of 128.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -64,23 +58,15 @@ inline int64_t fp8_rows_padded(int64_t M) { return (M + 127) / 128 * 128; }
 
 class Fp8Linear {
  public:
-  // concurrent_wgrad false: the wgrads run on `stream` in order (the same bits).
-  explicit Fp8Linear(cudaStream_t stream, bool concurrent_wgrad = true);
+  enum Slot { kRows, kCols, kSlots };
+  explicit Fp8Linear(cudaStream_t stream);
   ~Fp8Linear();
   Fp8Linear(const Fp8Linear&) = delete;
   Fp8Linear& operator=(const Fp8Linear&) = delete;
 
   // Scratch for M rows and operand widths up to max_n (synchronizes when it grows).
   void reserve(int M, int max_n);
-  // The rows operand of an fprop input.
-  Fp8Slot input_rows() const { return slots_[kRows]; }
-  // The operands of the next output gradient: rows (for dgrad, on the model's
-  // stream) and the cols slot that the wgrad before last read: the model's
-  // stream waits here until that wgrad is done.
-  struct GradSlots {
-    Fp8Slot rows, cols;
-  };
-  GradSlots grad_slots();
+  Fp8Slot slot(Slot s) const { return slots_[s]; }
 
   // Y = X W^T (+ bias[N]) with W {N, K}: y[M, N] bf16 (overwritten) from x
   // (rows of [Mp, K]). The bias goes in the GEMM's epilogue where cuBLASLt
@@ -88,31 +74,15 @@ class Fp8Linear {
   void fprop(uint16_t* y, const Fp8Slot& x, const Fp8Weight& w, const uint16_t* bias, int M, int N, int K);
   // dX = dY W: dx[M, K] bf16 (overwritten) from dy (rows of [Mp, N]) and W^T {K, N}.
   void dgrad(uint16_t* dx, const Fp8Slot& dy, const Fp8Weight& wt, int M, int N, int K);
-  // dW += dY^T X: dw[N, K] fp32 from dy (cols, [N, Mp]: a grad_slots() cols)
-  // and x (cols, [K, Mp]), after everything queued on the stream so far; on
-  // the second stream when concurrent (join() before dw is read).
+  // dW += dY^T X: dw[N, K] fp32 from dy (cols, [N, Mp]) and x (cols, [K, Mp]).
   void wgrad(float* dw, const Fp8Slot& dy, const Fp8Slot& x, int M, int N, int K);
-  // The model's stream waits for every wgrad queued so far (a no-op when none is pending).
-  void join();
 
   const void* workspace_key() const { return pad_; }  // changes when the scratch is reallocated
 
  private:
-  enum Slot { kRows, kCols, kCols2, kSlots };
   void write_rows(uint16_t* dst, int M, int N);
-  struct OwnedStream {  // the wgrad stream; outlives wgemm_ (declared before it)
-    cudaStream_t s = nullptr;
-    explicit OwnedStream(bool make);
-    ~OwnedStream();
-  };
   cudaStream_t s_;
   Fp8Gemm gemm_;
-  const bool concurrent_;
-  OwnedStream ws_;
-  Fp8Gemm wgemm_;  // the wgrads', on ws_ (its own workspace) or on s_
-  cudaEvent_t fork_ = nullptr, joined_ = nullptr, read_[2] = {nullptr, nullptr};
-  bool reading_[2] = {false, false}, pending_ = false;
-  int next_cols_ = 0;
   Fp8Slot slots_[kSlots];
   uint16_t* pad_ = nullptr;  // [Mp, max_n] bf16 when M % 128 != 0
   int64_t cap_codes_ = 0, cap_m_ = 0;

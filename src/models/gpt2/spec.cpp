@@ -1,7 +1,6 @@
 #include "models/gpt2/spec.h"
 
 #include "models/gpt2/hf_gpt2.h"
-#include "engine/options.h"
 #include "util/check.h"
 
 #if defined(MXDP_HAVE_CUDA) && defined(MXDP_HAVE_CUDNN)
@@ -53,11 +52,7 @@ std::string describe(const ModelConfig& c) {
 
 #if defined(MXDP_HAVE_CUDA) && defined(MXDP_HAVE_CUDNN)
 std::unique_ptr<LanguageModel> build_cuda(const ModelConfig& c, void* stream) {
-  // MXDP_FP8_WGRAD_STREAM=0 runs FP8 compute's weight gradients in order on the
-  // model's stream (the same bits; for timing the overlap).
-  return cuda::make_gpt(gpt2_config(c), static_cast<cudaStream_t>(stream),
-                        {.cuda_graphs = cuda::cuda_graphs_from_env(),
-                         .fp8_wgrad_stream = env_flag("MXDP_FP8_WGRAD_STREAM", true)});
+  return cuda::make_gpt(gpt2_config(c), static_cast<cudaStream_t>(stream), {.cuda_graphs = cuda::cuda_graphs_from_env()});
 }
 #else
 constexpr std::nullptr_t build_cuda = nullptr;  // built without CUDA and cuDNN

@@ -37,8 +37,7 @@ namespace {
 class GptCuda final : public LmCuda<GptModel, GptConfig> {
  public:
   GptCuda(const GptConfig& cfg, cudaStream_t stream, const GptCudaOptions& opts)
-      : LmCuda(cfg, gpt_param_specs(cfg), cfg.padded_vocab, "GPT", stream, opts.cuda_graphs),
-        fp8_wgrad_stream_(opts.fp8_wgrad_stream) {
+      : LmCuda(cfg, gpt_param_specs(cfg), cfg.padded_vocab, "GPT", stream, opts.cuda_graphs) {
     int i = 2;
     for (int l = 0; l < cfg_.n_layer; ++l, i += 12) blocks_.push_back({i, i + 1, i + 2, i + 3, i + 4, i + 5, i + 6, i + 7, i + 8, i + 9, i + 10, i + 11});
     lnfw_ = i;
@@ -61,7 +60,7 @@ class GptCuda final : public LmCuda<GptModel, GptConfig> {
     MXDP_CHECK(!ran_, "set_fp8_compute: set it before the model's first forward");
     fp8_ = on;
     B_ = T_ = 0;  // the arena's layout depends on it (bf16: h, ln1 and ln2 per block; FP8: the X^T operands)
-    if (on && !lin_) lin_ = std::make_unique<Fp8Linear>(s_, fp8_wgrad_stream_);
+    if (on && !lin_) lin_ = std::make_unique<Fp8Linear>(s_);
     fw_.assign(on ? specs_.size() : 0, {});
     fwt_.assign(on ? specs_.size() : 0, {});
     layout_weights(fp8_);
@@ -122,7 +121,6 @@ class GptCuda final : public LmCuda<GptModel, GptConfig> {
   void backward_block_fp8(int l, float* const* g);
 
   bool fp8_ = false;              // FP8 compute of the block linears
-  const bool fp8_wgrad_stream_;   // GptCudaOptions::fp8_wgrad_stream
   std::unique_ptr<Fp8Linear> lin_;
   std::vector<Fp8Weight> fw_;     // per param: W (forward) and W^T (backward) of this pass
   std::vector<Fp8Weight> fwt_;
@@ -333,7 +331,7 @@ void GptCuda::forward_block_fp8(int l) {
   const BlockParams& p = blocks_[size_t(l)];
   const BlockActs b = block_acts(l);
   uint16_t* tmp = act_.tmp;
-  const Fp8Slot q = lin_->input_rows();
+  const Fp8Slot q = lin_->slot(Fp8Linear::kRows);
   const auto quantize = [&](const uint16_t* in, const Fp8Slot& xt) {
     act_quantize({.x = in, .rows = q, .cols = xt}, M, C, s_);
   };
@@ -363,39 +361,32 @@ void GptCuda::backward_block_fp8(int l, float* const* g) {
   const BlockActs b = block_acts(l);
   float *d_ln1w = g[0], *d_ln1b = g[1], *d_qkvw = g[2], *d_qkvb = g[3], *d_projw = g[4], *d_projb = g[5];
   float *d_ln2w = g[6], *d_ln2b = g[7], *d_fcw = g[8], *d_fcb = g[9], *d_mprojw = g[10], *d_mprojb = g[11];
-  // Each output gradient's operands: rows for dgrad, cols for wgrad (which
-  // runs concurrently with what follows it, joined at the block's end).
-  const auto grad_operands = [&](const uint16_t* d, int N) {
-    const Fp8Linear::GradSlots o = lin_->grad_slots();
-    act_quantize({.x = d, .rows = o.rows, .cols = o.cols}, M, N, s_);
-    return o;
-  };
+  const Fp8Slot dy = lin_->slot(Fp8Linear::kRows), dyt = lin_->slot(Fp8Linear::kCols);
+  const auto grad_operands = [&](const uint16_t* d, int N) { act_quantize({.x = d, .rows = dy, .cols = dyt}, M, N, s_); };
   // MLP: resid[l+1] = mid + mproj(gelu(fc(ln2))).
-  Fp8Linear::GradSlots o = grad_operands(a.dresid, C);
-  lin_->wgrad(d_mprojw, o.cols, b.ht, M, C, 4 * C);
+  grad_operands(a.dresid, C);
+  lin_->wgrad(d_mprojw, dyt, b.ht, M, C, 4 * C);
   add_into(d_mprojb, a.mproj_dbias, C, s_);  // the column sums of a.dresid (see Activations)
-  lin_->dgrad(a.dfch, o.rows, fwt_[size_t(p.mprojw)], M, C, 4 * C);
-  o = lin_->grad_slots();
-  act_quantize({.x = a.dfch, .op = ActOp::GeluGrad, .aux = b.pre, .out = a.dfch, .rows = o.rows, .cols = o.cols}, M,
-               4 * C, s_);
-  lin_->wgrad(d_fcw, o.cols, b.ln2t, M, 4 * C, C);
-  lin_->dgrad(a.dln, o.rows, fwt_[size_t(p.fcw)], M, 4 * C, C);
+  lin_->dgrad(a.dfch, dy, fwt_[size_t(p.mprojw)], M, C, 4 * C);
+  act_quantize({.x = a.dfch, .op = ActOp::GeluGrad, .aux = b.pre, .out = a.dfch, .rows = dy, .cols = dyt}, M, 4 * C,
+               s_);
+  lin_->wgrad(d_fcw, dyt, b.ln2t, M, 4 * C, C);
+  lin_->dgrad(a.dln, dy, fwt_[size_t(p.fcw)], M, 4 * C, C);
   bias_backward(d_fcb, a.scratch, a.dfch, M, 4 * C, s_);
   layernorm_backward(a.dresid, true, d_ln2w, d_ln2b, {d_projb}, a.scratch, a.dln, b.mid, w(p.ln2w), b.ln2_mean,
                      b.ln2_rstd, M, C, s_);  // d_projb: the column sums of the new a.dresid
   // Attention: mid = x + proj(attn(qkv(ln1))).
-  o = grad_operands(a.dresid, C);
-  lin_->wgrad(d_projw, o.cols, b.attyt, M, C, C);
-  lin_->dgrad(a.datty, o.rows, fwt_[size_t(p.projw)], M, C, C);
+  grad_operands(a.dresid, C);
+  lin_->wgrad(d_projw, dyt, b.attyt, M, C, C);
+  lin_->dgrad(a.datty, dy, fwt_[size_t(p.projw)], M, C, C);
   att_.backward(a.dqkv, a.datty, b.qkv, b.atty, b.stats, B, T, NH, HS);
-  o = grad_operands(a.dqkv, 3 * C);
-  lin_->wgrad(d_qkvw, o.cols, b.ln1t, M, 3 * C, C);
-  lin_->dgrad(a.dln, o.rows, fwt_[size_t(p.qkvw)], M, 3 * C, C);
+  grad_operands(a.dqkv, 3 * C);
+  lin_->wgrad(d_qkvw, dyt, b.ln1t, M, 3 * C, C);
+  lin_->dgrad(a.dln, dy, fwt_[size_t(p.qkvw)], M, 3 * C, C);
   bias_backward(d_qkvb, a.scratch, a.dqkv, M, 3 * C, s_);
   const ColumnSum below = l > 0 ? ColumnSum{a.mproj_dbias, false} : ColumnSum{};  // block l-1's mlp.proj bias
   layernorm_backward(a.dresid, true, d_ln1w, d_ln1b, below, a.scratch, a.dln, b.x, w(p.ln1w), b.ln1_mean, b.ln1_rstd,
                      M, C, s_);
-  lin_->join();  // the block's gradients are whole on s_ before the engine's hook reads them
 }
 
 }  // namespace

@@ -16,10 +16,6 @@ struct GptCudaOptions {
   // (stream_graphs.h); bitwise the same results. MXDP_CUDA_GRAPHS=0 turns
   // them off for the models the runtime makes.
   bool cuda_graphs = true;
-  // FP8 compute: the weight-gradient GEMMs on a second stream, concurrent with
-  // the rest of each block's backward (models/cuda/fp8_linear.h); bitwise the
-  // same results either way.
-  bool fp8_wgrad_stream = true;
 };
 
 // Computes on `stream` (the engine ops' stream); weights, activations and the
