@@ -791,6 +791,7 @@ void detail::adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m,
         if (other == WeightFormat::Fp8b128)
           MXDP_FAIL("adamw_quantize: ", to_string(other),
                     " quantizes 128-row tiles: use EngineOps::adamw_quantize with cols");
+        MXDP_FAIL("adamw_quantize: no fused CUDA pass for ", to_string(other));  // a format added later
       });
 }
 
