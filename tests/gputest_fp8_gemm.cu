@@ -195,6 +195,35 @@ TEST(GpuFp8Gemm, LinearLayerGemmsAgainstFp32References) {
   EXPECT_LE(gemm.cached_shapes(), 3 * std::size(kShapes));  // shapes that coincide share a plan
 }
 
+// The wgrads of GPT-2 124M's MLP at a training step's token count (B 16 x T
+// 1024), the shapes where Fp8Gemm passes over the heuristic's first answer
+// (a 192x64 tile) for its next: against the double reference, and the same
+// bits on a second run from the same gradient.
+TEST(GpuFp8Gemm, WgradAtATrainingStepsTokenCount) {
+  if (!gputest::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  cuda::Fp8Gemm gemm(0);
+  const int M = 16384;
+  uint32_t seed = 101;
+  for (const Shape& sh : {kShapes[2], kShapes[3]}) {
+    SCOPED_TRACE(sh.name);
+    const int N = sh.N, K = sh.K;
+    Dev<float> x(input(M, K, 1.0f, seed++)), dy(input(M, N, 1e-3f, seed++));
+    Act qxt(x, K, M, true), qdyt(dy, N, M, true);
+    const std::vector<float> ones(size_t(N) * K, 1.0f);
+    Dev<float> dw(ones), dw2(ones);
+    gemm.wgrad(qdyt.op(), qxt.op(), M, N, K, dw.p);
+    gemm.wgrad(qdyt.op(), qxt.op(), M, N, K, dw2.p);
+    const auto hdw = dw.get();
+    EXPECT_EQ(std::memcmp(hdw.data(), dw2.get().data(), hdw.size() * sizeof(float)), 0)
+        << "wgrad is not run to run deterministic";
+    const Err we = error_of([&](size_t i) { return double(hdw[i]) - 1.0; }, reference(qdyt.y, qxt.y, N, K, M));
+    std::printf("%-16s M %d N %5d K %5d | wgrad vs dequantized %.2e (max element %.2e)\n", sh.name, M, N, K, we.frob,
+                we.max_elem);
+    EXPECT_LE(we.frob, 1e-3);
+    EXPECT_LE(we.max_elem, 1e-2);
+  }
+}
+
 TEST(GpuFp8Gemm, BadShapesAreErrors) {
   if (!gputest::have_gpu()) GTEST_SKIP() << "no CUDA device";
   cuda::Fp8Gemm gemm(0);
