@@ -195,6 +195,48 @@ TEST(GpuFp8Gemm, LinearLayerGemmsAgainstFp32References) {
   EXPECT_LE(gemm.cached_shapes(), 3 * std::size(kShapes));  // shapes that coincide share a plan
 }
 
+// GPT-2 1558M's widths (d_model 1600 = 12.5 x 128): N and K that end in a
+// partial block or tile, whose scales cover only the elements present (the
+// layouts of formats/fp8_block.h, ceil(cols / 128) blocks a row). The three
+// GEMMs against the product of the dequantized operands, as above.
+TEST(GpuFp8Gemm, PartialBlocksAgainstTheDequantizedProduct) {
+  if (!gputest::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  cuda::Fp8Gemm gemm(0);
+  uint32_t seed = 301;
+  const Shape shapes[] = {{"1558m attn.qkv", 4800, 1600}, {"1558m attn.proj", 1600, 1600},
+                          {"1558m mlp.fc", 6400, 1600},   {"1558m mlp.proj", 1600, 6400}};
+  for (const Shape& sh : shapes) {
+    SCOPED_TRACE(sh.name);
+    const int M = kM, N = sh.N, K = sh.K;
+    Dev<float> x(input(M, K, 1.0f, seed++)), w(input(N, K, 0.02f, seed++)), dy(input(M, N, 1e-3f, seed++));
+    Act qx(x, M, K, false), qdy(dy, M, N, false), qxt(x, K, M, true), qdyt(dy, N, M, true);
+    Tiles qw(N, K), qwt(K, N);
+    cuda::fp8b128_quantize(w.p, N, K, qw.q.p, qw.s.p, 0);
+    qw.finish(N, K);
+    cuda::fp8b128_transpose(qw.q.p, qw.s.p, N, K, qwt.q.p, qwt.s.p, 0);
+    qwt.finish(K, N);
+    Dev<uint16_t> y(size_t(M) * N), dx(size_t(M) * K);
+    gemm.fprop(qx.op(), qw.op(), M, N, K, y.p);
+    gemm.dgrad(qdy.op(), qwt.op(), M, N, K, dx.p);
+    Dev<float> dw(std::vector<float>(size_t(N) * K, 1.0f));
+    gemm.wgrad(qdyt.op(), qxt.op(), M, N, K, dw.p);
+    const auto hy = y.get(), hdx = dx.get();
+    const auto hdw = dw.get();
+    const Err fe = error_of([&](size_t i) { return double(bf16(hy[i])); }, reference(qx.y, qw.y, M, N, K));
+    const Err de = error_of([&](size_t i) { return double(bf16(hdx[i])); }, reference(qdy.y, qwt.y, M, K, N));
+    const Err we = error_of([&](size_t i) { return double(hdw[i]) - 1.0; }, reference(qdyt.y, qxt.y, N, K, M));
+    std::printf("%-16s M %d N %5d K %5d | vs dequantized: fprop %.2e dgrad %.2e wgrad %.2e (max element %.2e %.2e "
+                "%.2e)\n",
+                sh.name, M, N, K, fe.frob, de.frob, we.frob, fe.max_elem, de.max_elem, we.max_elem);
+    EXPECT_LE(fe.frob, 5e-3);
+    EXPECT_LE(de.frob, 5e-3);
+    EXPECT_LE(we.frob, 1e-3);
+    EXPECT_LE(fe.max_elem, 1e-2);
+    EXPECT_LE(de.max_elem, 1e-2);
+    EXPECT_LE(we.max_elem, 1e-2);
+  }
+}
+
 // The wgrads of GPT-2 124M's MLP at a training step's token count (B 16 x T
 // 1024), the shapes where Fp8Gemm passes over the heuristic's first answer
 // (a 192x64 tile) for its next: against the double reference, and the same
@@ -231,7 +273,9 @@ TEST(GpuFp8Gemm, BadShapesAreErrors) {
   Dev<float> s(256 * 4);
   Dev<uint16_t> d(256 * 256);
   const Fp8Operand a{q.p, s.p, Fp8Kind::E4M3, Fp8Scaling::Rows1x128}, t{q.p, s.p, Fp8Kind::E4M3, Fp8Scaling::Tiles128};
-  EXPECT_THROW(gemm.nt(a, t, 100, 256, 256, d.p), Error);
+  EXPECT_THROW(gemm.nt(a, t, 100, 256, 256, d.p), Error);  // M not a multiple of 128
+  EXPECT_THROW(gemm.nt(a, t, 256, 200, 256, d.p), Error);  // N not a multiple of 16
+  EXPECT_THROW(gemm.nt(a, t, 256, 256, 120, d.p), Error);  // K not a multiple of 16
   EXPECT_THROW(gemm.nt(t, t, 256, 256, 256, d.p), Error);
 }
 
