@@ -86,8 +86,9 @@ const int64_t kShapes[][2] = {{1, 16}, {1, 1}, {65, 80}, {993, 512}, {3, 33}, {3
                               {7, 1000}, {128, 4096}, {1, (1 << 20) + 32}, {77, 96}};
 
 // ---- codecs: all 2^32 inputs against the hardware ------------------------------------
+constexpr int kCodecChecks = 5;  // the mismatch counters codec_sweep keeps, in the order the test names them
 __global__ void codec_sweep(unsigned long long* bad) {
-  unsigned long long local[5] = {0, 0, 0, 0, 0};
+  unsigned long long local[kCodecChecks] = {};
   const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
   for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (uint64_t(1) << 32); i += stride) {
     const float x = __uint_as_float(uint32_t(i));
@@ -107,17 +108,17 @@ __global__ void codec_sweep(unsigned long long* bad) {
     };
     local[4] += (cuda::device::bf16x2_rn(x, y) != pair(x, y)) + (cuda::device::bf16x2_rn(-x, x) != pair(-x, x));
   }
-  for (int k = 0; k < 5; ++k)
+  for (int k = 0; k < kCodecChecks; ++k)
     if (local[k]) atomicAdd(&bad[k], local[k]);  // integer counts: order-free
 }
 
 TEST(GpuCodecs, AllFp32InputsMatchHardwareConversions) {
   REQUIRE_GPU();
-  Dev d(5 * sizeof(unsigned long long));
-  MXDP_CUDA_CHECK(cudaMemset(d.p, 0, 5 * sizeof(unsigned long long)));
+  Dev d(kCodecChecks * sizeof(unsigned long long));
+  MXDP_CUDA_CHECK(cudaMemset(d.p, 0, kCodecChecks * sizeof(unsigned long long)));
   codec_sweep<<<4096, 256>>>(d.as<unsigned long long>());
   MXDP_CUDA_CHECK_LAUNCH();
-  const auto bad = download(d.as<unsigned long long>(), 5);
+  const auto bad = download(d.as<unsigned long long>(), kCodecChecks);
   EXPECT_EQ(bad[0], 0u) << "E4M3 vs cvt.rn.satfinite.e4m3x2.f32";
   EXPECT_EQ(bad[1], 0u) << "E5M2 vs cvt.rn.satfinite.e5m2x2.f32";
   EXPECT_EQ(bad[2], 0u) << "E2M1 vs __nv_cvt_float_to_fp4";
