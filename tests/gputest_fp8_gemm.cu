@@ -141,100 +141,73 @@ const Shape kShapes[] = {
 };
 constexpr int kM = 1024;
 
+// The three GEMMs of one linear layer (M tokens, W {N, K}) against both
+// references, with the bounds above, and fprop run twice for the same bits.
+void check_linear(cuda::Fp8Gemm& gemm, const char* name, int M, int N, int K, uint32_t seed) {
+  SCOPED_TRACE(name);
+  const auto hx = input(M, K, 1.0f, seed), hw = input(N, K, 0.02f, seed + 1), hdy = input(M, N, 1e-3f, seed + 2);
+  Dev<float> x(hx), w(hw), dy(hdy), wt(transpose(hw, N, K)), xt(transpose(hx, M, K)), dyt(transpose(hdy, M, N));
+  // Operands: X and dY 1x128 along K / N; X^T and dY^T 1x128 along M; W tiles and their transpose.
+  Act qx(x, M, K, false), qdy(dy, M, N, false), qxt(x, K, M, true), qdyt(dy, N, M, true);
+  Tiles qw(N, K), qwt(K, N);
+  cuda::fp8b128_quantize(w.p, N, K, qw.q.p, qw.s.p, 0);
+  qw.finish(N, K);
+  cuda::fp8b128_transpose(qw.q.p, qw.s.p, N, K, qwt.q.p, qwt.s.p, 0);
+  qwt.finish(K, N);
+
+  // fprop
+  Dev<uint16_t> y(size_t(M) * N), y2(size_t(M) * N);
+  gemm.fprop(qx.op(), qw.op(), M, N, K, y.p);
+  gemm.fprop(qx.op(), qw.op(), M, N, K, y2.p);
+  const auto hy = y.get();
+  EXPECT_EQ(hy, y2.get()) << "fprop is not run to run deterministic";
+  const Err fe = error_of([&](size_t i) { return double(bf16(hy[i])); }, reference(qx.y, qw.y, M, N, K));
+  const Err ff = error_of([&](size_t i) { return double(bf16(hy[i])); }, reference(x, w, M, N, K));
+  // dgrad: dX = dY W through the transposed tiles.
+  Dev<uint16_t> dx(size_t(M) * K);
+  gemm.dgrad(qdy.op(), qwt.op(), M, N, K, dx.p);
+  const auto hdx = dx.get();
+  const Err de = error_of([&](size_t i) { return double(bf16(hdx[i])); }, reference(qdy.y, qwt.y, M, K, N));
+  const Err df = error_of([&](size_t i) { return double(bf16(hdx[i])); }, reference(dy, wt, M, K, N));
+  // wgrad: dW += dY^T X into an fp32 grad holding 1.0 everywhere.
+  Dev<float> dw(std::vector<float>(size_t(N) * K, 1.0f));
+  gemm.wgrad(qdyt.op(), qxt.op(), M, N, K, dw.p);
+  const auto hdw = dw.get();
+  const Err we = error_of([&](size_t i) { return double(hdw[i]) - 1.0; }, reference(qdyt.y, qxt.y, N, K, M));
+  const Err wf = error_of([&](size_t i) { return double(hdw[i]) - 1.0; }, reference(dyt, xt, N, K, M));
+  std::printf("%-16s M %d N %5d K %5d | vs dequantized: fprop %.2e dgrad %.2e wgrad %.2e | vs fp32 inputs: "
+              "fprop %.4f dgrad %.4f wgrad %.4f\n",
+              name, M, N, K, fe.frob, de.frob, we.frob, ff.frob, df.frob, wf.frob);
+  EXPECT_LE(fe.frob, 5e-3);
+  EXPECT_LE(de.frob, 5e-3);
+  EXPECT_LE(we.frob, 1e-3);
+  EXPECT_LE(fe.max_elem, 1e-2);
+  EXPECT_LE(de.max_elem, 1e-2);
+  EXPECT_LE(we.max_elem, 1e-2);
+  EXPECT_LE(ff.frob, 0.08);
+  EXPECT_LE(df.frob, 0.08);
+  EXPECT_LE(wf.frob, 0.08);
+}
+
 TEST(GpuFp8Gemm, LinearLayerGemmsAgainstFp32References) {
   if (!gputest::have_gpu()) GTEST_SKIP() << "no CUDA device";
   cuda::Fp8Gemm gemm(0);
   uint32_t seed = 7;
-  for (const Shape& sh : kShapes) {
-    SCOPED_TRACE(sh.name);
-    const int M = kM, N = sh.N, K = sh.K;
-    const auto hx = input(M, K, 1.0f, seed++), hw = input(N, K, 0.02f, seed++), hdy = input(M, N, 1e-3f, seed++);
-    Dev<float> x(hx), w(hw), dy(hdy), wt(transpose(hw, N, K)), xt(transpose(hx, M, K)), dyt(transpose(hdy, M, N));
-    // Operands: X and dY 1x128 along K / N; X^T and dY^T 1x128 along M; W tiles and their transpose.
-    Act qx(x, M, K, false), qdy(dy, M, N, false), qxt(x, K, M, true), qdyt(dy, N, M, true);
-    Tiles qw(N, K), qwt(K, N);
-    cuda::fp8b128_quantize(w.p, N, K, qw.q.p, qw.s.p, 0);
-    qw.finish(N, K);
-    cuda::fp8b128_transpose(qw.q.p, qw.s.p, N, K, qwt.q.p, qwt.s.p, 0);
-    qwt.finish(K, N);
-
-    // fprop
-    Dev<uint16_t> y(size_t(M) * N), y2(size_t(M) * N);
-    gemm.fprop(qx.op(), qw.op(), M, N, K, y.p);
-    gemm.fprop(qx.op(), qw.op(), M, N, K, y2.p);
-    const auto hy = y.get();
-    EXPECT_EQ(hy, y2.get()) << "fprop is not run to run deterministic";
-    const Err fe = error_of([&](size_t i) { return double(bf16(hy[i])); }, reference(qx.y, qw.y, M, N, K));
-    const Err ff = error_of([&](size_t i) { return double(bf16(hy[i])); }, reference(x, w, M, N, K));
-    // dgrad: dX = dY W through the transposed tiles.
-    Dev<uint16_t> dx(size_t(M) * K);
-    gemm.dgrad(qdy.op(), qwt.op(), M, N, K, dx.p);
-    const auto hdx = dx.get();
-    const Err de = error_of([&](size_t i) { return double(bf16(hdx[i])); }, reference(qdy.y, qwt.y, M, K, N));
-    const Err df = error_of([&](size_t i) { return double(bf16(hdx[i])); }, reference(dy, wt, M, K, N));
-    // wgrad: dW += dY^T X into an fp32 grad holding 1.0 everywhere.
-    Dev<float> dw(std::vector<float>(size_t(N) * K, 1.0f));
-    gemm.wgrad(qdyt.op(), qxt.op(), M, N, K, dw.p);
-    const auto hdw = dw.get();
-    const Err we = error_of([&](size_t i) { return double(hdw[i]) - 1.0; }, reference(qdyt.y, qxt.y, N, K, M));
-    const Err wf = error_of([&](size_t i) { return double(hdw[i]) - 1.0; }, reference(dyt, xt, N, K, M));
-    std::printf("%-16s M %d N %5d K %5d | vs dequantized: fprop %.2e dgrad %.2e wgrad %.2e | vs fp32 inputs: "
-                "fprop %.4f dgrad %.4f wgrad %.4f\n",
-                sh.name, M, N, K, fe.frob, de.frob, we.frob, ff.frob, df.frob, wf.frob);
-    EXPECT_LE(fe.frob, 5e-3);
-    EXPECT_LE(de.frob, 5e-3);
-    EXPECT_LE(we.frob, 1e-3);
-    EXPECT_LE(fe.max_elem, 1e-2);
-    EXPECT_LE(de.max_elem, 1e-2);
-    EXPECT_LE(we.max_elem, 1e-2);
-    EXPECT_LE(ff.frob, 0.08);
-    EXPECT_LE(df.frob, 0.08);
-    EXPECT_LE(wf.frob, 0.08);
-  }
+  for (const Shape& sh : kShapes) check_linear(gemm, sh.name, kM, sh.N, sh.K, seed += 3);
   EXPECT_GE(gemm.cached_shapes(), 1u);
   EXPECT_LE(gemm.cached_shapes(), 3 * std::size(kShapes));  // shapes that coincide share a plan
 }
 
 // GPT-2 1558M's widths (d_model 1600 = 12.5 x 128): N and K that end in a
 // partial block or tile, whose scales cover only the elements present (the
-// layouts of formats/fp8_block.h, ceil(cols / 128) blocks a row). The three
-// GEMMs against the product of the dequantized operands, as above.
-TEST(GpuFp8Gemm, PartialBlocksAgainstTheDequantizedProduct) {
+// layouts of formats/fp8_block.h, ceil(cols / 128) blocks a row).
+TEST(GpuFp8Gemm, PartialBlocksAgainstFp32References) {
   if (!gputest::have_gpu()) GTEST_SKIP() << "no CUDA device";
   cuda::Fp8Gemm gemm(0);
   uint32_t seed = 301;
-  const Shape shapes[] = {{"1558m attn.qkv", 4800, 1600}, {"1558m attn.proj", 1600, 1600},
-                          {"1558m mlp.fc", 6400, 1600},   {"1558m mlp.proj", 1600, 6400}};
-  for (const Shape& sh : shapes) {
-    SCOPED_TRACE(sh.name);
-    const int M = kM, N = sh.N, K = sh.K;
-    Dev<float> x(input(M, K, 1.0f, seed++)), w(input(N, K, 0.02f, seed++)), dy(input(M, N, 1e-3f, seed++));
-    Act qx(x, M, K, false), qdy(dy, M, N, false), qxt(x, K, M, true), qdyt(dy, N, M, true);
-    Tiles qw(N, K), qwt(K, N);
-    cuda::fp8b128_quantize(w.p, N, K, qw.q.p, qw.s.p, 0);
-    qw.finish(N, K);
-    cuda::fp8b128_transpose(qw.q.p, qw.s.p, N, K, qwt.q.p, qwt.s.p, 0);
-    qwt.finish(K, N);
-    Dev<uint16_t> y(size_t(M) * N), dx(size_t(M) * K);
-    gemm.fprop(qx.op(), qw.op(), M, N, K, y.p);
-    gemm.dgrad(qdy.op(), qwt.op(), M, N, K, dx.p);
-    Dev<float> dw(std::vector<float>(size_t(N) * K, 1.0f));
-    gemm.wgrad(qdyt.op(), qxt.op(), M, N, K, dw.p);
-    const auto hy = y.get(), hdx = dx.get();
-    const auto hdw = dw.get();
-    const Err fe = error_of([&](size_t i) { return double(bf16(hy[i])); }, reference(qx.y, qw.y, M, N, K));
-    const Err de = error_of([&](size_t i) { return double(bf16(hdx[i])); }, reference(qdy.y, qwt.y, M, K, N));
-    const Err we = error_of([&](size_t i) { return double(hdw[i]) - 1.0; }, reference(qdyt.y, qxt.y, N, K, M));
-    std::printf("%-16s M %d N %5d K %5d | vs dequantized: fprop %.2e dgrad %.2e wgrad %.2e (max element %.2e %.2e "
-                "%.2e)\n",
-                sh.name, M, N, K, fe.frob, de.frob, we.frob, fe.max_elem, de.max_elem, we.max_elem);
-    EXPECT_LE(fe.frob, 5e-3);
-    EXPECT_LE(de.frob, 5e-3);
-    EXPECT_LE(we.frob, 1e-3);
-    EXPECT_LE(fe.max_elem, 1e-2);
-    EXPECT_LE(de.max_elem, 1e-2);
-    EXPECT_LE(we.max_elem, 1e-2);
-  }
+  for (const Shape& sh : {Shape{"1558m attn.qkv", 4800, 1600}, Shape{"1558m attn.proj", 1600, 1600},
+                          Shape{"1558m mlp.fc", 6400, 1600}, Shape{"1558m mlp.proj", 1600, 6400}})
+    check_linear(gemm, sh.name, kM, sh.N, sh.K, seed += 3);
 }
 
 // The wgrads of GPT-2 124M's MLP at a training step's token count (B 16 x T
