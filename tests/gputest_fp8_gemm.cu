@@ -246,7 +246,7 @@ TEST(GpuFp8Gemm, BadShapesAreErrors) {
   Dev<float> s(256 * 4);
   Dev<uint16_t> d(256 * 256);
   const Fp8Operand a{q.p, s.p, Fp8Kind::E4M3, Fp8Scaling::Rows1x128}, t{q.p, s.p, Fp8Kind::E4M3, Fp8Scaling::Tiles128};
-  EXPECT_THROW(gemm.nt(a, t, 100, 256, 256, d.p), Error);  // M not a multiple of 128
+  EXPECT_THROW(gemm.nt(a, t, 100, 256, 256, d.p), Error);  // M not a multiple of 16
   EXPECT_THROW(gemm.nt(a, t, 256, 200, 256, d.p), Error);  // N not a multiple of 16
   EXPECT_THROW(gemm.nt(a, t, 256, 256, 120, d.p), Error);  // K not a multiple of 16
   EXPECT_THROW(gemm.nt(t, t, 256, 256, 256, d.p), Error);

@@ -137,8 +137,8 @@ struct Fp8Gemm::Impl {
   // false (nothing run) when a bias was asked for and this shape has no fused one.
   bool run(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, void* d, bool fp32_out,
            const uint16_t* bias = nullptr) {
-    MXDP_CHECK(M > 0 && N > 0 && K > 0 && M % 128 == 0 && N % 16 == 0 && K % 16 == 0,
-               "FP8 GEMM: M must be a positive multiple of 128, N and K of 16, got ", M, ", ", N, ", ", K);
+    MXDP_CHECK(M > 0 && N > 0 && K > 0 && M % 16 == 0 && N % 16 == 0 && K % 16 == 0,
+               "FP8 GEMM: M, N and K must be positive multiples of 16, got ", M, ", ", N, ", ", K);
     MXDP_CHECK(a.codes && a.scales && b.codes && b.scales && d, "FP8 GEMM: null pointer");
     MXDP_CHECK(!(a.scaling == Fp8Scaling::Tiles128 && b.scaling == Fp8Scaling::Tiles128),
                "FP8 GEMM: 128x128 tiles on both operands is not a Hopper cuBLASLt GEMM");

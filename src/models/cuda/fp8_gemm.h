@@ -11,8 +11,8 @@
 // once and keeps its answer, so a shape always runs one algorithm (same bits).
 // Its first answer, except for the accumulating (wgrad) shapes, which skip
 // 192x64 tiles (fp8_gemm.cu says why; bench/gpubench_fp8_algos times them all).
-// M must be a multiple of 128, N and K of 16 (a last partial block or tile
-// scales the elements present); 2-D tiles on both operands are refused
+// M, N and K must be multiples of 16 (a last partial block or tile scales
+// the elements present); 2-D tiles on both operands are refused
 // (Hopper's cuBLASLt block scaling has 1-D x 1-D, 1-D x 2-D and 2-D x 1-D).
 #pragma once
 
