@@ -209,11 +209,13 @@ inline int64_t expected_oracle_checks(const std::string& ops, int micro_batches,
   return num_params * (2 * forwards + syncs);
 }
 
-// The toy model of a format: the default one (d 32, h 64), or for fp8b128,
-// whose tiles need rows and cols that are multiples of 128, d 128, h 256 and
-// vocab 128 (every 2-D weight in fp8b128, two of them 2 tiles long).
+// The toy model of a format: the default one (d 32, h 64), or for fp8b128
+// vocab 200, d 128, h 320: every 2-D weight in fp8b128 and every one ending in
+// a partial tile (mlp.up.w 320 x 128: a last slab of 64 rows; mlp.down.w
+// 128 x 320: a last tile column of 64; the embedding and head 200 x 128), so
+// shards cut them between whole slabs and their scales sit by piece.
 inline std::unique_ptr<Model> toy_for(WeightFormat f) {
-  if (f == WeightFormat::Fp8b128) return std::make_unique<ToyModel>(128, 128, 256);
+  if (f == WeightFormat::Fp8b128) return std::make_unique<ToyModel>(200, 128, 320);
   return std::make_unique<ToyModel>();
 }
 

@@ -256,7 +256,7 @@ TEST(Lifecycle, Fp8ComputeReadsAreAllChecked) {
         backwards += op == 'T' ? s.micro_batches : op == 'M' ? 1 : 0;
         syncs += op == 'Y';
       }
-      // ToyModel(128, 128, 256): mlp.up.w and mlp.down.w are read as FP8.
+      // toy_for(fp8b128): mlp.up.w and mlp.down.w are read as FP8.
       for (const auto* mode : {&clean().dist, &clean().ref})
         EXPECT_EQ(mode->at(key).fp8_checks, 2 * (forwards + backwards + syncs)) << key;
     }
@@ -463,10 +463,11 @@ TEST(Lifecycle, MemoryAndTrafficMatchThePlan) {
       EXPECT_EQ(got.grad_reduce_bytes, plan.grad_reduce_bytes) << c.name;
       EXPECT_EQ(got.payload_bytes, plan.payload_bytes) << c.name;
       EXPECT_EQ(got.fp8_weight_bytes, plan.fp8_weight_bytes) << c.name;
-      // By hand for ToyModel(128, 128, 256)'s FP8 linears mlp.up.w 256x128 and
-      // mlp.down.w 128x256: W and W^T codes (2 bytes an element) and 2 compact
-      // + 2 GEMM-layout scale grids (rows padded to 4 scales): 65536 + 4 * (2 + 2 + 8 + 4).
-      EXPECT_EQ(got.fp8_weight_bytes, o.compute_dtype == LinearCompute::Fp8 ? 2 * 65600 : 0) << c.name;
+      // By hand for toy_for(fp8b128)'s FP8 linears mlp.up.w 320x128 and
+      // mlp.down.w 128x320 (3 x 1 and 1 x 3 tiles, partial ones included):
+      // W and W^T codes (2 bytes an element) and 2 compact + 2 GEMM-layout
+      // scale grids (rows padded to 4 scales): 81920 + 4 * (3 + 3 + 3 * 4 + 1 * 4).
+      EXPECT_EQ(got.fp8_weight_bytes, o.compute_dtype == LinearCompute::Fp8 ? 2 * 82008 : 0) << c.name;
       EXPECT_EQ(got.gather_bytes, plan.gather_bytes) << c.name << (o.distributed_optimizer ? "" : " (reference)");
       EXPECT_EQ(got.reduce_bytes, plan.reduce_bytes) << c.name;
       if (o.distributed_optimizer) seen[c.name] = got;

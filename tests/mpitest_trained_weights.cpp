@@ -50,7 +50,7 @@ struct Case {
   WeightFormat format;
   ScaleRounding rounding;
   int64_t bucket;
-  int d_model = 64;  // fp8b128: 128, so that every weight is whole 128x128 tiles
+  int d_model = 64;  // fp8b128: 128 (whole 128x128 tiles) or 192 (partial ones at the edges)
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -114,7 +114,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"nvfp4_small_buckets", WeightFormat::Nvfp4, ScaleRounding::RCeil, 3000},
                       Case{"bf16_small_buckets", WeightFormat::Bf16, ScaleRounding::RCeil, 1000},
                       Case{"fp8b128", WeightFormat::Fp8b128, ScaleRounding::RCeil, 1 << 20, 128},
-                      Case{"fp8b128_small_buckets", WeightFormat::Fp8b128, ScaleRounding::RCeil, 20000, 128}),
+                      Case{"fp8b128_small_buckets", WeightFormat::Fp8b128, ScaleRounding::RCeil, 20000, 128},
+                      // d_model 192: every weight ends in a partial tile column or row.
+                      Case{"fp8b128_partial_tiles", WeightFormat::Fp8b128, ScaleRounding::RCeil, 1 << 20, 192},
+                      Case{"fp8b128_partial_tiles_small_buckets", WeightFormat::Fp8b128, ScaleRounding::RCeil, 20000,
+                           192}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -165,12 +165,18 @@ TEST(CpuEngineOps, FusedAdamWPicksTheControlsCountAndSkips) {
 // compact scales), the fused pass is adamw then those tiles, dequantize is
 // code * scale per tile (fp32, and bf16 of it); a range that is not whole
 // 128-row slabs is refused.
+// The fp8b128 ops on a (rows x cols) range against tests/fp8_ref.h: whole tiles
+// (128, 384 columns) and partial ones at the right and bottom edges (a param's
+// last slab of 64 rows; GPT-2 1558M's 1600 columns; 48 columns, one partial
+// tile column). The fused AdamW + quantize, both dequantizes, and W^T.
 TEST(CpuEngineOps, Fp8b128SlabRangesAreTheMatrixTiles) {
   auto ops = make_cpu_ops();
   const AdamWParams a1{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1};
   const AdamWChoice ch = adamw_choice(a1);
-  for (int64_t cols : {int64_t(128), int64_t(384)}) {
-    const int64_t rows = 256, n = rows * cols, tiles = (rows / 128) * (cols / 128);
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{256, 128}, {256, 384}, {320, 192}, {192, 1600}, {64, 48}};
+  for (const auto& [rows, cols] : shapes) {
+    SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(cols));
+    const int64_t n = rows * cols, tc = (cols + 127) / 128, tiles = (rows + 127) / 128 * tc;
     State a = start(n, uint32_t(cols)), b = a;
     auto g = randn(n, 5, 1.0f);
     const StepControl c = step_ctl(1, 0.5f);
@@ -180,13 +186,13 @@ TEST(CpuEngineOps, Fp8b128SlabRangesAreTheMatrixTiles) {
     std::vector<float> gs(g);
     for (auto& x : gs) x *= 0.5f;
     adamw_update(b.p.data(), b.m.data(), b.v.data(), gs.data(), n, a1);
-    ASSERT_TRUE(same_bits(a.p, b.p) && same_bits(a.m, b.m) && same_bits(a.v, b.v)) << cols;
+    ASSERT_TRUE(same_bits(a.p, b.p) && same_bits(a.m, b.m) && same_bits(a.v, b.v));
     std::vector<uint8_t> codes;
     std::vector<float> scales;
     fp8ref::tiles(b.p, rows, cols, codes, scales);
     ASSERT_EQ(int64_t(scales.size()), tiles);
-    EXPECT_EQ(std::memcmp(pay.data(), codes.data(), n), 0) << cols << ": codes";
-    EXPECT_EQ(std::memcmp(pay.data() + n, scales.data(), 4 * tiles), 0) << cols << ": compact scales";
+    EXPECT_EQ(std::memcmp(pay.data(), codes.data(), n), 0) << "codes";
+    EXPECT_EQ(std::memcmp(pay.data() + n, scales.data(), 4 * tiles), 0) << "compact scales";
     std::vector<float> y(n);
     std::vector<uint16_t> y16(n);
     ops->dequantize(WeightFormat::Fp8b128, pay.data(), pay.data() + n, n, nullptr, y.data(), ComputeDType::F32, cols);
@@ -194,19 +200,27 @@ TEST(CpuEngineOps, Fp8b128SlabRangesAreTheMatrixTiles) {
                     cols);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t r = i / cols, k = i % cols;
-      const float want = fp8ref::dequant(codes[i], scales[(r / 128) * (cols / 128) + k / 128], true);
-      ASSERT_EQ(fp8ref::bits(y[i]), fp8ref::bits(want)) << cols << " at " << i;
-      ASSERT_EQ(y16[i], codec::bf16_from_f32(want)) << cols << " at " << i;
+      const float want = fp8ref::dequant(codes[i], scales[(r / 128) * tc + k / 128], true);
+      ASSERT_EQ(fp8ref::bits(y[i]), fp8ref::bits(want)) << "at " << i;
+      ASSERT_EQ(y16[i], codec::bf16_from_f32(want)) << "at " << i;
     }
+    // W^T: the tiles of the transposed matrix, bit for bit (nothing re-rounded).
+    std::vector<uint8_t> codes_t(n), want_codes_t;
+    std::vector<float> scales_t(tiles), want_scales_t;
+    ops->fp8b128_transpose(pay.data(), reinterpret_cast<const float*>(pay.data() + n), rows, cols, codes_t.data(),
+                           scales_t.data());
+    fp8ref::tiles(fp8ref::transpose(b.p, rows, cols), cols, rows, want_codes_t, want_scales_t);
+    EXPECT_EQ(codes_t, want_codes_t) << "W^T codes";
+    EXPECT_TRUE(same_bits(scales_t, want_scales_t)) << "W^T scales";
   }
   std::vector<float> x(128 * 100);
   std::vector<uint8_t> out(x.size() + 64);
   EXPECT_THROW(ops->quantize(WeightFormat::Fp8b128, ScaleRounding::RCeil, x.data(), int64_t(x.size()), nullptr,
                              out.data(), out.data() + x.size(), 100),
-               Error);
-  EXPECT_THROW(ops->quantize(WeightFormat::Fp8b128, ScaleRounding::RCeil, x.data(), 64 * 128, nullptr, out.data(),
-                             out.data() + x.size(), 128),
-               Error);
+               Error) << "cols not a multiple of 16";
+  EXPECT_THROW(ops->quantize(WeightFormat::Fp8b128, ScaleRounding::RCeil, x.data(), 64 * 128 + 16, nullptr,
+                             out.data(), out.data() + x.size(), 128),
+               Error) << "not whole rows";
 }
 
 // step_control against what it means, computed another way: the norm is the

@@ -312,12 +312,22 @@ TEST(Fp8FormatRow, TheRowAndItsLayoutRules) {
   EXPECT_EQ(t.code_bytes(98304), 98304);
   EXPECT_EQ(t.scales_bytes(98304), 6 * 4);
   EXPECT_EQ(t.scales_bytes(98304), int64_t(fp8b128_scale_count(128, 768) * sizeof(float)));
-  // Eligibility: rows and cols multiples of 128 (GPT-2's weights and the padded 50304-row embedding).
+  // A 1600-column weight (GPT-2 1558M): a 128-row slab is 12.5 tiles' elements, 13 scales.
+  EXPECT_EQ(t.matrix_scales(128, 1600), 13);
+  EXPECT_EQ(t.matrix_scales(4800, 1600), 38 * 13);
+  EXPECT_EQ(t.matrix_scales(4800, 1600), fp8b128_scale_count(4800, 1600));
+  EXPECT_EQ(t.matrix_scales(3, 48), 1);
+  // Eligibility: any rows, cols a multiple of 16 (the FP8 GEMMs' N and K; edge tiles partial).
   EXPECT_TRUE(t.eligible(768, 768));
   EXPECT_TRUE(t.eligible(3072, 768));
   EXPECT_TRUE(t.eligible(50304, 768));
-  EXPECT_FALSE(t.eligible(50257, 768));
-  EXPECT_FALSE(t.eligible(128, 96));
+  EXPECT_TRUE(t.eligible(50257, 768));
+  EXPECT_TRUE(t.eligible(4800, 1600));
+  EXPECT_TRUE(t.eligible(128, 96));
+  EXPECT_TRUE(t.eligible(3, 16));
+  EXPECT_FALSE(t.eligible(128, 40));
+  EXPECT_FALSE(t.eligible(128, 100));
+  EXPECT_FALSE(t.eligible(0, 128));
   // Row-block formats keep the engine's rule.
   EXPECT_TRUE(format_traits(WeightFormat::Mxfp8).eligible(3, 64));
   EXPECT_EQ(format_traits(WeightFormat::Mxfp8).slab_elems(768), 1);

@@ -2,8 +2,9 @@
 // operands quantized by the independent reference (tests/fp8_ref.h) and
 // multiplied in double: fprop from 1x128 activations and the W tiles, dgrad
 // from 1x128 output gradients and the W^T tiles, wgrad (accumulating) from the
-// 1x128 blocks of dY^T and X^T along the tokens, and the bias gradient. M = 40
-// tokens: partial 1x128 blocks along M in wgrad.
+// 1x128 blocks of dY^T and X^T along the tokens, and the bias gradient. M < 128
+// tokens: partial 1x128 blocks along M in wgrad; N and K that are not
+// multiples of 128: partial tiles and blocks along them too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -41,9 +42,9 @@ struct Tiles {
 Tiles tiles(const std::vector<float>& x, int64_t rows, int64_t cols) {
   Tiles t;
   fp8ref::tiles(x, rows, cols, t.codes, t.compact);
-  const int64_t tc = cols / 128, ld = (tc + 3) / 4 * 4;
-  t.gemm.assign(size_t(rows / 128 * ld), 0.0f);
-  for (int64_t i = 0; i < rows / 128; ++i)
+  const int64_t tr = (rows + 127) / 128, tc = (cols + 127) / 128, ld = (tc + 3) / 4 * 4;
+  t.gemm.assign(size_t(tr * ld), 0.0f);
+  for (int64_t i = 0; i < tr; ++i)
     for (int64_t j = 0; j < tc; ++j) t.gemm[i * ld + j] = t.compact[i * tc + j];
   t.value.resize(x.size());
   for (int64_t r = 0; r < rows; ++r)
@@ -65,10 +66,9 @@ void expect_close(const std::vector<float>& got, const std::vector<double>& want
   EXPECT_EQ(bad, 0) << what;
 }
 
-}  // namespace
-
-TEST(GptFp8Linear, ForwardAndBackwardAreTheQuantizedProducts) {
-  const int M = 40, N = 256, K = 128;
+// The layer at one shape, against double products of the reference's operands.
+void check_linear(int M, int N, int K) {
+  SCOPED_TRACE("M " + std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K));
   const auto x = randn(size_t(M) * K, 1, 1.0f), wf = randn(size_t(N) * K, 2, 0.02f), b = randn(N, 3, 0.1f);
   const auto dy = randn(size_t(M) * N, 4, 1e-3f);
   const Tiles W = tiles(wf, N, K), Wt = tiles(fp8ref::transpose(wf, N, K), K, N);
@@ -129,4 +129,14 @@ TEST(GptFp8Linear, ForwardAndBackwardAreTheQuantizedProducts) {
     mdb[n] = a;
   }
   expect_close(db, wdb, mdb, "bias gradient (accumulated onto 0.25, unquantized dY)");
+}
+
+}  // namespace
+
+// Whole tiles; then N and K that end in partial tiles and 1x128 blocks (a
+// d_model of 192: qkv's N 576, K 192; and 48 x 160 with an odd M).
+TEST(GptFp8Linear, ForwardAndBackwardAreTheQuantizedProducts) {
+  check_linear(40, 256, 128);
+  check_linear(33, 576, 192);
+  check_linear(21, 48, 160);
 }

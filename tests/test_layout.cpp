@@ -23,11 +23,12 @@ std::vector<ParamSpec> random_model(std::mt19937& rng) {
     p.name.insert(0, 1, 'p');  // not "p" + ...: GCC 12 warns falsely (-Wrestrict) on that
     layer += rng() % 2;
     p.layer = layer;
-    switch (rng() % 5) {
+    switch (rng() % 6) {
       case 0: p.shape = {int64_t(1 + rng() % 300)}; p.decay = false; break;           // 1-D
       case 1: p.shape = {int64_t(1 + rng() % 40), int64_t(32 * (1 + rng() % 6))}; break;  // eligible
       case 2: p.shape = {int64_t(1 + rng() % 40), int64_t(1 + rng() % 100)}; break;   // any row length
       case 3: p.shape = {int64_t(1 + rng() % 3), int64_t(1 + rng() % 5), 32}; break;  // 3-D: bf16
+      case 4: p.shape = {int64_t(1 + rng() % 400), int64_t(16 * (1 + rng() % 30))}; break;  // partial tiles
       default: p.shape = {int64_t(128 * (1 + rng() % 3)), int64_t(128 * std::vector<int>{1, 2, 3, 6}[rng() % 4])};
         break;  // whole 128x128 tiles (fp8b128-eligible)
     }
@@ -64,11 +65,9 @@ void check_layout(const std::vector<ParamSpec>& ps, const Layout& L, WeightForma
         content_end = std::max(content_end, prev_end);
         min_layer = std::min<int64_t>(min_layer, ps[p].layer);
         // docs/engine.md's rule, written out: rows of whole 32-element blocks;
-        // fp8b128's 128x128 tiles: rows and cols multiples of 128.
+        // fp8b128's 128x128 tiles: any rows, cols a multiple of 16.
         const bool two_d = ps[p].shape.size() == 2;
-        const bool takes = two_d && (lowp == WeightFormat::Fp8b128
-                                         ? ps[p].shape[0] % 128 == 0 && ps[p].shape[1] % 128 == 0
-                                         : ps[p].shape[1] % 32 == 0);
+        const bool takes = two_d && ps[p].shape[1] % (lowp == WeightFormat::Fp8b128 ? 16 : 32) == 0;
         const WeightFormat want = takes ? lowp : WeightFormat::Bf16;
         EXPECT_EQ(gb.format, want) << ps[p].name;
       }
@@ -92,7 +91,15 @@ void check_layout(const std::vector<ParamSpec>& ps, const Layout& L, WeightForma
       }
       for (int p : bk.params) EXPECT_EQ(covered[p], ps[p].numel()) << ps[p].name;
       // Payload: 256-byte aligned slices; MXFP8 payload fits in the fp32 grad region.
-      const PayloadShape sh = payload_shape(gb.format, bk.shard_numel);
+      const PayloadShape sh = payload_shape(gb.format, bk);
+      const FormatTraits& ft = format_traits(gb.format);
+      if (ft.block_rows == 1) {
+        // Row blocks: scale i of a shard is the block of its elements i * block.
+        EXPECT_EQ(sh.scale_bytes, ft.scale_bytes == 0 ? 0 : bk.shard_numel / ft.block * ft.scale_bytes);
+        for (const auto& shard : bk.shards)
+          for (const Piece& pc : shard)
+            if (ft.scale_bytes > 0) EXPECT_EQ(pc.scale_pos * ft.block, pc.shard_pos);
+      }
       EXPECT_EQ(sh.shard_bytes % 256, 0);
       EXPECT_GE(sh.shard_bytes, sh.code_bytes + sh.scale_bytes);
       EXPECT_EQ(sh.code_bytes % 128, 0) << "scales start 128-byte aligned";
@@ -138,8 +145,10 @@ TEST(Layout, InvariantsOverRandomModels) {
 }
 
 // fp8b128 (docs/fp8.md, "Layout"): no 128x128 tile may straddle two shards,
-// so every piece is whole 128-row slabs of its param, and starts at a scale
-// boundary of its shard (a multiple of 16384 elements).
+// so every piece is whole 128-row slabs of its param (the param's last slab may
+// be short), and its scales are its ceil(rows/128) x ceil(cols/128) tiles',
+// piece after piece in its shard; every shard's payload has room for the most
+// any shard needs.
 void check_slabs(const std::vector<ParamSpec>& ps, const Layout& L) {
   for (const GatherBuffer& gb : L.buffers) {
     if (gb.format != WeightFormat::Fp8b128) continue;
@@ -149,13 +158,25 @@ void check_slabs(const std::vector<ParamSpec>& ps, const Layout& L) {
         EXPECT_EQ((L.place[p].offset - bk.offset) % slab, 0) << ps[p].name << ": offset inside its bucket";
         EXPECT_EQ(bk.shard_numel % slab, 0) << ps[p].name << ": shard cuts on its slab boundaries";
       }
-      for (const auto& shard : bk.shards)
+      std::map<int, int64_t> tile_rows;  // per param, over its pieces
+      int64_t most = 0;
+      for (const auto& shard : bk.shards) {
+        int64_t next = 0;
         for (const Piece& pc : shard) {
-          const int64_t slab = 128 * ps[pc.param].shape[1];
+          const int64_t cols = ps[pc.param].shape[1], slab = 128 * cols;
+          const bool last = pc.param_begin + pc.len == ps[pc.param].numel();
           EXPECT_EQ(pc.param_begin % slab, 0) << ps[pc.param].name;
-          EXPECT_EQ(pc.len % slab, 0) << ps[pc.param].name;
-          EXPECT_EQ(pc.shard_pos % (128 * 128), 0) << ps[pc.param].name;
+          EXPECT_TRUE(pc.len % slab == 0 || (last && pc.len % cols == 0)) << ps[pc.param].name;
+          EXPECT_EQ(pc.scale_pos, next) << ps[pc.param].name << ": scales piece after piece";
+          const int64_t rows = pc.len / cols;
+          next += (rows + 127) / 128 * ((cols + 127) / 128);
+          tile_rows[pc.param] += (rows + 127) / 128;
         }
+        most = std::max(most, next);
+      }
+      EXPECT_EQ(bk.shard_scales, most);
+      EXPECT_EQ(payload_shape(gb.format, bk).scale_bytes, 4 * most);
+      for (int p : bk.params) EXPECT_EQ(tile_rows[p], (ps[p].shape[0] + 127) / 128) << ps[p].name;
     }
   }
 }
@@ -195,6 +216,27 @@ TEST(Layout, Fp8b128Gpt2ShardUnit) {
   const std::vector<ParamSpec> qs = {{"a", {128, 768}, 0, true}, {"b", {128, 3072}, 0, true}};
   const Layout L = Layout::build(qs, WeightFormat::Fp8b128, 1 << 30, 1, {0, 1});
   EXPECT_EQ(L.place[1].offset, 393216);
+}
+
+TEST(Layout, Fp8b128PartialTilesGpt2Xl) {
+  // GPT-2 1558M's attention weights by hand: qkv 4800 x 1600 (37.5 slabs of
+  // 204800 elements) then attn.proj 1600 x 1600 (12.5 slabs), one bucket. U =
+  // 204800; the proj starts at 38 slabs; 12.5 + 38 = 50.5 slabs, so at dp 2
+  // the shards are 26 slabs (5324800 elements) each.
+  const std::vector<ParamSpec> ps = {{"qkv", {4800, 1600}, 0, true}, {"proj", {1600, 1600}, 0, true}};
+  const Layout L = Layout::build(ps, WeightFormat::Fp8b128, 1 << 30, 2, {0, 1});
+  ASSERT_EQ(L.buffers.size(), 1u);
+  const Bucket& bk = L.buffers[0].buckets[0];
+  EXPECT_EQ(L.place[1].offset, 38 * 204800);
+  EXPECT_EQ(bk.shard_numel, 26 * 204800);
+  // Shard 0: qkv slabs 0-25 (26 tile rows of 13 scales). Shard 1: qkv slabs
+  // 26-37 (11 whole, 1 of 64 rows: 12 tile rows), then proj (13 tile rows).
+  ASSERT_EQ(bk.shards[0].size(), 1u);
+  ASSERT_EQ(bk.shards[1].size(), 2u);
+  EXPECT_EQ(bk.shards[1][0].len, 4800 * 1600 - 26 * 204800);
+  EXPECT_EQ(bk.shards[1][1].scale_pos, 12 * 13);
+  EXPECT_EQ(bk.shard_scales, 26 * 13) << "shard 0's 26 tile rows, more than shard 1's 12 + 13";
+  EXPECT_EQ(payload_shape(WeightFormat::Fp8b128, bk).scale_bytes, 26 * 13 * 4);
 }
 
 TEST(Layout, RejectsBadInput) {

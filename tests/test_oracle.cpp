@@ -32,6 +32,10 @@ TEST(Oracle, FormatRuleOfTheDesign) {
   EXPECT_EQ(oracle_format(matrix(64, 3), WeightFormat::Mxfp8), WeightFormat::Bf16);
   EXPECT_EQ(oracle_format(matrix(2, 48), WeightFormat::Mxfp8), WeightFormat::Bf16);
   EXPECT_EQ(oracle_format({"b", {64}, 0, false}, WeightFormat::Mxfp8), WeightFormat::Bf16);
+  // fp8b128: any rows, cols a multiple of 16 (partial edge tiles).
+  EXPECT_EQ(oracle_format(matrix(4800, 1600), WeightFormat::Fp8b128), WeightFormat::Fp8b128);
+  EXPECT_EQ(oracle_format(matrix(3, 48), WeightFormat::Fp8b128), WeightFormat::Fp8b128);
+  EXPECT_EQ(oracle_format(matrix(128, 40), WeightFormat::Fp8b128), WeightFormat::Bf16);
 }
 
 TEST(Oracle, Bf16IsRoundToNearestEven) {

@@ -63,6 +63,9 @@ TEST(FormatTable, PayloadBytesMatchTheFormatsDefinitions) {
     EXPECT_EQ(mx.scales_bytes(n), mxfp8_scale_bytes_rowwise(1, n));
     EXPECT_EQ(nv.code_bytes(n), nvfp4_code_bytes(1, n));
     EXPECT_EQ(nv.scales_bytes(n), nvfp4_scale_bytes(1, n));
+    EXPECT_EQ(mx.matrix_scales(3, n) * mx.scale_bytes, mxfp8_scale_bytes_rowwise(3, n));
+    EXPECT_EQ(nv.matrix_scales(3, n) * nv.scale_bytes, nvfp4_scale_bytes(3, n));
+    EXPECT_EQ(bf.matrix_scales(3, n), 0);
     for (const FormatTraits& t : all_formats()) {
       const PayloadShape p = payload_shape(t.id, n);
       EXPECT_EQ(p.code_bytes, t.code_bytes(n));

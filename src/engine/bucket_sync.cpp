@@ -98,10 +98,11 @@ void BucketSync::stage(int f, int b, const Update* u) {
   if (bufs_.reused(f))
     MXDP_CHECK(st.region != Region::Grads, "staging bucket ", b, " of the ", to_string(gb.format),
                " buffer into its grad region, which still holds live gradients");
-  const PayloadShape ps = payload_shape(gb.format, bk.shard_numel);
+  const PayloadShape ps = payload_shape(gb.format, bk);
   const FormatTraits& ft = format_traits(gb.format);
   uint8_t* base = bufs_.payload_ptr(f, b);
-  // Where element `at` of a shard's payload has its code and its block's scale.
+  // Where element `at` of a shard's payload has its code, and (row-block
+  // formats) its block's scale.
   const auto codes_at = [&](uint8_t* slot, int64_t at) { return slot + ft.code_bytes(at); };
   const auto scales_at = [&](uint8_t* slot, int64_t at) { return slot + ps.code_bytes + ft.scales_bytes(at); };
   const auto adamw_with = [&](bool decay) {
@@ -166,32 +167,27 @@ void BucketSync::stage(int f, int b, const Update* u) {
     }
   } else if (ft.block_rows > 1) {
     // Slab formats (fp8b128): piece by piece, each a (len / cols) x cols matrix
-    // of whole 128-row slabs of its param (the layout guarantees it), so its
-    // tiles are the param's own; the zero padding between pieces as 128-column
-    // slabs (every gap is a multiple of a tile's 16384 elements).
+    // of whole 128-row slabs of its param (the layout guarantees it; the last
+    // may be short), so its tiles are the param's own, its scales at the
+    // piece's scale_pos. The padding between pieces has no scales: its masters
+    // are 0 and its codes stay the zeros (E4M3 0) the payload was allocated
+    // with (a slab format's payload never lives in the grad buffer).
     for (int s = 0; s < dp_; ++s) {
       if (!bufs_.owns(s)) continue;
       const int64_t off = bufs_.shard_local_off(f, b, s);
       uint8_t* slot = base + s * ps.shard_bytes;
-      auto pad = [&](int64_t at, int64_t len) {
-        if (len > 0)
-          ops_.quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + off + at, len, nullptr,
-                         codes_at(slot, at), scales_at(slot, at), ft.block_rows);
-      };
-      int64_t pos = 0;
       for (const Piece& pc : bk.shards[s]) {
-        pad(pos, pc.shard_pos - pos);
         const int64_t cols = params_[pc.param].shape[1], e = off + pc.shard_pos;
+        uint8_t* codes = codes_at(slot, pc.shard_pos);
+        uint8_t* scales = slot + ps.scales_at(pc);
         if (u)
           ops_.adamw_quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + e, bs.m.data() + e,
-                               bs.v.data() + e, bs.main_grad + e, pc.len, u->ctl, adamw_params(pc.param),
-                               codes_at(slot, pc.shard_pos), scales_at(slot, pc.shard_pos), cols);
+                               bs.v.data() + e, bs.main_grad + e, pc.len, u->ctl, adamw_params(pc.param), codes,
+                               scales, cols);
         else
-          ops_.quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + e, pc.len, nullptr,
-                         codes_at(slot, pc.shard_pos), scales_at(slot, pc.shard_pos), cols);
-        pos = pc.shard_pos + pc.len;
+          ops_.quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + e, pc.len, nullptr, codes, scales,
+                         cols);
       }
-      pad(pos, bk.shard_numel - pos);
     }
   } else {
     for (int s = 0; s < dp_; ++s) {
@@ -236,7 +232,7 @@ void BucketSync::start_gather(int f, int b) {
     }
   }
   if (!opt_.distributed_optimizer) return;
-  const PayloadShape ps = payload_shape(layout_.buffers[f].format, layout_.buffers[f].buckets[b].shard_numel);
+  const PayloadShape ps = payload_shape(layout_.buffers[f].format, layout_.buffers[f].buckets[b]);
   uint8_t* base = bufs_.payload_ptr(f, b);
   st.gather = comm_.all_gather_async(base + rank_ * ps.shard_bytes, base, ps.shard_bytes, ops_.stream());
   gather_bytes_ += dp_ * ps.shard_bytes;
@@ -265,7 +261,7 @@ void BucketSync::unpack(int f, int b) {
   // Every piece of every shard in one dequantize_pieces launch. The table of
   // pointers stays in ops memory and is uploaded again only if it changed
   // (compute weights are fixed for a model's life, so: once per bucket).
-  const PayloadShape ps = payload_shape(gb.format, bk.shard_numel);
+  const PayloadShape ps = payload_shape(gb.format, bk);
   const FormatTraits& ft = format_traits(gb.format);
   const uint8_t* base = bufs_.payload_ptr(f, b);
   const ComputeDType dt = model_.compute_dtype();
@@ -281,7 +277,7 @@ void BucketSync::unpack(int f, int b) {
       u.len = pc.len;
       const int64_t at = pc.shard_pos;
       u.codes = slot + ft.code_bytes(at);
-      if (ft.scale_bytes > 0) u.scales = slot + ps.code_bytes + ft.scales_bytes(at);
+      if (ft.scale_bytes > 0) u.scales = slot + ps.scales_at(pc);
       if (ft.tensor_amax) u.amax = bufs_.param_amax(pc.param);
       if (ft.block_rows > 1) u.cols = params_[pc.param].shape[1];
       max_len = std::max(max_len, pc.len);

@@ -17,13 +17,13 @@ bool BucketSync::reads_fp8(int p) const {
 }
 
 // W of every param of the bucket the model reads as FP8, from its gathered payload. A piece is whole
-// 128-row slabs of its param (layout.h), so its codes are rows of the param's
-// codes and its compact scales whole tile rows of the param's compact scales:
-// two copies each, then the GEMM layout per param.
+// 128-row slabs of its param (layout.h; a param's last slab may be short), so
+// its codes are rows of the param's codes and its compact scales whole tile
+// rows of the param's compact scales: two copies each, then the GEMM layout per param.
 void BucketSync::fp8_unpack(int f, int b) {
   const GatherBuffer& gb = layout_.buffers[f];
   const Bucket& bk = gb.buckets[b];
-  const PayloadShape ps = payload_shape(gb.format, bk.shard_numel);
+  const PayloadShape ps = payload_shape(gb.format, bk);
   const FormatTraits& ft = format_traits(gb.format);
   bool any = false;
   for (int p : bk.params) any = any || reads_fp8(p);
@@ -41,9 +41,12 @@ void BucketSync::fp8_unpack(int f, int b) {
     for (const Piece& pc : bk.shards[s]) {
       if (pc.len <= 0 || !reads_fp8(pc.param)) continue;
       Fp8Store& w = bufs_.fp8(pc.param);
+      const int64_t cols = params_[pc.param].shape[1];
+      // The piece's first row starts a tile row (whole slabs before it).
+      const int64_t first_scale = ft.matrix_scales(pc.param_begin / cols, cols);
+      const int64_t scales = ft.matrix_scales(pc.len / cols, cols);
       ops_.copy(w.codes.data() + pc.param_begin, slot + ft.code_bytes(pc.shard_pos), size_t(pc.len));
-      ops_.copy(w.compact.data() + pc.param_begin / ft.block, slot + ps.code_bytes + ft.scales_bytes(pc.shard_pos),
-                size_t(ft.scales_bytes(pc.len)));
+      ops_.copy(w.compact.data() + first_scale, slot + ps.scales_at(pc), size_t(scales * ft.scale_bytes));
     }
   }
   for (int p : bk.params) {

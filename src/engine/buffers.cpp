@@ -36,7 +36,7 @@ MemoryPlan plan_memory(const std::vector<ParamSpec>& params, const Layout& layou
       m.master_bytes += owned * int64_t(sizeof(float));
       m.adam_bytes += 2 * owned * int64_t(sizeof(float));
       if (!aliased) m.main_grad_bytes += owned * int64_t(sizeof(float));
-      const int64_t payload = dp * payload_shape(gb.format, b.shard_numel).shard_bytes;
+      const int64_t payload = dp * payload_shape(gb.format, b).shard_bytes;
       if (!reused) m.payload_bytes += payload;
       if (opt.distributed_optimizer) m.gather_bytes += payload;
       if (opt.grad_reduce_dtype == GradReduceDType::Bf16) {
@@ -84,7 +84,7 @@ EngineBuffers::EngineBuffers(const Layout& layout, const DpOptions& opt, EngineO
       bs.shard_off.push_back(shard_total);
       shard_total += b.shard_numel;
       bs.payload_off.push_back(payload);
-      payload += dp * payload_shape(gb.format, b.shard_numel).shard_bytes;
+      payload += dp * payload_shape(gb.format, b).shard_bytes;
     }
     if (opt.grad_reduce_dtype == GradReduceDType::Bf16) {
       bs.grad_bf16 = DeviceArray<uint16_t>(ops, gb.numel);

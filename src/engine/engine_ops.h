@@ -14,6 +14,7 @@
 // give the same bits run to run (fixed reduction order).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -74,14 +75,16 @@ struct UnpackPiece {
 };
 
 // The argument check of a slab format's (block_rows > 1: fp8b128) range: a
-// (n / cols) x cols row-major matrix of whole block_rows-row slabs, cols a
-// multiple of the tile side, so its tiles are those of the param it is part of.
+// (n / cols) x cols row-major matrix whose cols the format takes. The caller
+// starts it on a slab boundary of its param (the layout's pieces do), so its
+// tiles are the param's; its rows need not fill the last slab, since a param's
+// last slab may be short.
 inline void check_slab_range(WeightFormat f, int64_t n, int64_t cols, const char* op) {
   const FormatTraits& t = format_traits(f);
   if (t.block_rows == 1) return;
-  MXDP_CHECK(cols > 0 && cols % t.block_rows == 0 && n % t.slab_elems(cols) == 0, op, ": ", t.name,
-             " needs whole ", t.block_rows, "-row slabs of a matrix whose cols are a multiple of ", t.block_rows,
-             "; got ", n, " elements of ", cols, " columns");
+  MXDP_CHECK(cols > 0 && n % cols == 0 && t.eligible(std::max<int64_t>(n / cols, 1), cols), op, ": ", t.name,
+             " takes whole rows of a matrix whose cols are a multiple of 16; got ", n, " elements of ", cols,
+             " columns");
 }
 
 // The argument check every implementation's quantize / dequantize makes: a
@@ -192,7 +195,7 @@ class EngineOps {
   //   adamw_quantize(ranges.format(), r, p + R.begin, m + R.begin, v + R.begin,
   //                  g + R.begin, R.len, ctl, choices[R.choice],
   //                  codes + code_bytes(R.begin), scales + scales_bytes(R.begin))
-  // (format.h's byte counts); elements outside every range untouched. `ranges`
+  // (format.h's byte counts: row-block formats only); elements outside every range untouched. `ranges`
   // from these ops' adamw_ranges; choices: at least ranges.choices_needed(),
   // at most kMaxAdamWChoices, in host memory (a GPU passes them to its kernel).
   virtual void adamw_quantize_ranges(ScaleRounding r, float* p, float* m, float* v, const float* g,

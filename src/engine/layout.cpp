@@ -7,13 +7,19 @@
 
 namespace mxdp {
 
-PayloadShape payload_shape(WeightFormat f, int64_t n) {
+PayloadShape payload_shape(WeightFormat f, int64_t n, int64_t scales) {
   const FormatTraits& t = format_traits(f);
   PayloadShape p;
   p.code_bytes = t.code_bytes(n);
-  p.scale_bytes = t.scales_bytes(n);
+  p.one_scale = t.scale_bytes;
+  p.scale_bytes = scales * t.scale_bytes;
   p.shard_bytes = align_up(p.code_bytes + p.scale_bytes, kPayloadAlign);
   return p;
+}
+
+PayloadShape payload_shape(WeightFormat f, int64_t n) {
+  const FormatTraits& t = format_traits(f);
+  return payload_shape(f, n, t.scale_bytes == 0 ? 0 : n / t.block);
 }
 
 // unit: what every shard size must be a multiple of (kShardAlign, or for a
@@ -24,8 +30,32 @@ static void close_bucket(Bucket& b, int64_t end, int dp, int64_t unit) {
   b.numel = b.shard_numel * dp;
 }
 
+// Each piece's scales in its shard's payload, and the bucket's scale count (the
+// same for every shard, so the gather's slices are equal). Row-block formats:
+// scale i of a shard is block i of its elements (padding included). Slab
+// formats: piece after piece, each piece's tile scales, which are not at its
+// element offset / block when its param's cols are not a multiple of 128.
+static void place_scales(Bucket& b, const FormatTraits& ft, const std::vector<ParamSpec>& params) {
+  if (ft.scale_bytes == 0) return;
+  if (ft.block_rows == 1) {
+    for (auto& shard : b.shards)
+      for (Piece& pc : shard) pc.scale_pos = pc.shard_pos / ft.block;
+    b.shard_scales = b.shard_numel / ft.block;
+    return;
+  }
+  for (auto& shard : b.shards) {
+    int64_t next = 0;
+    for (Piece& pc : shard) {
+      const int64_t cols = params[pc.param].shape[1];
+      pc.scale_pos = next;
+      next += ft.matrix_scales(pc.len / cols, cols);
+    }
+    b.shard_scales = std::max(b.shard_scales, next);
+  }
+}
+
 static void cut_shards(Bucket& b, const std::vector<ParamPlace>& place,
-                       const std::vector<ParamSpec>& params, int dp) {
+                       const std::vector<ParamSpec>& params, int dp, const FormatTraits& ft) {
   b.shards.assign(dp, {});
   for (int s = 0; s < dp; ++s) {
     int64_t lo = b.offset + s * b.shard_numel, hi = lo + b.shard_numel;
@@ -35,6 +65,7 @@ static void cut_shards(Bucket& b, const std::vector<ParamPlace>& place,
       if (a < e) b.shards[s].push_back({p, a - po, e - a, a - lo});
     }
   }
+  place_scales(b, ft, params);
 }
 
 WeightFormat gather_format(const ParamSpec& p, WeightFormat lowp) {
@@ -120,7 +151,7 @@ Layout Layout::build(const std::vector<ParamSpec>& params, WeightFormat lowp, in
       if (L.buffers[b].format == pf) L.place[p].buffer = b;
   }
   for (auto& buf : L.buffers)
-    for (auto& b : buf.buckets) cut_shards(b, L.place, params, dp);
+    for (auto& b : buf.buckets) cut_shards(b, L.place, params, dp, format_traits(buf.format));
   return L;
 }
 

@@ -7,7 +7,8 @@
 //   - every param starts at an element offset that is a multiple of 64; in a
 //     slab format (fp8b128), its offset from its bucket's start is a multiple
 //     of its slab (128 * cols), and the bucket's shard size a multiple of every
-//     slab in it, so shards cut params only between 128-row slabs;
+//     slab in it, so shards cut params only between 128-row slabs (a param's
+//     last slab may be shorter: rows need not be a multiple of 128);
 //   - a param lives in exactly one bucket; a bucket closes once it holds at
 //     least bucket_size elements;
 //   - every bucket's size is dp * shard, shard a multiple of 256 elements, so
@@ -16,6 +17,10 @@
 //   - rank r owns shard r of every bucket; shards cut through params, and each
 //     shard's Pieces say which param sub-range sits where.
 // Gather payload of one shard = element codes, then scales, padded to 256 bytes.
+// A row-block format's scales follow its codes (block scale i of the shard for
+// elements [i * block, (i + 1) * block)); a slab format's are each piece's tile
+// scales, piece after piece (a piece of a 1600-column param holds 12.5 tiles'
+// elements but 13 scales, so a scale's place is not its elements' offset / 16384).
 #pragma once
 
 #include <cstdint>
@@ -38,12 +43,14 @@ struct Piece {
   int64_t param_begin = 0;  // first element of the param in this piece
   int64_t len = 0;
   int64_t shard_pos = 0;    // element offset of the piece inside its shard
+  int64_t scale_pos = 0;    // index of its first block scale among its shard's scales
 };
 
 struct Bucket {
   int64_t offset = 0;        // first element in the buffer
   int64_t numel = 0;         // dp * shard_numel
   int64_t shard_numel = 0;   // multiple of 256
+  int64_t shard_scales = 0;  // block scales in each shard's payload: the most any shard's pieces need
   int first_layer = 0;       // smallest `layer` of its params: when forward first needs it
   std::vector<int> params;   // in buffer order
   std::vector<std::vector<Piece>> shards;  // shards[s]: pieces of shard s, by position
@@ -53,8 +60,19 @@ struct PayloadShape {
   int64_t code_bytes = 0;    // element codes of one shard
   int64_t scale_bytes = 0;   // scales of one shard (right after the codes)
   int64_t shard_bytes = 0;   // code + scale bytes, padded to kPayloadAlign
+  int64_t one_scale = 0;     // bytes of one block scale
+  // Byte offset of piece pc's first scale inside its shard's slot.
+  int64_t scales_at(const Piece& pc) const { return code_bytes + pc.scale_pos * one_scale; }
 };
-PayloadShape payload_shape(WeightFormat f, int64_t shard_numel);
+// One shard of n elements and `scales` block scales.
+PayloadShape payload_shape(WeightFormat f, int64_t n, int64_t scales);
+// A flat range of n elements, n / block scales (whole blocks: a row-block
+// format's shard; a slab format's places its scales by piece, so ask its bucket).
+PayloadShape payload_shape(WeightFormat f, int64_t n);
+// One shard of bucket b (every shard's is the same size).
+inline PayloadShape payload_shape(WeightFormat f, const Bucket& b) {
+  return payload_shape(f, b.shard_numel, b.shard_scales);
+}
 
 struct GatherBuffer {
   WeightFormat format = WeightFormat::Bf16;

@@ -9,9 +9,9 @@
 // packed little end first), then n / block scales of scale_bytes each, padded
 // to 256 bytes (engine/layout.h). A format whose blocks span block_rows > 1 rows
 // (fp8b128: 128x128 tiles) needs every piece of a param in a shard to be whole
-// block_rows-row slabs of that param; its scales are then, piece after piece,
-// each piece's (rows/128) x (cols/128) tile scales row-major (docs/fp8.md,
-// "Layout"). A format whose `tensor_amax` is set also
+// block_rows-row slabs of that param (its last slab may be shorter); its scales
+// are then, piece after piece, each piece's ceil(rows/128) x ceil(cols/128) tile
+// scales row-major (docs/fp8.md, "Layout"). A format whose `tensor_amax` is set also
 // needs the amax of the whole parameter: the engine stages it in two passes
 // (amax of every piece of the param, all-reduced, then the quantize), and the
 // unpack reads that amax beside the codes and scales.
@@ -56,13 +56,21 @@ struct FormatTraits {
   int64_t code_bytes(int64_t n) const { return n * code_bits / 8; }
   int64_t scales_bytes(int64_t n) const { return scale_bytes == 0 ? 0 : n / block * scale_bytes; }
   bool low_precision() const { return id != WeightFormat::Bf16; }
+  // Block scales of a rows x cols matrix (tiles at its right and bottom edges
+  // may be partial and have a scale each).
+  int64_t matrix_scales(int64_t rows, int64_t cols) const {
+    if (scale_bytes == 0) return 0;
+    const int64_t tile_cols = block / block_rows;
+    return (rows + block_rows - 1) / block_rows * ((cols + tile_cols - 1) / tile_cols);
+  }
   // Whether a rows x cols weight can travel in this format (the engine's one
   // rule, engine/layout.h's gather_format). Row-block formats take any 2-D
-  // weight whose rows hold whole 32-element blocks; 128x128 tiles need rows and
-  // cols that are multiples of 128 (others travel in bf16).
+  // weight whose rows hold whole 32-element blocks; 128x128 tiles take any rows
+  // and cols a multiple of 16, what the FP8 GEMMs need of N and K (edge tiles
+  // are partial; others travel in bf16).
   bool eligible(int64_t rows, int64_t cols) const {
     if (block_rows == 1) return cols % 32 == 0;
-    return rows % block_rows == 0 && cols % block_rows == 0;
+    return rows > 0 && cols > 0 && cols % 16 == 0;
   }
   // Elements of one block_rows-row slab of a param with `cols` columns: shards
   // and buckets may cut a param only at multiples of this (1 for row blocks,

@@ -10,10 +10,12 @@ int check_fp8_compute(const std::vector<ParamSpec>& params, const std::string& m
   int n = 0;
   for (const ParamSpec& p : params) {
     if (!p.fp8_linear) continue;
-    MXDP_CHECK(p.shape.size() == 2 && tiles.eligible(p.shape[0], p.shape[1]),
-               "--compute-dtype fp8 computes with whole 128x128 tiles of each linear weight, but ", p.name, " is ",
-               shape_string(p.shape), ": pass a --d-model that is a multiple of 128 (the model's widths follow it), ",
-               "or --compute-dtype bf16");
+    // W {N, K} and W^T {K, N} are both fp8b128 weights the GEMMs read.
+    const bool fits = p.shape.size() == 2 && tiles.eligible(p.shape[0], p.shape[1]) &&
+                      tiles.eligible(p.shape[1], p.shape[0]);
+    MXDP_CHECK(fits, "--compute-dtype fp8 needs both sides of each linear weight a multiple of 16 (the FP8 GEMMs' ",
+               "alignment), but ", p.name, " is ", shape_string(p.shape),
+               ": pass a --d-model that is a multiple of 16 (the model's widths follow it), or --compute-dtype bf16");
     ++n;
   }
   MXDP_CHECK(n > 0, "--compute-dtype fp8: ", model.empty() ? std::string("this model") : model,

@@ -61,9 +61,10 @@ struct ParamSpec {
 
 // FP8 compute (compute_dtype fp8, --compute-dtype fp8; docs/fp8.md) for a
 // model with these params: it needs linear weights that read FP8 W / W^T
-// (fp8_linear), each of whole 128x128 tiles (rows and cols multiples of 128,
-// fp8b128's FormatTraits::eligible; their 1x128 activation blocks then fit
-// too): for GPT-2, d_model a multiple of 128. Throws mxdp::Error with the one
+// (fp8_linear), each with rows and cols multiples of 16 (fp8b128's
+// FormatTraits::eligible of W and of W^T: the FP8 GEMMs' N and K; edge tiles
+// and 1x128 blocks may be partial): every GPT-2 width (d_model % 32 == 0)
+// passes. Throws mxdp::Error with the one
 // refusal every caller gives (`mxdp train` and `mxdp plan` among their
 // options, naming `model`; the models' set_fp8_compute); returns how many
 // such weights there are. The engine adds its own rules (weight_format

@@ -23,7 +23,7 @@ void trained_weights(const ParamSpec& spec, const float* master, WeightFormat fo
   // A 2-D param the format takes: its codes and scales (row-wise, or tiles),
   // sized by the table, and its tensor amax where the format has one.
   const int64_t rows = spec.shape[0], cols = spec.shape[1];
-  std::vector<uint8_t> codes(size_t(t.code_bytes(n))), scales(size_t(t.scales_bytes(n)));
+  std::vector<uint8_t> codes(size_t(t.code_bytes(n))), scales(size_t(t.matrix_scales(rows, cols) * t.scale_bytes));
   const float tensor_amax = t.tensor_amax ? amax(master, n) : 0.0f;
   // The codec itself: quant.h has one per format (the table holds no codec).
   switch (t.id) {

@@ -5,7 +5,7 @@
 // quantized to its gather format and dequantized again (docs/interop.md, "The
 // weights as trained"; the formats themselves: docs/formats.md):
 //   - 2-D params the format takes (engine/layout.h's gather_format: rows of
-//     whole 32-element blocks; for fp8b128 rows and cols multiples of 128)
+//     whole 32-element blocks; for fp8b128 any rows, cols a multiple of 16)
 //     travel in the run's weight format (bf16, mxfp8, nvfp4 or fp8b128);
 //   - every other param (norms, biases) travels in BF16.
 // The engine quantizes per bucket shard over its laid-out buffer, but every
@@ -13,7 +13,8 @@
 // elements, so MXFP8's 32-blocks and NVFP4's 16-blocks never straddle two
 // params, and NVFP4's tensor scale is the amax of the whole param (the
 // all-reduced max of its shards); fp8b128's shards hold whole 128-row slabs
-// of a param, so its 128x128 tiles are those of the whole matrix. Quantizing each param on its own with the
+// of a param (its last slab may be short), so its 128x128 tiles, partial ones
+// at the edges included, are those of the whole matrix. Quantizing each param on its own with the
 // format reference (quant.h) therefore gives the engine's bits exactly;
 // tests/mpitest_trained_weights.cpp holds the two equal at dp 1..4.
 //

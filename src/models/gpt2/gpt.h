@@ -92,8 +92,9 @@ class Gpt : public GptModel {
   // FP8 compute (compute_dtype fp8, docs/fp8.md): the four linear layers of
   // each block read the engine's FP8 W / W^T (ModelHooks::fp8_weight) and
   // quantize their activations and gradients 1x128 (gpt_fp8.h); the
-  // embeddings, attention and the LM head stay fp32. Needs d_model % 128 == 0
-  // (check_fp8_compute, model.h).
+  // embeddings, attention and the LM head stay fp32. Any d_model: a width
+  // that is not a multiple of 128 ends in partial tiles and 1x128 blocks
+  // (check_fp8_compute, model.h, says what it needs).
   void set_fp8_compute(bool on) override;
   bool reads_fp8_weights() const override { return fp8_; }
 

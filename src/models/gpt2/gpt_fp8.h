@@ -16,7 +16,7 @@ struct Fp8Scratch {
   std::vector<float> a_scales, b_scales;
 };
 
-// out[M,N] = q(inp)[M,K] . W^T + bias; K a multiple of 128.
+// out[M,N] = q(inp)[M,K] . W^T + bias (1x128 blocks and tiles at the edges may be partial).
 void fp8_matmul_forward(float* out, const float* inp, const Fp8Weight& w, const float* bias, int M, int N, int K,
                         Fp8Scratch& s);
 // dinp = q(dout) . W (overwritten; wt is W^T {K, N}); dW += q(dout^T) . q(inp^T)^T;
