@@ -392,8 +392,11 @@ TEST(GpuEngineOps, Fp8b128OpsBitwiseEqualToCpu) {
   auto gpu = cuda::make_cuda_ops();
   const AdamWChoice ch = adamw_choice(AdamWParams{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1});
   const StepControl c = step_ctl(1, 0.5f);
-  for (int64_t cols : {int64_t(128), int64_t(768)}) {
-    const int64_t rows = 384, n = rows * cols, sc = fp8b128_scale_count(rows, cols);
+  // Whole tiles, and partial ones at the right and bottom edges (GPT-2 1558M's
+  // 1600 columns, 48 columns, a last slab of 64 or 44 rows).
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{384, 128}, {384, 768}, {320, 1600}, {300, 48}};
+  for (const auto& [rows, cols] : shapes) {
+    const int64_t n = rows * cols, sc = fp8b128_scale_count(rows, cols);
     auto p = random_floats(size_t(n), 3, 0.02f), m = random_floats(size_t(n), 4, 0.01f), v = random_floats(size_t(n), 5, 1e-4f);
     for (auto& x : v) x = x * x;
     auto g = random_floats(size_t(n), 6, 1.0f);
@@ -414,18 +417,18 @@ TEST(GpuEngineOps, Fp8b128OpsBitwiseEqualToCpu) {
       Dev<uint8_t> out(*gpu, std::vector<uint8_t>(want.size(), 0)), out2(*gpu, std::vector<uint8_t>(want.size(), 0));
       gpu->dequantize(WeightFormat::Fp8b128, dpay.a.data(), dpay.a.data() + n, n, nullptr, out.a.data(), dt, cols);
       EXPECT_EQ(mismatches(out.get(), want), 0u) << cols << " " << to_string(dt);
-      // Two pieces of 128 rows and 256 rows, as the unpack hands them out.
+      // Two pieces, 128 rows and the rest, as the unpack hands them out.
       std::vector<UnpackPiece> t(2);
       for (int i = 0; i < 2; ++i) {
-        const int64_t r0 = i == 0 ? 0 : 128, len = (i == 0 ? 128 : 256) * cols;
+        const int64_t r0 = i == 0 ? 0 : 128, len = (i == 0 ? 128 : rows - 128) * cols;
         t[i].codes = dpay.a.data() + r0 * cols;
-        t[i].scales = dpay.a.data() + n + 4 * (r0 / 128) * (cols / 128);
+        t[i].scales = dpay.a.data() + n + 4 * fp8b128_scale_count(r0, cols);
         t[i].dst = out2.a.data() + r0 * cols * int64_t(es);
         t[i].len = len;
         t[i].cols = cols;
       }
       Dev<UnpackPiece> tab(*gpu, t);
-      gpu->dequantize_pieces(WeightFormat::Fp8b128, tab.a.data(), 2, 256 * cols, dt);
+      gpu->dequantize_pieces(WeightFormat::Fp8b128, tab.a.data(), 2, (rows - 128) * cols, dt);
       EXPECT_EQ(mismatches(out2.get(), want), 0u) << cols << " " << to_string(dt) << ": pieces";
     }
     std::vector<uint8_t> ct(static_cast<size_t>(n));

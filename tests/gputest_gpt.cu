@@ -350,11 +350,13 @@ TEST(GpuGptKernels, ClassifierLossAndGradientMatchDoubleReference) {
 // act_quantize (FP8 compute's activation operands): its bf16 values against
 // the host's bias / GELU / GELU-gradient of the same inputs, and its codes and
 // scales bit for bit against the CPU quantizers (formats/fp8_block.h) of the
-// bf16 values it wrote, padded with zero rows to a multiple of 128 (M = 300).
-TEST(GpuGptKernels, Fp8ActQuantizeIsTheCpuQuantizerOfItsValues) {
-  REQUIRE_GPU();
+// bf16 values it wrote, padded with zero rows to a multiple of 128 (M = 300);
+// N = 256 (whole tiles) and 208 (a last tile column of 80: partial 1x128 blocks
+// along N, as at gpt2-1558m's 1600).
+void check_act_quantize(int N) {
+  SCOPED_TRACE("N " + std::to_string(N));
   Stream st;
-  const int M = 300, N = 256, Mp = 384;
+  const int M = 300, Mp = 384;
   std::vector<float> x = randn(size_t(M) * N, 11, 2.f);  // bf16 values
   const std::vector<float> aux = randn(size_t(M) * N, 12), bias = randn(N, 13);
   // Blocks whose scales leave codec::block_div's fast range (a row and a
@@ -371,7 +373,7 @@ TEST(GpuGptKernels, Fp8ActQuantizeIsTheCpuQuantizerOfItsValues) {
       const bool rows = made & 1, cols = made & 2;
       Bf16 dx(x), daux(aux), dbias(bias), out(size_t(M) * N), biased(size_t(M) * N);
       Dev<uint8_t> rc(size_t(Mp) * N), cc(size_t(Mp) * N);
-      F32 rs(size_t(Mp) * N / 128), cs(size_t(Mp) * N / 128);
+      F32 rs(size_t(fp8_1x128_scale_count(Mp, N))), cs(size_t(fp8_1x128_scale_count(N, Mp)));
       cuda::ActQuant q{.x = dx.p, .bias = with_bias ? dbias.p : nullptr, .biased = with_bias ? biased.p : nullptr,
                        .op = op, .aux = daux.p, .out = op == cuda::ActOp::Identity ? nullptr : out.p,
                        .rows = {rows ? rc.p : nullptr, rs.p}, .cols = {cols ? cc.p : nullptr, cs.p}};
@@ -423,6 +425,12 @@ TEST(GpuGptKernels, Fp8ActQuantizeIsTheCpuQuantizerOfItsValues) {
         EXPECT_EQ(std::memcmp(cs_got.data(), cs_want.data(), cs_want.size() * 4), 0) << what << ": column scales";
       }
     }
+}
+
+TEST(GpuGptKernels, Fp8ActQuantizeIsTheCpuQuantizerOfItsValues) {
+  REQUIRE_GPU();
+  check_act_quantize(256);
+  check_act_quantize(208);
 }
 
 // act_quantize as the GPT's FP8 path calls it (gpt_cuda.cu's forward_block_fp8 /
@@ -719,13 +727,18 @@ struct Fp8Hooks final : ModelHooks {
 // The GPU GPT in FP8 compute against the CPU GPT in FP8 compute (the
 // emulated GEMMs, fp32 activations): the same FP8 weights, so the differences
 // are the GPU's bf16 activations and the codes they move by a step now and
-// then. B*T = 111 (padded to 128 rows inside) and 256. Bounds: loss 1%,
-// every gradient 8% (the bf16 comparison above allows 0.5% and 5%; FP8 codes
-// of slightly different inputs add a few percent on the weight gradients).
+// then. B*T = 111 (padded to 128 rows inside) and 256; d_model 128 (whole
+// tiles) and 192 (every linear ends in a partial tile and partial 1x128
+// blocks). Bounds: loss 1%, every gradient 8% (the bf16 comparison above
+// allows 0.5% and 5%; FP8 codes of slightly different inputs add a few
+// percent on the weight gradients).
 TEST(GpuGpt, Fp8ComputeMatchesTheCpuFp8Gpt) {
   REQUIRE_GPU();
-  const GptConfig cfg{.vocab = 250, .padded_vocab = 256, .max_seq = 64, .n_layer = 2, .n_head = 2, .d_model = 128};
+  for (int d_model : {128, 192})
   for (auto [B, T] : {std::pair{3, 37}, std::pair{4, 64}}) {
+    SCOPED_TRACE("d_model " + std::to_string(d_model));
+    const GptConfig cfg{.vocab = 250, .padded_vocab = 256, .max_seq = 64, .n_layer = 2, .n_head = 2,
+                        .d_model = d_model};
     Pair m(cfg);
     m.cpu.set_fp8_compute(true);
     m.gpu->set_fp8_compute(true);

@@ -412,7 +412,8 @@ void dispatch_fused_quantize(const char* op, WeightFormat f, ScaleRounding r, co
 
 // Dequantize straight into bf16 compute weights: bf16_rne(fp32 dequantized
 // value), element by element the CPU's to_bf16(dequantize(x)).
-// cols: fp8b128 only, the range is a (n / cols) x cols matrix of 128x128 tiles.
+// cols: fp8b128 only, the range is a (n / cols) x cols matrix of 128x128 tiles
+// (ceil(cols / 128) a tile row: the last tile column may be partial).
 template <WeightFormat F>
 __device__ __forceinline__ float dequant_at(const uint8_t* codes, const uint8_t* scales, int64_t i, float s_dec,
                                             int64_t cols) {
@@ -422,7 +423,8 @@ __device__ __forceinline__ float dequant_at(const uint8_t* codes, const uint8_t*
     return codec::mxfp8_dequant(codes[i], scales[i / kMxfp8Block], Fp8Kind::E4M3);
   } else if constexpr (F == WeightFormat::Fp8b128) {
     const int64_t r = i / cols, c = i - r * cols;
-    const float s = reinterpret_cast<const float*>(scales)[(r / kFp8Tile) * (cols / kFp8Tile) + c / kFp8Tile];
+    const int64_t tile_cols = (cols + kFp8Tile - 1) / kFp8Tile;
+    const float s = reinterpret_cast<const float*>(scales)[(r / kFp8Tile) * tile_cols + c / kFp8Tile];
     return codec::fp8_block_dequant(codes[i], s, Fp8Kind::E4M3);
   } else {
     const uint8_t nib = (codes[i / 2] >> ((i & 1) * 4)) & 0xF;

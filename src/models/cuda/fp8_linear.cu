@@ -16,6 +16,11 @@
 // different bank groups per quarter-warp (no bank conflicts). Divisions by a
 // block scale are codec::block_div_fast (a product and two FMAs an element)
 // behind one test of the block's scale range (block_div_n).
+//
+// N need only be a multiple of 16 (the GEMMs'): the last tile column then
+// holds N % 128 columns, whole 16-byte chunks. A chunk beyond N is never loaded
+// or stored; it holds zeros (amax 0), so every scale is over the elements
+// present, as the CPU quantizers' partial blocks are.
 #include "models/cuda/fp8_linear.h"
 
 #include <cuda_runtime.h>
@@ -132,11 +137,13 @@ __device__ __forceinline__ codec::BlockDivisor divisor_of(const codec::BlockDivi
 }
 
 // Phase 2: the cols operand of the tile from its bf16 values in shared memory.
-// A warp takes one chunk column (8 tile columns) at a time, each lane 4 rows of it.
+// A warp takes one chunk column (8 tile columns) at a time, each lane 4 rows of
+// it; chunk columns beyond N (the last tile column's absent ones) are skipped.
 __device__ __forceinline__ void cols_phase(const uint4* tile, const Fp8Slot& cols, int m0, int n0, int N, int Mp) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int chunks = min(kChunks, (N - n0) / 8);  // present in this tile
 #pragma unroll 1
-  for (int k = warp; k < kChunks; k += kThreads / 32) {
+  for (int k = warp; k < chunks; k += kThreads / 32) {
     uint4 v[4];  // rows 4 lane .. 4 lane + 3, columns 8 k .. 8 k + 7
 #pragma unroll
     for (int j = 0; j < 4; ++j) v[j] = tile[chunk_at(4 * lane + j, k)];
@@ -168,6 +175,7 @@ __global__ void __launch_bounds__(kThreads) act_quantize_kernel(ActQuant q, int 
   __shared__ uint4 tile[kCols ? kTile * kChunks : 1];
   const int n0 = blockIdx.x * kTile, m0 = blockIdx.y * kTile;
   const int seg = threadIdx.x & 15, c = seg * 8;  // the thread's 8 columns, the same in every pass
+  const bool present = n0 + c < N;                // its chunk is inside the matrix (N % 8 == 0)
   // Every load first (x, and the pre-activation for the GELU gradient), so that
   // a thread has all its 16-byte reads in flight at once.
   uint4 raw[kPasses], raw_aux[kOp == ActOp::GeluGrad ? kPasses : 1];
@@ -175,12 +183,13 @@ __global__ void __launch_bounds__(kThreads) act_quantize_kernel(ActQuant q, int 
   for (int pass = 0; pass < kPasses; ++pass) {
     const int m = m0 + pass * (kThreads / 16) + (threadIdx.x >> 4);
     const int64_t at = int64_t(m) * N + n0 + c;
-    raw[pass] = m < M ? *reinterpret_cast<const uint4*>(q.x + at) : make_uint4(0, 0, 0, 0);
+    const bool in = present && m < M;
+    raw[pass] = in ? *reinterpret_cast<const uint4*>(q.x + at) : make_uint4(0, 0, 0, 0);
     if constexpr (kOp == ActOp::GeluGrad)
-      raw_aux[pass] = m < M ? *reinterpret_cast<const uint4*>(q.aux + at) : make_uint4(0, 0, 0, 0);
+      raw_aux[pass] = in ? *reinterpret_cast<const uint4*>(q.aux + at) : make_uint4(0, 0, 0, 0);
   }
   float b[8];
-  if constexpr (kBias) load8(q.bias + n0 + c, b);
+  if constexpr (kBias) load8(q.bias + n0 + (present ? c : 0), b);  // an absent chunk's bias is unused
   // Pass by pass: bias and op, the bf16 results (bits) and their amax over the thread's 8.
   float am[kPasses];
 #pragma unroll
@@ -190,7 +199,7 @@ __global__ void __launch_bounds__(kThreads) act_quantize_kernel(ActQuant q, int 
     const int64_t at = int64_t(m) * N + n0 + c;
     float v[8];
     unpack8(raw[pass], v);
-    if (m < M) {
+    if (present && m < M) {
       if constexpr (kBias) {
 #pragma unroll
         for (int i = 0; i < 8; ++i) v[i] += b[i];
@@ -226,8 +235,9 @@ __global__ void __launch_bounds__(kThreads) act_quantize_kernel(ActQuant q, int 
       const int m = m0 + pass * (kThreads / 16) + (threadIdx.x >> 4);
       float v[8];
       unpack8(raw[pass], v);
-      block_div_n<8>(v, divisor_of<16>(mine, pass));
-      *reinterpret_cast<uint2*>(q.rows.codes + int64_t(m) * N + n0 + c) = make_uint2(encode4(v), encode4(v + 4));
+      block_div_n<8>(v, divisor_of<16>(mine, pass));  // every lane: the shuffles need the whole group
+      if (present)
+        *reinterpret_cast<uint2*>(q.rows.codes + int64_t(m) * N + n0 + c) = make_uint2(encode4(v), encode4(v + 4));
     }
   }
   if constexpr (kCols) {
@@ -238,7 +248,7 @@ __global__ void __launch_bounds__(kThreads) act_quantize_kernel(ActQuant q, int 
 
 template <ActOp kOp, bool kBias>
 void launch(const ActQuant& q, int M, int N, int Mp, cudaStream_t s) {
-  const dim3 grid(unsigned(N / kTile), unsigned(Mp / kTile));
+  const dim3 grid(unsigned((N + kTile - 1) / kTile), unsigned(Mp / kTile));
   const bool rows = q.rows.codes != nullptr, cols = q.cols.codes != nullptr;
   if (rows && cols) act_quantize_kernel<kOp, kBias, true, true><<<grid, kThreads, 0, s>>>(q, M, N, Mp);
   else if (rows) act_quantize_kernel<kOp, kBias, true, false><<<grid, kThreads, 0, s>>>(q, M, N, Mp);
@@ -252,7 +262,7 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 }  // namespace
 
 void act_quantize(const ActQuant& q, int M, int N, cudaStream_t s) {
-  MXDP_CHECK(M > 0 && N > 0 && N % kTile == 0, "act_quantize: M must be positive and N a multiple of 128, got ", M,
+  MXDP_CHECK(M > 0 && N > 0 && N % 16 == 0, "act_quantize: M must be positive and N a multiple of 16, got ", M,
              " x ", N);
   const int64_t Mp = fp8_rows_padded(M);
   MXDP_CHECK(Mp / kTile <= 65535, "act_quantize: ", M, " rows is too many for one launch");
@@ -296,7 +306,8 @@ void Fp8Linear::reserve(int M, int max_n) {
     MXDP_CUDA_CHECK(cudaFree(sl.codes));
     MXDP_CUDA_CHECK(cudaFree(sl.scales));
     MXDP_CUDA_CHECK(cudaMalloc(&sl.codes, size_t(codes)));
-    MXDP_CUDA_CHECK(cudaMalloc(&sl.scales, size_t(codes / kTile) * sizeof(float)));
+    // rows operands: ceil(N / 128) scales a row (partial last blocks); cols: Mp / 128 a row.
+    MXDP_CUDA_CHECK(cudaMalloc(&sl.scales, size_t(Mp * ((max_n + kTile - 1) / kTile)) * sizeof(float)));
   }
   MXDP_CUDA_CHECK(cudaFree(pad_));
   pad_ = nullptr;

@@ -15,13 +15,15 @@
 // any batch shape runs; the GEMMs below handle the padding on their side.
 // The codes and scales are those of formats/fp8_block.h's fp8_quantize_1x128
 // and fp8_quantize_1x128_transposed of the bf16 value, bit for bit
-// (gputest_gpt checks it). N must be a multiple of 128.
+// (gputest_gpt checks it). N must be a multiple of 16 (the GEMMs'); when it is
+// not one of 128 the last 1x128 block of each row is partial, scaled over the
+// columns present, as the CPU quantizers' are.
 //
 // Fp8Linear holds the GEMMs, two scratch operands (kRows, kCols: an input's
 // rows for fprop, an output gradient's rows and cols for dgrad and wgrad; the
 // wgrad operands of the inputs, X^T, are the model's, made in its forward and
 // kept for backward) and the padded output the GEMMs write when M is not a
-// multiple of 128.
+// multiple of 128 (M's padding; N and K need only be multiples of 16).
 #pragma once
 
 #include <cuda_runtime_api.h>

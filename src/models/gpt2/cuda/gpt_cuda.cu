@@ -53,7 +53,8 @@ class GptCuda final : public LmCuda<GptModel, GptConfig> {
   // engine's W / W^T (ModelHooks::fp8_weight) through Fp8Linear, their inputs
   // and output gradients quantized 1x128 by act_quantize; those weights then
   // have no bf16 copy here. The embeddings, attention, LayerNorms and the LM
-  // head stay bf16. Set before the first forward; needs d_model % 128 == 0.
+  // head stay bf16. Set before the first forward (check_fp8_compute says
+  // what it needs; a d_model that is not a multiple of 128 ends in partial tiles).
   void set_fp8_compute(bool on) override {
     if (on) check_fp8_compute(specs_);
     if (on == fp8_) return;
