@@ -210,12 +210,14 @@ inline int64_t expected_oracle_checks(const std::string& ops, int micro_batches,
 }
 
 // The toy model of a format: the default one (d 32, h 64), or for fp8b128
-// vocab 200, d 128, h 320: every 2-D weight in fp8b128 and every one ending in
-// a partial tile (mlp.up.w 320 x 128: a last slab of 64 rows; mlp.down.w
-// 128 x 320: a last tile column of 64; the embedding and head 200 x 128), so
-// shards cut them between whole slabs and their scales sit by piece.
+// vocab 200, d 192, h 320: every 2-D weight in fp8b128 and every one ending in
+// partial tiles (mlp.up.w 320 x 192: a last slab of 64 rows and a last tile
+// column of 64; mlp.down.w 192 x 320; the embedding and head 200 x 192), so
+// shards cut them between whole slabs after the first, and each piece's
+// scales sit where the layout puts them (a slab holds 1.5 or 2.5 tiles'
+// elements but 2 or 3 scales).
 inline std::unique_ptr<Model> toy_for(WeightFormat f) {
-  if (f == WeightFormat::Fp8b128) return std::make_unique<ToyModel>(200, 128, 320);
+  if (f == WeightFormat::Fp8b128) return std::make_unique<ToyModel>(200, 192, 320);
   return std::make_unique<ToyModel>();
 }
 
