@@ -299,20 +299,22 @@ Fp8Linear::~Fp8Linear() {
 }
 
 void Fp8Linear::reserve(int M, int max_n) {
-  const int64_t Mp = fp8_rows_padded(M), codes = Mp * max_n;
-  if (codes <= cap_codes_ && Mp <= cap_m_) return;
+  // Scales: a rows operand has ceil(N / 128) a row (a partial last block when
+  // N % 128 != 0), a cols operand Mp / 128 for each of its N rows: at most the first.
+  const int64_t Mp = fp8_rows_padded(M), codes = Mp * max_n, scales = Mp * ((max_n + kTile - 1) / kTile);
+  if (codes <= cap_codes_ && scales <= cap_scales_ && Mp <= cap_m_) return;
   MXDP_CUDA_CHECK(cudaStreamSynchronize(s_));
   for (Fp8Slot& sl : slots_) {
     MXDP_CUDA_CHECK(cudaFree(sl.codes));
     MXDP_CUDA_CHECK(cudaFree(sl.scales));
     MXDP_CUDA_CHECK(cudaMalloc(&sl.codes, size_t(codes)));
-    // rows operands: ceil(N / 128) scales a row (partial last blocks); cols: Mp / 128 a row.
-    MXDP_CUDA_CHECK(cudaMalloc(&sl.scales, size_t(Mp * ((max_n + kTile - 1) / kTile)) * sizeof(float)));
+    MXDP_CUDA_CHECK(cudaMalloc(&sl.scales, size_t(scales) * sizeof(float)));
   }
   MXDP_CUDA_CHECK(cudaFree(pad_));
   pad_ = nullptr;
   MXDP_CUDA_CHECK(cudaMalloc(&pad_, size_t(codes) * 2));
   cap_codes_ = codes;
+  cap_scales_ = scales;
   cap_m_ = Mp;
 }
 

@@ -87,7 +87,7 @@ class Fp8Linear {
   Fp8Gemm gemm_;
   Fp8Slot slots_[kSlots];
   uint16_t* pad_ = nullptr;  // [Mp, max_n] bf16 when M % 128 != 0
-  int64_t cap_codes_ = 0, cap_m_ = 0;
+  int64_t cap_codes_ = 0, cap_scales_ = 0, cap_m_ = 0;
 };
 
 }  // namespace mxdp::cuda
