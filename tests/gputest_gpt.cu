@@ -737,7 +737,7 @@ TEST(GpuGpt, Fp8ComputeMatchesTheCpuFp8Gpt) {
   for (int d_model : {128, 192})
   for (auto [B, T] : {std::pair{3, 37}, std::pair{4, 64}}) {
     SCOPED_TRACE("d_model " + std::to_string(d_model));
-    const GptConfig cfg{.vocab = 250, .padded_vocab = 256, .max_seq = 64, .n_layer = 2, .n_head = 2,
+    const GptConfig cfg{.vocab = 250, .padded_vocab = 256, .max_seq = 64, .n_layer = 2, .n_head = d_model / 64,
                         .d_model = d_model};
     Pair m(cfg);
     m.cpu.set_fp8_compute(true);
