@@ -195,9 +195,10 @@ class EngineOps {
   //   adamw_quantize(ranges.format(), r, p + R.begin, m + R.begin, v + R.begin,
   //                  g + R.begin, R.len, ctl, choices[R.choice],
   //                  codes + code_bytes(R.begin), scales + scales_bytes(R.begin))
-  // (format.h's byte counts: row-block formats only); elements outside every range untouched. `ranges`
-  // from these ops' adamw_ranges; choices: at least ranges.choices_needed(),
-  // at most kMaxAdamWChoices, in host memory (a GPU passes them to its kernel).
+  // (format.h's byte counts; row-block formats only); elements outside every
+  // range untouched. `ranges` from these ops' adamw_ranges; choices: at least
+  // ranges.choices_needed(), at most kMaxAdamWChoices, in host memory (a GPU
+  // passes them to its kernel).
   virtual void adamw_quantize_ranges(ScaleRounding r, float* p, float* m, float* v, const float* g,
                                      const StepControl* ctl, std::span<const AdamWChoice> choices,
                                      const AdamWRanges& ranges, uint8_t* codes, uint8_t* scales) = 0;
