@@ -9,6 +9,7 @@
 
 #include "util/check.h"
 #include "engine/layout.h"
+#include "models/gpt2/gpt.h"
 
 using namespace mxdp;
 
@@ -96,9 +97,10 @@ void check_layout(const std::vector<ParamSpec>& ps, const Layout& L, WeightForma
       if (ft.block_rows == 1) {
         // Row blocks: scale i of a shard is the block of its elements i * block.
         EXPECT_EQ(sh.scale_bytes, ft.scale_bytes == 0 ? 0 : bk.shard_numel / ft.block * ft.scale_bytes);
-        for (const auto& shard : bk.shards)
-          for (const Piece& pc : shard)
-            if (ft.scale_bytes > 0) EXPECT_EQ(pc.scale_pos * ft.block, pc.shard_pos);
+        if (ft.scale_bytes > 0) {
+          for (const auto& shard : bk.shards)
+            for (const Piece& pc : shard) EXPECT_EQ(pc.scale_pos * ft.block, pc.shard_pos);
+        }
       }
       EXPECT_EQ(sh.shard_bytes % 256, 0);
       EXPECT_GE(sh.shard_bytes, sh.code_bytes + sh.scale_bytes);
@@ -144,9 +146,23 @@ TEST(Layout, InvariantsOverRandomModels) {
   }
 }
 
-// fp8b128 (docs/fp8.md, "Layout"): no 128x128 tile may straddle two shards,
-// so every piece is whole 128-row slabs of its param (the param's last slab may
-// be short), and its scales are its ceil(rows/128) x ceil(cols/128) tiles',
+// What a bucket of the old rule (docs/fp8.md, "Layout") took: params at
+// multiples of their slab from the bucket's start, shards a multiple of 128 *
+// lcm(cols) elements. The layout never takes more.
+int64_t lcm_rule_numel(const std::vector<ParamSpec>& ps, const Bucket& bk, int dp) {
+  int64_t end = 0, unit = 256;
+  for (int p : bk.params) {
+    const int64_t slab = 128 * ps[p].shape[1];
+    end = align_up(end, std::lcm(int64_t(64), slab)) + ps[p].numel();
+    unit = std::lcm(unit, slab);
+  }
+  return dp * std::max(unit, align_up(ceil_div(end, dp), unit));
+}
+
+// fp8b128 (docs/fp8.md, "Layout"): no 128x128 tile may straddle two shards:
+// every shard cut inside a param is on one of its 128-row slab boundaries, so
+// every piece is whole slabs of its param (the param's last slab may be
+// short), and its scales are its ceil(rows/128) x ceil(cols/128) tiles',
 // piece after piece in its shard; every shard's payload has room for the most
 // any shard needs.
 void check_slabs(const std::vector<ParamSpec>& ps, const Layout& L) {
@@ -154,10 +170,15 @@ void check_slabs(const std::vector<ParamSpec>& ps, const Layout& L) {
     if (gb.format != WeightFormat::Fp8b128) continue;
     for (const Bucket& bk : gb.buckets) {
       for (int p : bk.params) {
-        const int64_t slab = 128 * ps[p].shape[1];
-        EXPECT_EQ((L.place[p].offset - bk.offset) % slab, 0) << ps[p].name << ": offset inside its bucket";
-        EXPECT_EQ(bk.shard_numel % slab, 0) << ps[p].name << ": shard cuts on its slab boundaries";
+        const int64_t at = L.place[p].offset, slab = 128 * ps[p].shape[1];
+        for (int s = 1; s < L.dp; ++s) {
+          const int64_t cut = bk.offset + s * bk.shard_numel;
+          if (at < cut && cut < at + ps[p].numel()) {
+            EXPECT_EQ((cut - at) % slab, 0) << ps[p].name << " cut " << s;
+          }
+        }
       }
+      EXPECT_LE(bk.numel, lcm_rule_numel(ps, bk, L.dp)) << "no more than the lcm rule's";
       std::map<int, int64_t> tile_rows;  // per param, over its pieces
       int64_t most = 0;
       for (const auto& shard : bk.shards) {
@@ -183,7 +204,8 @@ void check_slabs(const std::vector<ParamSpec>& ps, const Layout& L) {
 
 TEST(Layout, Fp8b128PiecesAreWholeSlabs) {
   std::mt19937 rng(11);
-  for (int trial = 0; trial < 300; ++trial) {
+  int moved = 0, below_lcm = 0;  // what the trials exercised
+  for (int trial = 0; trial < 1000; ++trial) {
     auto ps = random_model(rng);
     const int dp = 1 + trial % 8;
     const int64_t bucket = std::vector<int64_t>{1, 20000, 100000, 1 << 20}[rng() % 4];
@@ -192,51 +214,133 @@ TEST(Layout, Fp8b128PiecesAreWholeSlabs) {
     check_layout(ps, L, WeightFormat::Fp8b128, bucket, dp, true);
     check_slabs(ps, L);
     if (::testing::Test::HasFailure()) return;
+    if (L.buffers[0].format != WeightFormat::Fp8b128) continue;
+    for (const Bucket& bk : L.buffers[0].buckets) {
+      below_lcm += bk.numel < lcm_rule_numel(ps, bk, dp);
+      int64_t end = bk.offset;
+      for (int p : bk.params) {
+        moved += L.place[p].offset > align_up(end, 64);
+        end = L.place[p].offset + ps[p].numel();
+      }
+    }
   }
+  EXPECT_GT(moved, 300) << "params moved up to put a cut on a slab boundary";
+  EXPECT_GT(below_lcm, 500) << "buckets smaller than the lcm rule's";
 }
 
-TEST(Layout, Fp8b128Gpt2ShardUnit) {
-  // GPT-2 124M's block weights by hand: cols 768 and 3072 in one bucket give
-  // shards of a multiple of U = 128 * lcm(768, 3072) = 393216 elements; the
-  // 3072-column weight starts at a multiple of 128 * 3072 inside the bucket.
+TEST(Layout, Fp8b128Gpt2BlockWeightsUnpadded) {
+  // GPT-2 124M's fc (3072 x 768, slabs of 98304) then mlp.proj (768 x 3072,
+  // slabs of 393216), one bucket: at dp 1 to 4 the shards are a quarter to
+  // all of the two, each cut on a slab boundary of the weight it cuts, with
+  // no padding (as under the lcm rule: 2 * 2359296 / dp is a multiple of
+  // 128 * lcm(768, 3072) = 393216).
   const std::vector<ParamSpec> ps = {{"fc", {3072, 768}, 0, true}, {"proj", {768, 3072}, 0, true}};
   for (int dp : {1, 2, 3, 4}) {
     const Layout L = Layout::build(ps, WeightFormat::Fp8b128, 1 << 30, dp, {0, 1});
     ASSERT_EQ(L.buffers.size(), 1u);
     ASSERT_EQ(L.buffers[0].buckets.size(), 1u);
-    const Bucket& bk = L.buffers[0].buckets[0];
-    EXPECT_EQ(bk.shard_numel % 393216, 0) << dp;
-    // 2 * 2359296 elements over dp shards, rounded up to U.
-    EXPECT_EQ(bk.shard_numel, (2 * 2359296 / dp + 393215) / 393216 * 393216) << dp;
+    EXPECT_EQ(L.buffers[0].buckets[0].shard_numel, 2 * 2359296 / dp) << dp;
     EXPECT_EQ(L.place[0].offset, 0);
-    EXPECT_EQ(L.place[1].offset, 2359296);  // already a multiple of 393216
+    EXPECT_EQ(L.place[1].offset, 2359296);
   }
-  // A 768-column weight of 128 rows then a 3072-column one: the second moves
-  // from 98304 up to 393216.
+  // A 768-column weight of 128 rows then a 3072-column one at dp 1: nothing
+  // is cut, so the second starts right after the first (the lcm rule moved it
+  // from 98304 up to 393216).
   const std::vector<ParamSpec> qs = {{"a", {128, 768}, 0, true}, {"b", {128, 3072}, 0, true}};
   const Layout L = Layout::build(qs, WeightFormat::Fp8b128, 1 << 30, 1, {0, 1});
-  EXPECT_EQ(L.place[1].offset, 393216);
+  EXPECT_EQ(L.place[1].offset, 98304);
+  EXPECT_EQ(L.buffers[0].numel, 98304 + 393216);
+}
+
+TEST(Layout, Fp8b128MovesAParamOnlyWhereACutFalls) {
+  // a (100 x 16, 1600 elements) then b (300 x 16, 4800; slabs of 2048) at dp
+  // 2. Shards of 3328 and 3584 cut b off its slabs wherever it starts, unless
+  // it starts at the cut, and then it does not fit; at 3840 b moves from 1600
+  // to 1792, and the cut falls one slab into it. The lcm rule took 2 x 4096.
+  const std::vector<ParamSpec> ps = {{"a", {100, 16}, 0, true}, {"b", {300, 16}, 0, true}};
+  const Layout L = Layout::build(ps, WeightFormat::Fp8b128, 1 << 30, 2, {0, 1});
+  const Bucket& bk = L.buffers[0].buckets[0];
+  EXPECT_EQ(bk.shard_numel, 3840);
+  EXPECT_EQ(L.place[0].offset, 0);
+  EXPECT_EQ(L.place[1].offset, 1792);
+  ASSERT_EQ(bk.shards[0].size(), 2u);
+  EXPECT_EQ(bk.shards[0][1].len, 2048) << "b's first slab in shard 0";
+  ASSERT_EQ(bk.shards[1].size(), 1u);
+  EXPECT_EQ(bk.shards[1][0].param_begin, 2048);
 }
 
 TEST(Layout, Fp8b128PartialTilesGpt2Xl) {
   // GPT-2 1558M's attention weights by hand: qkv 4800 x 1600 (37.5 slabs of
-  // 204800 elements) then attn.proj 1600 x 1600 (12.5 slabs), one bucket. U =
-  // 204800; the proj starts at 38 slabs; 12.5 + 38 = 50.5 slabs, so at dp 2
-  // the shards are 26 slabs (5324800 elements) each.
+  // 204800 elements) then attn.proj 1600 x 1600 (12.5 slabs), one bucket, dp
+  // 2: 50 slabs, 25 a shard. The cut at 25 slabs is on qkv's slab boundary;
+  // proj starts right after qkv's short last slab and no cut falls in it.
   const std::vector<ParamSpec> ps = {{"qkv", {4800, 1600}, 0, true}, {"proj", {1600, 1600}, 0, true}};
   const Layout L = Layout::build(ps, WeightFormat::Fp8b128, 1 << 30, 2, {0, 1});
   ASSERT_EQ(L.buffers.size(), 1u);
   const Bucket& bk = L.buffers[0].buckets[0];
-  EXPECT_EQ(L.place[1].offset, 38 * 204800);
-  EXPECT_EQ(bk.shard_numel, 26 * 204800);
-  // Shard 0: qkv slabs 0-25 (26 tile rows of 13 scales). Shard 1: qkv slabs
-  // 26-37 (11 whole, 1 of 64 rows: 12 tile rows), then proj (13 tile rows).
+  EXPECT_EQ(L.place[1].offset, 4800 * 1600);
+  EXPECT_EQ(bk.shard_numel, 25 * 204800);
+  // Shard 0: qkv slabs 0-24 (25 tile rows of 13 scales). Shard 1: qkv slabs
+  // 25-37 (12 whole, 1 of 64 rows: 13 tile rows), then proj (13 tile rows).
   ASSERT_EQ(bk.shards[0].size(), 1u);
   ASSERT_EQ(bk.shards[1].size(), 2u);
-  EXPECT_EQ(bk.shards[1][0].len, 4800 * 1600 - 26 * 204800);
-  EXPECT_EQ(bk.shards[1][1].scale_pos, 12 * 13);
-  EXPECT_EQ(bk.shard_scales, 26 * 13) << "shard 0's 26 tile rows, more than shard 1's 12 + 13";
+  EXPECT_EQ(bk.shards[1][0].len, 4800 * 1600 - 25 * 204800);
+  EXPECT_EQ(bk.shards[1][1].shard_pos, 4800 * 1600 - 25 * 204800);
+  EXPECT_EQ(bk.shards[1][1].scale_pos, 13 * 13);
+  EXPECT_EQ(bk.shard_scales, 26 * 13) << "shard 1's 13 + 13 tile rows, more than shard 0's 25";
   EXPECT_EQ(payload_shape(WeightFormat::Fp8b128, bk).scale_bytes, 26 * 13 * 4);
+}
+
+// The fp8b128 buffer of a GPT-2 config: its elements beyond its weights', over
+// the weights', counted from the param shapes (every GPT-2 2-D weight has cols
+// a multiple of 16 and travels in fp8b128).
+double fp8b128_padding(const std::vector<ParamSpec>& ps, int dp, int64_t bucket) {
+  int64_t weights = 0;
+  for (const ParamSpec& p : ps)
+    if (p.shape.size() == 2) weights += p.numel();
+  const Layout L = Layout::build(ps, WeightFormat::Fp8b128, bucket, dp);
+  EXPECT_EQ(L.buffers[0].format, WeightFormat::Fp8b128);
+  return double(L.buffers[0].numel - weights) / weights;
+}
+
+TEST(Layout, Fp8b128PaddingGpt2) {
+  const auto small = gpt_param_specs(gpt_config("gpt2-124m"));
+  const auto xl = gpt_param_specs(gpt_config("gpt2-1558m"));
+  const int64_t mb = DpOptions{}.bucket_size;  // 1 << 20, what train and plan use
+  struct Case {
+    const std::vector<ParamSpec>& ps;
+    int dp;
+    int64_t bucket;
+    double most;  // the lcm rule's padding in the comment
+  };
+  for (const Case& c : std::vector<Case>{
+           {small, 1, mb, 1e-9},        // 0: nothing is cut
+           {small, 2, mb, 0.001},       // 0.0008
+           {small, 8, mb, 0.0815},      // 0.0814: mlp.proj, 6 slabs a bucket, fills 6 of 8 shards either way
+           {small, 8, 1 << 24, 0.02},   // 0.037
+           {xl, 1, mb, 1e-9},           // 0.019: nothing is cut, so no slab alignment
+           {xl, 2, mb, 0.02},           // 0.051
+           {xl, 8, mb, 0.166},          // 0.165: the least possible (below)
+           {xl, 2, 40'000'000, 0.001},  // 0.038
+       }) {
+    EXPECT_LT(fp8b128_padding(c.ps, c.dp, c.bucket), c.most) << c.ps.size() << " params, dp " << c.dp;
+  }
+}
+
+TEST(Layout, Fp8b128PaddingAtDp8IsTheLeastPossible) {
+  // GPT-2 1558M in buckets of 1 << 20: every weight (>= 1600 x 1600) is a
+  // bucket of its own and at dp 8 holds at least two cuts, S apart; both on
+  // its slab boundaries makes the shard S a multiple of its slab, so no layout
+  // of equal shards takes fewer than 8 * ceil(n / (8 * slab)) * slab elements.
+  const auto xl = gpt_param_specs(gpt_config("gpt2-1558m"));
+  int64_t least = 0;
+  for (const ParamSpec& p : xl)
+    if (p.shape.size() == 2) {
+      const int64_t slab = 128 * p.shape[1];
+      least += 8 * ceil_div(p.numel(), 8 * slab) * slab;
+    }
+  const Layout L = Layout::build(xl, WeightFormat::Fp8b128, DpOptions{}.bucket_size, 8);
+  EXPECT_EQ(L.buffers[0].numel, least);
 }
 
 TEST(Layout, RejectsBadInput) {
