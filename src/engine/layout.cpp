@@ -22,12 +22,83 @@ PayloadShape payload_shape(WeightFormat f, int64_t n) {
   return payload_shape(f, n, t.scale_bytes == 0 ? 0 : n / t.block);
 }
 
-// unit: what every shard size must be a multiple of (kShardAlign, or for a
-// slab format the lcm of it and each param's slab: docs/fp8.md, "Layout").
-static void close_bucket(Bucket& b, int64_t end, int dp, int64_t unit) {
-  int64_t used = end - b.offset;
-  b.shard_numel = std::max<int64_t>(unit, align_up(ceil_div(used, dp), unit));
+// Where a param of n elements goes, at or after `at` (offsets from its
+// bucket's start), when shards are `shard` elements: the next multiple of
+// kParamAlign, moved up, if a shard cut falls inside it, until that cut is on
+// one of its slab boundaries (less than a slab further; slab 1 outside slab
+// formats, which never move). -1 if a further cut inside it is not on one,
+// which only a shard that is not a multiple of the slab allows.
+static int64_t place_param(int64_t at, int64_t n, int64_t slab, int64_t shard) {
+  int64_t x = align_up(at, kParamAlign);
+  const int64_t cut = (x / shard + 1) * shard;  // the first after x
+  if (cut < x + n) x += (cut - x) % slab;
+  for (int64_t c = (x / shard + 1) * shard; c < x + n; c += shard)
+    if ((c - x) % slab != 0) return -1;
+  return x;
+}
+
+// The offsets of a bucket's params (as place_param puts them) when shards are
+// `shard` elements, or empty if they do not fit in dp shards that cut no slab.
+static std::vector<int64_t> place_params(const std::vector<int64_t>& numel, const std::vector<int64_t>& slab,
+                                         int64_t shard, int dp) {
+  std::vector<int64_t> at;
+  int64_t end = 0;
+  for (size_t i = 0; i < numel.size(); ++i) {
+    const int64_t x = place_param(end, numel[i], slab[i], shard);
+    if (x < 0 || x + numel[i] > dp * shard) return {};
+    at.push_back(x);
+    end = x + numel[i];
+  }
+  return at;
+}
+
+// Bucket membership: params of format f in `order`; a bucket closes once its
+// params, packed at kParamAlign, hold at least bucket_size elements (a slab
+// format's padding comes after, in lay_out, and only adds to that).
+static std::vector<std::vector<int>> group_buckets(const std::vector<ParamSpec>& params, const std::vector<int>& order,
+                                                   WeightFormat f, WeightFormat lowp, int64_t bucket_size) {
+  std::vector<std::vector<int>> out;
+  int64_t fill = 0;  // of the open bucket, out.back()
+  for (int p : order) {
+    if (gather_format(params[p], lowp) != f) continue;
+    if (fill == 0) out.emplace_back();
+    out.back().push_back(p);
+    fill = align_up(fill, kParamAlign) + params[p].numel();
+    if (fill >= bucket_size) fill = 0;
+  }
+  return out;
+}
+
+// Lays out a bucket of `members` starting at buffer element `offset`: the
+// smallest shard (a multiple of kShardAlign) at which place_params fits them,
+// and their places. The search ends: from a shard of the params packed at
+// kParamAlign on, no cut falls inside one. It stops no later than the old
+// rule's shard (a multiple of 128 * lcm(cols), docs/fp8.md, "Layout"): there
+// every cut is a multiple of every slab, so a param moves at most to the next
+// multiple of its slab from the bucket's start, where that rule put it, and
+// the params fit as that rule's did. Outside slab formats the first one fits.
+static Bucket lay_out(const std::vector<ParamSpec>& params, std::vector<int> members, int64_t offset, int dp,
+                      const FormatTraits& ft, int buffer, int bucket, std::vector<ParamPlace>& place) {
+  std::vector<int64_t> numel, slab;
+  int64_t packed = 0;
+  for (int p : members) {
+    numel.push_back(params[p].numel());
+    slab.push_back(ft.block_rows > 1 ? ft.slab_elems(params[p].shape[1]) : 1);
+    packed = align_up(packed, kParamAlign) + numel.back();
+  }
+  Bucket b;
+  b.offset = offset;
+  b.shard_numel = std::max(kShardAlign, align_up(ceil_div(packed, dp), kShardAlign));
+  std::vector<int64_t> at;
+  while ((at = place_params(numel, slab, b.shard_numel, dp)).empty()) b.shard_numel += kShardAlign;
   b.numel = b.shard_numel * dp;
+  b.first_layer = params[members[0]].layer;
+  for (size_t i = 0; i < members.size(); ++i) {
+    place[members[i]] = {buffer, bucket, offset + at[i]};
+    b.first_layer = std::min(b.first_layer, params[members[i]].layer);
+  }
+  b.params = std::move(members);
+  return b;
 }
 
 // Each piece's scales in its shard's payload, and the bucket's scale count (the
@@ -104,51 +175,15 @@ Layout Layout::build(const std::vector<ParamSpec>& params, WeightFormat lowp, in
   for (WeightFormat f : formats) {
     GatherBuffer buf;
     buf.format = f;
-    int64_t cur = 0;
-    Bucket bucket;
-    bool open = false;
-    const FormatTraits& ft = format_traits(f);
-    int64_t unit = kShardAlign;  // of the open bucket
-    for (int p : order) {
-      WeightFormat pf = gather_format(params[p], lowp);
-      if (pf != f) continue;
-      if (!open) {
-        bucket = Bucket{};
-        bucket.offset = cur;
-        bucket.first_layer = params[p].layer;
-        unit = kShardAlign;
-        open = true;
-      }
-      // Slab formats: the offset inside the bucket is a multiple of the
-      // param's slab, and every shard cut falls on a slab boundary.
-      const int64_t slab = ft.block_rows > 1 ? ft.slab_elems(params[p].shape[1]) : 1;
-      cur = bucket.offset + align_up(cur - bucket.offset, std::lcm(kParamAlign, slab));
-      unit = std::lcm(unit, slab);
-      L.place[p] = {int(L.buffers.size()), int(buf.buckets.size()), cur};
-      bucket.params.push_back(p);
-      bucket.first_layer = std::min(bucket.first_layer, params[p].layer);
-      cur += params[p].numel();
-      if (cur - bucket.offset >= bucket_size) {
-        close_bucket(bucket, cur, dp, unit);
-        cur = bucket.offset + bucket.numel;
-        buf.buckets.push_back(std::move(bucket));
-        open = false;
-      }
+    // A format with no params gets no buffer, so this index is the buffer's.
+    const int index = int(L.buffers.size());
+    for (std::vector<int>& members : group_buckets(params, order, f, lowp, bucket_size)) {
+      const int bucket = int(buf.buckets.size());
+      buf.buckets.push_back(
+          lay_out(params, std::move(members), buf.numel, dp, format_traits(f), index, bucket, L.place));
+      buf.numel += buf.buckets.back().numel;
     }
-    if (open) {
-      close_bucket(bucket, cur, dp, unit);
-      cur = bucket.offset + bucket.numel;
-      buf.buckets.push_back(std::move(bucket));
-    }
-    buf.numel = cur;
     if (!buf.buckets.empty()) L.buffers.push_back(std::move(buf));
-  }
-  // Buffer indices were assigned assuming every format gets a buffer; fix them
-  // up if a format ended empty (e.g. a model with no 2-D weights).
-  for (int p = 0; p < n; ++p) {
-    WeightFormat pf = gather_format(params[p], lowp);
-    for (int b = 0; b < int(L.buffers.size()); ++b)
-      if (L.buffers[b].format == pf) L.place[p].buffer = b;
   }
   for (auto& buf : L.buffers)
     for (auto& b : buf.buckets) cut_shards(b, L.place, params, dp, format_traits(buf.format));

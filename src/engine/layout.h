@@ -5,12 +5,16 @@
 // everything else BF16), laid out in backward order (reverse of forward order).
 // Invariants (checked by tests over many random shapes):
 //   - every param starts at an element offset that is a multiple of 64; in a
-//     slab format (fp8b128), its offset from its bucket's start is a multiple
-//     of its slab (128 * cols), and the bucket's shard size a multiple of every
-//     slab in it, so shards cut params only between 128-row slabs (a param's
-//     last slab may be shorter: rows need not be a multiple of 128);
-//   - a param lives in exactly one bucket; a bucket closes once it holds at
-//     least bucket_size elements;
+//     slab format (fp8b128), a shard cut that falls inside a param falls on one
+//     of its 128-row slab boundaries (a multiple of 128 * cols from its start;
+//     its last slab may be shorter: rows need not be a multiple of 128), so
+//     every piece is whole slabs. Slab boundaries matter only where a cut
+//     falls: the shard is the smallest multiple of 256 for which each param,
+//     at the next multiple of 64 and moved up (less than a slab) where a cut
+//     falls inside it, has every cut inside it on a slab boundary and all fit
+//     (docs/fp8.md, "Layout");
+//   - a param lives in exactly one bucket; a bucket closes once its params,
+//     packed at multiples of 64, hold at least bucket_size elements;
 //   - every bucket's size is dp * shard, shard a multiple of 256 elements, so
 //     shards hold whole MXFP8/NVFP4 blocks and every rank's slice of a gather
 //     payload is 256-byte aligned;
