@@ -447,8 +447,8 @@ TEST(MemoryPlan, Gpt2OnEightRanks) {
   const MemoryPlan fp8 = plan(WeightFormat::Fp8b128, true, false);
   EXPECT_EQ(ref.params, 124475904);
   // fp8b128: 1 byte an element and 4 per 16384, at least half of bf16's bytes;
-  // the shard unit of 128 * lcm(768, 3072) elements pads each bucket by at most
-  // 8 * 393216 elements (GPT-2's block weights all travel in fp8b128).
+  // a bucket pads no more than with shards of 128 * lcm(768, 3072) elements,
+  // 8 * 393216 at most (GPT-2's block weights all travel in fp8b128).
   EXPECT_GT(double(fp8.gather_bytes) / bf16.gather_bytes, 0.5);
   EXPECT_LT(double(fp8.gather_bytes) / bf16.gather_bytes, 0.5 + 4.0 * 8 * 393216 / ref.params);
   EXPECT_EQ(fp8.fp8_weight_bytes, 0) << "bf16 compute: no FP8 W or W^T";

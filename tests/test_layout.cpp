@@ -329,9 +329,10 @@ TEST(Layout, Fp8b128PaddingGpt2) {
 
 TEST(Layout, Fp8b128PaddingAtDp8IsTheLeastPossible) {
   // GPT-2 1558M in buckets of 1 << 20: every weight (>= 1600 x 1600) is a
-  // bucket of its own and at dp 8 holds at least two cuts, S apart; both on
-  // its slab boundaries makes the shard S a multiple of its slab, so no layout
-  // of equal shards takes fewer than 8 * ceil(n / (8 * slab)) * slab elements.
+  // bucket of its own and at dp 8 holds at least two cuts, S apart (with fewer
+  // it lies in two shards, and 8 of n / 2 are more still); both on its slab
+  // boundaries makes the shard S a multiple of its slab, so no layout of equal
+  // shards takes fewer than 8 * ceil(n / (8 * slab)) * slab elements.
   const auto xl = gpt_param_specs(gpt_config("gpt2-1558m"));
   int64_t least = 0;
   for (const ParamSpec& p : xl)
