@@ -5,6 +5,8 @@
 //   MXFP8 dequantize: n + n/32 + 4n
 //   NVFP4 quantize  : 4n + n/2 + n/16
 //   NVFP4 dequantize: n/2 + n/16 + 4n
+//   fp8b128 quantize: 4n + n + 4n/16384  (128x128 tiles, fp32 scales)
+//   fp8b128 transpose: 2n                (codes in and out; the scales are 1/4096 of that)
 // Each row: 5 warm-up launches, then the median of `reps` launches each timed
 // with CUDA events. The working set (>= 1.3 GB) is ~25x the L2, so no flush is
 // needed between repetitions.
@@ -19,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/cuda/fp8_block_cuda.h"
 #include "formats/cuda/quant_cuda.h"
 #include "util/cuda_check.h"
 #include "formats/quant.h"
@@ -76,6 +79,10 @@ int main(int argc, char** argv) {
     MXDP_CUDA_CHECK(cudaMalloc(&y, n * 4));
     MXDP_CUDA_CHECK(cudaMalloc(&codes, n));
     MXDP_CUDA_CHECK(cudaMalloc(&scales, n / 16));
+    uint8_t* codes_t;
+    float* scales_t;
+    MXDP_CUDA_CHECK(cudaMalloc(&codes_t, n));
+    MXDP_CUDA_CHECK(cudaMalloc(&scales_t, n / 4096));
     fill<<<4096, 256>>>(x, n);
     MXDP_CUDA_CHECK_LAUNCH();
     float* d_amax;
@@ -110,6 +117,21 @@ int main(int argc, char** argv) {
         {"NVFP4 dequantize", 4.5 * N + N / 16,
          [&] { cuda::nvfp4_dequantize_rowwise(codes, scales, s_dec, rows, cols, y, 0); }},
         {"amax (fp32 read)", 4 * N, [&] { cuda::amax(x, n, d_amax, 0); }},
+        // The engine's two fp8b128 passes over every weight each step (the stage, W^T).
+        {"fp8b128 quantize", 5 * N + N / 4096,
+         [&] { cuda::fp8b128_quantize(x, rows, cols, codes, reinterpret_cast<float*>(scales), 0); }},
+        {"  (scalar kernel)", 5 * N + N / 4096,
+         [&] {
+           cuda::detail::fp8b128_quantize(x, rows, cols, codes, reinterpret_cast<float*>(scales),
+                                          cuda::detail::Fp8b128Kernel::Scalar, 0);
+         }},
+        {"fp8b128 transpose", 2 * N,
+         [&] { cuda::fp8b128_transpose(codes, reinterpret_cast<float*>(scales), rows, cols, codes_t, scales_t, 0); }},
+        {"  (scalar kernel)", 2 * N,
+         [&] {
+           cuda::detail::fp8b128_transpose(codes, reinterpret_cast<float*>(scales), rows, cols, codes_t, scales_t,
+                                           cuda::detail::Fp8b128Kernel::Scalar, 0);
+         }},
     };
     std::printf("%-30s %12s %10s %10s %9s\n", "kernel", "bytes moved", "median ms", "GB/s", "vs copy");
     double copy_gbs = 0;
@@ -125,6 +147,8 @@ int main(int argc, char** argv) {
     MXDP_CUDA_CHECK(cudaFree(y));
     MXDP_CUDA_CHECK(cudaFree(codes));
     MXDP_CUDA_CHECK(cudaFree(scales));
+    MXDP_CUDA_CHECK(cudaFree(codes_t));
+    MXDP_CUDA_CHECK(cudaFree(scales_t));
     MXDP_CUDA_CHECK(cudaFree(d_amax));
     return 0;
   } catch (const std::exception& e) {

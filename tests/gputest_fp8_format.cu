@@ -60,7 +60,10 @@ void expect_bits(const std::vector<float>& a, const std::vector<float>& b, const
   for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(fp8ref::bits(a[i]), fp8ref::bits(b[i])) << what << " at " << i;
 }
 
-const int64_t kShapes[][2] = {{1, 1}, {128, 128}, {200, 300}, {256, 768}, {768, 3072}, {129, 1}, {3, 4000}};
+// Whole and partial tiles; {320, 1600} is 12.5 tiles wide (gpt2-1558m's
+// d_model), {144, 208} ends mid-tile both ways in multiples of 16.
+const int64_t kShapes[][2] = {{1, 1},    {128, 128}, {200, 300},  {256, 768}, {768, 3072},
+                              {129, 1},  {3, 4000},  {320, 1600}, {144, 208}};
 
 TEST(GpuFp8b128, QuantizeDequantizeTransposeMatchTheCpu) {
   if (!gputest::have_gpu()) GTEST_SKIP() << "no CUDA device";
@@ -77,21 +80,26 @@ TEST(GpuFp8b128, QuantizeDequantizeTransposeMatchTheCpu) {
     fp8b128_dequantize(qt.data(), st.data(), cols, rows, yt.data());
     fp8b128_scales_for_gemm(s.data(), rows, cols, g.data());
 
-    Dev<float> dx(x), ds(ns), dst(ns), dy(rows * cols), dyt(rows * cols), dg(ng);
-    Dev<uint8_t> dq(rows * cols), dqt(rows * cols);
-    cuda::fp8b128_quantize(dx.p, rows, cols, dq.p, ds.p, 0);
-    cuda::fp8b128_dequantize(dq.p, ds.p, rows, cols, dy.p, 0);
-    cuda::fp8b128_transpose(dq.p, ds.p, rows, cols, dqt.p, dst.p, 0);
-    cuda::fp8b128_dequantize(dqt.p, dst.p, cols, rows, dyt.p, 0);
-    cuda::fp8b128_scales_for_gemm(ds.p, rows, cols, dg.p, 0);
-    EXPECT_EQ(dq.get(), q);
-    expect_bits(ds.get(), s, "scales");
-    expect_bits(dy.get(), y, "dequantized");
-    EXPECT_EQ(dqt.get(), qt);
-    expect_bits(dst.get(), st, "transposed scales");
-    expect_bits(dg.get(), g, "gemm scales");
-    // On the device too: dequant(transpose(q)) == transpose(dequant(q)).
-    expect_bits(dyt.get(), fp8ref::transpose(dy.get(), rows, cols), "dequant of the transpose");
+    // Both kernels (the vectorized one takes every shape here whose cols are a
+    // multiple of 4, and for the transpose of 16; the others fall back to the scalar one).
+    for (auto kernel : {cuda::detail::Fp8b128Kernel::Vectorized, cuda::detail::Fp8b128Kernel::Scalar}) {
+      SCOPED_TRACE(kernel == cuda::detail::Fp8b128Kernel::Vectorized ? "vectorized" : "scalar");
+      Dev<float> dx(x), ds(ns), dst(ns), dy(rows * cols), dyt(rows * cols), dg(ng);
+      Dev<uint8_t> dq(rows * cols), dqt(rows * cols);
+      cuda::detail::fp8b128_quantize(dx.p, rows, cols, dq.p, ds.p, kernel, 0);
+      cuda::fp8b128_dequantize(dq.p, ds.p, rows, cols, dy.p, 0);
+      cuda::detail::fp8b128_transpose(dq.p, ds.p, rows, cols, dqt.p, dst.p, kernel, 0);
+      cuda::fp8b128_dequantize(dqt.p, dst.p, cols, rows, dyt.p, 0);
+      cuda::fp8b128_scales_for_gemm(ds.p, rows, cols, dg.p, 0);
+      EXPECT_EQ(dq.get(), q);
+      expect_bits(ds.get(), s, "scales");
+      expect_bits(dy.get(), y, "dequantized");
+      EXPECT_EQ(dqt.get(), qt);
+      expect_bits(dst.get(), st, "transposed scales");
+      expect_bits(dg.get(), g, "gemm scales");
+      // On the device too: dequant(transpose(q)) == transpose(dequant(q)).
+      expect_bits(dyt.get(), fp8ref::transpose(dy.get(), rows, cols), "dequant of the transpose");
+    }
   }
 }
 

@@ -1,8 +1,16 @@
-// Kernels behind fp8_block_cuda.h. Written for clarity first: one CTA per
-// 128x128 tile (amax, then encode from L2), one warp per 1x128 block, a 32x32
-// shared-memory transpose for the codes. The encoder is codec.h's integer one
-// (the same function the CPU calls), and x / s is an IEEE division
-// (-prec-div=true, no fast math), so the bits match the CPU's.
+// Kernels behind fp8_block_cuda.h. Every one gives the CPU reference's bits.
+//
+// The engine's two per-step fp8b128 passes over every weight (the stage after
+// AdamW, and W^T for the GEMMs' dgrad) have vectorized kernels: tile_quant_vec
+// keeps a 128x128 tile's fp32 values in registers (16-byte loads) between its
+// amax and its encode, divides by the block scale with codec::block_div_fast
+// behind one test of the scale's range, encodes with the hardware conversion
+// (equal to the integer codec for all 2^32 inputs: gputest_quant) and stores
+// 4 codes at once; transpose_tile moves 16 codes a load and a store through a
+// 128x128 shared tile. The scalar kernels are the first, written for clarity:
+// one element a thread, codec.h's integer encoder and an IEEE division
+// (-prec-div=true, no fast math). They take any shape and alignment, so they
+// are the fallback, and the tests compare both with the CPU (gputest_fp8_format).
 #include "formats/cuda/fp8_block_cuda.h"
 
 #include <cuda_runtime.h>
@@ -11,6 +19,7 @@
 #include <climits>
 
 #include "formats/codec.h"
+#include "formats/cuda/fp8_encode.cuh"
 #include "util/check.h"
 #include "util/cuda_check.h"
 #include "util/cuda_launch.h"
@@ -66,6 +75,45 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The same tile, 256 threads: thread t holds columns 4 (t % 32) .. + 3 of
+// rows t / 32 + 8 p (p < 16) in registers. Needs cols % 4 == 0, x 16-byte and
+// codes 4-byte aligned (then every row starts aligned), so a thread's 4
+// columns are all inside the matrix or all outside.
+__global__ void __launch_bounds__(kThreads)
+    tile_quant_vec(const float* __restrict__ x, int64_t rows, int64_t cols, uint8_t* __restrict__ codes,
+                   float* __restrict__ scales) {
+  constexpr int kRowsAPass = kThreads / 32, kPasses = kFp8Tile / kRowsAPass;
+  const int64_t r0 = int64_t(blockIdx.y) * kFp8Tile, c = int64_t(blockIdx.x) * kFp8Tile + 4 * (threadIdx.x & 31);
+  const int rt = threadIdx.x >> 5;
+  const bool col_in = c < cols;
+  float4 v[kPasses];
+  float am = 0.0f;
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int64_t r = r0 + rt + kRowsAPass * p;
+    v[p] = col_in && r < rows ? *reinterpret_cast<const float4*>(x + r * cols + c) : make_float4(0, 0, 0, 0);
+    am = device::fold4(am, v[p]);
+  }
+  __shared__ float part[kThreads / 32];
+  am = warp_max(am);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = am;
+  __syncthreads();
+  am = part[0];
+  for (int i = 1; i < kThreads / 32; ++i) am = fmaxf(am, part[i]);
+  const float s = codec::fp8_block_scale(am, Fp8Kind::E4M3);
+  if (threadIdx.x == 0) scales[int64_t(blockIdx.y) * gridDim.x + blockIdx.x] = s;
+  const codec::BlockDivisor d = codec::block_divisor(s);
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int64_t r = r0 + rt + kRowsAPass * p;
+    float q[4] = {v[p].x, v[p].y, v[p].z, v[p].w};
+    device::block_div_n<4>(q, d);
+    if (col_in && r < rows)
+      *reinterpret_cast<uint32_t*>(codes + r * cols + c) =
+          device::encode4<Fp8Kind::E4M3, device::kEnc>(q[0], q[1], q[2], q[3]);
+  }
+}
+
 __global__ void tile_dequant(const uint8_t* __restrict__ codes, const float* __restrict__ scales, int64_t rows,
                              int64_t cols, int64_t tc, float* __restrict__ y) {
   const int64_t n = rows * cols, stride = int64_t(gridDim.x) * blockDim.x;
@@ -89,6 +137,49 @@ __global__ void transpose_bytes(const uint8_t* __restrict__ in, int64_t rows, in
     const int64_t c = c0 + k, r = r0 + threadIdx.x;
     if (r < rows && c < cols) out[c * rows + r] = t[threadIdx.x][k];
   }
+}
+
+// out (cols x rows) = in (rows x cols)^T, bytes, one 128x128 tile a CTA of
+// 256 threads. Needs rows and cols multiples of 16 and both pointers 16-byte
+// aligned: every 16-byte chunk of a row is then inside or outside the matrix.
+// Load: thread t takes chunk t % 8 of rows t / 8 + 32 p (p < 4), one 16-byte
+// load each, into t[row][32 words] (a quarter-warp's 16-byte stores cover the
+// 32 banks once). Store: warp w, lane l takes input rows 16 w .. 16 w + 15 of
+// word column l (input columns 4 l .. 4 l + 3): 16 word loads (the warp reads
+// one tile row's 32 consecutive words each time), 4x4 byte transposes, and one
+// 16-byte store to each of output rows 4 l .. 4 l + 3.
+__global__ void __launch_bounds__(kThreads)
+    transpose_tile(const uint8_t* __restrict__ in, int64_t rows, int64_t cols, uint8_t* __restrict__ out) {
+  constexpr int kWords = kFp8Tile / 4;
+  __shared__ uint32_t t[kFp8Tile][kWords];
+  const int64_t r0 = int64_t(blockIdx.y) * kFp8Tile, c0 = int64_t(blockIdx.x) * kFp8Tile;
+  const int chunk = threadIdx.x & 7;
+#pragma unroll
+  for (int p = 0; p < kFp8Tile / (kThreads / 8); ++p) {
+    const int r = int(threadIdx.x >> 3) + (kThreads / 8) * p;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r0 + r < rows && c0 + 16 * chunk < cols) v = *reinterpret_cast<const uint4*>(in + (r0 + r) * cols + c0 + 16 * chunk);
+    *reinterpret_cast<uint4*>(&t[r][4 * chunk]) = v;
+  }
+  __syncthreads();
+  const int lane = threadIdx.x & 31, rb = 16 * int(threadIdx.x >> 5);
+  if (c0 + 4 * lane >= cols || r0 + rb >= rows) return;
+  uint32_t o[4][4];  // o[j][g]: output row 4 lane + j, input rows rb + 4 g .. + 3
+#pragma unroll
+  for (int g = 0; g < 4; ++g) {
+    const uint32_t a = t[rb + 4 * g][lane], b = t[rb + 4 * g + 1][lane], c = t[rb + 4 * g + 2][lane],
+                   d = t[rb + 4 * g + 3][lane];
+    // Byte j of a, b, c, d (input column 4 lane + j of four rows) into word j.
+    const uint32_t ab_lo = __byte_perm(a, b, 0x5140), ab_hi = __byte_perm(a, b, 0x7362);  // a0 b0 a1 b1 / a2 b2 a3 b3
+    const uint32_t cd_lo = __byte_perm(c, d, 0x5140), cd_hi = __byte_perm(c, d, 0x7362);
+    o[0][g] = __byte_perm(ab_lo, cd_lo, 0x5410);  // a0 b0 c0 d0
+    o[1][g] = __byte_perm(ab_lo, cd_lo, 0x7632);  // a1 b1 c1 d1
+    o[2][g] = __byte_perm(ab_hi, cd_hi, 0x5410);
+    o[3][g] = __byte_perm(ab_hi, cd_hi, 0x7632);
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    *reinterpret_cast<uint4*>(out + (c0 + 4 * lane + j) * rows + r0 + rb) = make_uint4(o[j][0], o[j][1], o[j][2], o[j][3]);
 }
 
 __global__ void transpose_scales(const float* __restrict__ s, int64_t tr, int64_t tc, float* __restrict__ st) {
@@ -159,16 +250,54 @@ void launch_1x128(const T* x, int64_t rows, int64_t cols, Fp8Kind k, uint8_t* co
   MXDP_CUDA_CHECK_LAUNCH();
 }
 
+bool aligned(const void* p, uintptr_t to) { return (reinterpret_cast<uintptr_t>(p) & (to - 1)) == 0; }
+
 }  // namespace
 
-void fp8b128_quantize(const float* x, int64_t rows, int64_t cols, uint8_t* codes, float* scales,
+namespace detail {
+
+void fp8b128_quantize(const float* x, int64_t rows, int64_t cols, uint8_t* codes, float* scales, Fp8b128Kernel kernel,
                       cudaStream_t stream) {
   check_args(rows, cols, x, codes, scales, "fp8b128_quantize");
   if (rows * cols == 0) return;
   const int64_t tr = fp8b128_scale_rows(rows), tc = fp8b128_scale_cols(cols);
   MXDP_CHECK(tr <= 65535, "fp8b128_quantize: ", rows, " rows is too many for one launch");
-  tile_quant<<<dim3(unsigned(tc), unsigned(tr)), kThreads, 0, stream>>>(x, rows, cols, codes, scales);
+  const dim3 grid{unsigned(tc), unsigned(tr)};
+  if (kernel == Fp8b128Kernel::Vectorized && cols % 4 == 0 && aligned(x, 16) && aligned(codes, 4))
+    tile_quant_vec<<<grid, kThreads, 0, stream>>>(x, rows, cols, codes, scales);
+  else
+    tile_quant<<<grid, kThreads, 0, stream>>>(x, rows, cols, codes, scales);
   MXDP_CUDA_CHECK_LAUNCH();
+}
+
+void fp8b128_transpose(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, uint8_t* codes_t,
+                       float* scales_t, Fp8b128Kernel kernel, cudaStream_t stream) {
+  check_args(rows, cols, codes, scales, codes_t, "fp8b128_transpose");
+  MXDP_CHECK(rows * cols == 0 || scales_t, "fp8b128_transpose: null pointer");
+  if (rows * cols == 0) return;
+  if (kernel == Fp8b128Kernel::Vectorized && rows % 16 == 0 && cols % 16 == 0 && aligned(codes, 16) &&
+      aligned(codes_t, 16)) {
+    const int64_t gy = ceil_div(rows, kFp8Tile);
+    MXDP_CHECK(gy <= 65535, "fp8b128_transpose: ", rows, " rows is too many for one launch");
+    transpose_tile<<<dim3(unsigned(ceil_div(cols, kFp8Tile)), unsigned(gy)), kThreads, 0, stream>>>(codes, rows, cols,
+                                                                                                     codes_t);
+  } else {
+    const int64_t gy = ceil_div(rows, 32);
+    MXDP_CHECK(gy <= 65535, "fp8b128_transpose: ", rows, " rows is too many for one launch");
+    transpose_bytes<<<dim3(unsigned(ceil_div(cols, 32)), unsigned(gy)), dim3(32, 8), 0, stream>>>(codes, rows, cols,
+                                                                                                    codes_t);
+  }
+  MXDP_CUDA_CHECK_LAUNCH();
+  const int64_t tr = fp8b128_scale_rows(rows), tc = fp8b128_scale_cols(cols);
+  transpose_scales<<<grid_for(tr * tc), kThreads, 0, stream>>>(scales, tr, tc, scales_t);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace detail
+
+void fp8b128_quantize(const float* x, int64_t rows, int64_t cols, uint8_t* codes, float* scales,
+                      cudaStream_t stream) {
+  detail::fp8b128_quantize(x, rows, cols, codes, scales, detail::Fp8b128Kernel::Vectorized, stream);
 }
 
 void fp8b128_dequantize(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, float* y,
@@ -181,17 +310,7 @@ void fp8b128_dequantize(const uint8_t* codes, const float* scales, int64_t rows,
 
 void fp8b128_transpose(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, uint8_t* codes_t,
                        float* scales_t, cudaStream_t stream) {
-  check_args(rows, cols, codes, scales, codes_t, "fp8b128_transpose");
-  MXDP_CHECK(rows * cols == 0 || scales_t, "fp8b128_transpose: null pointer");
-  if (rows * cols == 0) return;
-  const int64_t gy = ceil_div(rows, 32);
-  MXDP_CHECK(gy <= 65535, "fp8b128_transpose: ", rows, " rows is too many for one launch");
-  transpose_bytes<<<dim3(unsigned(ceil_div(cols, 32)), unsigned(gy)), dim3(32, 8), 0, stream>>>(codes, rows, cols,
-                                                                                                  codes_t);
-  MXDP_CUDA_CHECK_LAUNCH();
-  const int64_t tr = fp8b128_scale_rows(rows), tc = fp8b128_scale_cols(cols);
-  transpose_scales<<<grid_for(tr * tc), kThreads, 0, stream>>>(scales, tr, tc, scales_t);
-  MXDP_CUDA_CHECK_LAUNCH();
+  detail::fp8b128_transpose(codes, scales, rows, cols, codes_t, scales_t, detail::Fp8b128Kernel::Vectorized, stream);
 }
 
 void fp8b128_scales_for_gemm(const float* scales, int64_t rows, int64_t cols, float* gemm_scales,

@@ -33,6 +33,22 @@ void fp8_quantize_1x128_transposed(const float* x, int64_t rows, int64_t cols, F
 void fp8_quantize_1x128_transposed(const uint16_t* x, int64_t rows, int64_t cols, Fp8Kind k, uint8_t* codes_t,
                                    float* scales, cudaStream_t stream);
 void fp8_dequantize_1x128(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, Fp8Kind k,
-                          float* y, cudaStream_t stream);
+                              float* y, cudaStream_t stream);
+
+namespace detail {
+// The kernel behind fp8b128_quantize and fp8b128_transpose. Vectorized (what
+// the public functions take wherever it applies): 16-byte loads, a tile's
+// values kept in registers between its amax and its encode, 4 codes a store;
+// the transpose in 128x128 tiles, 16 codes a load and a store. It needs cols
+// a multiple of 4 and x 16-byte, codes 4-byte aligned (quantize), rows and
+// cols multiples of 16 and both code pointers 16-byte aligned (transpose).
+// Scalar: one element a thread, any shape and alignment (the fallback, and
+// the first kernels, kept for the tests and benchmarks to compare against).
+enum class Fp8b128Kernel : uint8_t { Vectorized, Scalar };
+void fp8b128_quantize(const float* x, int64_t rows, int64_t cols, uint8_t* codes, float* scales, Fp8b128Kernel kernel,
+                      cudaStream_t stream);
+void fp8b128_transpose(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, uint8_t* codes_t,
+                       float* scales_t, Fp8b128Kernel kernel, cudaStream_t stream);
+}  // namespace detail
 
 }  // namespace mxdp::cuda

@@ -53,6 +53,20 @@ __device__ __forceinline__ uint8_t encode1(float a) {
   return codec::fp8_from_f32(a, K);
 }
 
+// codec::block_div of n values, with the block-uniform fast test made once (the
+// IEEE divisions of the other branch, scales outside [2^-80, 2^100], are rare):
+// the common path carries no per-element branch.
+template <int kN>
+__device__ __forceinline__ void block_div_n(float* q, codec::BlockDivisor d) {
+  if (d.fast) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) q[i] = codec::block_div_fast(q[i], d);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) q[i] = q[i] / d.s;
+  }
+}
+
 // The encoder the public functions use (= detail::kDefaultEncoder, at compile time).
 constexpr detail::Fp8Encoder kEnc = detail::Fp8Encoder::Hardware;
 

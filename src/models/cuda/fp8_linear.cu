@@ -89,19 +89,7 @@ __device__ __forceinline__ float half_of(const uint4& v, int i) {
   return i & 1 ? device::bf16_hi(w) : device::bf16_lo(w);
 }
 
-// codec::block_div of n values, with the block-uniform fast test made once (the
-// IEEE divisions of the other branch, scales outside [2^-80, 2^100], are rare):
-// the common path carries no per-element branch.
-template <int kN>
-__device__ __forceinline__ void block_div_n(float* q, codec::BlockDivisor d) {
-  if (d.fast) {
-#pragma unroll
-    for (int i = 0; i < kN; ++i) q[i] = codec::block_div_fast(q[i], d);
-  } else {
-#pragma unroll
-    for (int i = 0; i < kN; ++i) q[i] = q[i] / d.s;
-  }
-}
+using device::block_div_n;
 __device__ __forceinline__ uint32_t encode4(const float* q) {
   return device::encode4<Fp8Kind::E4M3, device::kEnc>(q[0], q[1], q[2], q[3]);
 }
