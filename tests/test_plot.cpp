@@ -485,7 +485,7 @@ TEST(PlotCli, SeveralRunsWithLabels) {
   }
 
   // One file given twice, as written or by another path to it: refused, nothing written.
-  for (const std::string again : {a, quote(d / "runs/bf16/../fp8/metrics.jsonl")}) {
+  for (const std::string& again : {a, quote(d / "runs/bf16/../fp8/metrics.jsonl")}) {
     r = run_mxdp("plot --metrics " + a + " " + b + " " + again + " --output " + quote(d / "bad.svg"), out);
     EXPECT_EQ(r.exit_code, 1) << r.output;
     EXPECT_TRUE(contains(r.output, "is given twice (files 1 and 3)")) << r.output;
