@@ -33,7 +33,7 @@ void fp8_quantize_1x128_transposed(const float* x, int64_t rows, int64_t cols, F
 void fp8_quantize_1x128_transposed(const uint16_t* x, int64_t rows, int64_t cols, Fp8Kind k, uint8_t* codes_t,
                                    float* scales, cudaStream_t stream);
 void fp8_dequantize_1x128(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, Fp8Kind k,
-                              float* y, cudaStream_t stream);
+                          float* y, cudaStream_t stream);
 
 namespace detail {
 // The kernel behind fp8b128_quantize and fp8b128_transpose. Vectorized (what
