@@ -6,6 +6,7 @@
 #include "util/cuda_check.h"
 #include "util/cuda_launch.h"
 #include "formats/codec.h"
+#include "models/cuda/layernorm_value.cuh"
 
 #include <initializer_list>
 
@@ -117,7 +118,9 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 // One warp per row of C (a multiple of 8) values; lane l takes the 8-element
 // chunks l, l+32, ... in every pass, so a lane reads back only what it wrote.
 // Two-pass statistics (mean, then the mean of squared deviations); the row
-// stays in L1 between passes.
+// stays in L1 between passes. out null: the statistics only (FP8 compute makes
+// the output's operands from them in act_quantize, with the same
+// layernorm_value).
 __device__ __forceinline__ void ln_row(uint16_t* out, float* mean, float* rstd, const uint16_t* x, const uint16_t* w,
                                        const uint16_t* b, int64_t m, int C, float partial_sum) {
   const int lane = threadIdx.x % 32, chunks = C / 8;
@@ -130,18 +133,19 @@ __device__ __forceinline__ void ln_row(uint16_t* out, float* mean, float* rstd, 
     for (int i = 0; i < 8; ++i) v += (f[i] - mu) * (f[i] - mu);
   }
   const float r = 1.f / sqrtf(warp_sum(v) / float(C) + kLnEps);
+  if (lane == 0) {
+    mean[m] = mu;
+    rstd[m] = r;
+  }
+  if (!out) return;
   for (int k = lane; k < chunks; k += 32) {
     float g[8], o[8];
     load(x + 8 * k, f);
     load(w + 8 * k, g);
     load(b + 8 * k, o);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) o[i] = (f[i] - mu) * r * g[i] + o[i];
+    for (int i = 0; i < 8; ++i) o[i] = device::layernorm_value(f[i], mu, r, g[i], o[i]);
     store(out + 8 * k, o);
-  }
-  if (lane == 0) {
-    mean[m] = mu;
-    rstd[m] = r;
   }
 }
 
@@ -156,7 +160,7 @@ __global__ void layernorm_forward_kernel(uint16_t* out, float* mean, float* rstd
 #pragma unroll
     for (int i = 0; i < 8; ++i) s += f[i];
   }
-  ln_row(out + m * C, mean, rstd, x, w, b, m, C, s);
+  ln_row(out ? out + m * C : nullptr, mean, rstd, x, w, b, m, C, s);
 }
 
 __global__ void residual_layernorm_forward_kernel(uint16_t* res, uint16_t* out, float* mean, float* rstd,
@@ -176,7 +180,7 @@ __global__ void residual_layernorm_forward_kernel(uint16_t* res, uint16_t* out, 
     }
     store(res + m * C + 8 * k, f);
   }
-  ln_row(out + m * C, mean, rstd, res + m * C, w, bias, m, C, s);
+  ln_row(out ? out + m * C : nullptr, mean, rstd, res + m * C, w, bias, m, C, s);
 }
 
 __global__ void layernorm_backward_kernel(uint16_t* dinp, bool accumulate, const uint16_t* dout, const uint16_t* inp,
