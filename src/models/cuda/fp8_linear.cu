@@ -3,7 +3,8 @@
 // act_quantize: one CTA of 256 threads per 128x128 tile, in two phases.
 // Phase 1: each thread takes 8 consecutive elements of a row (16 threads a
 // row, 8 passes), applies bias and op and rounds to bf16 (the hardware pair
-// conversion, the codec's bits). For the rows operand the 16 lanes of a row
+// conversion, the codec's bits; the LayerNorm op also reads its 8 rows' mean
+// and rstd and its 8 columns' weight and bias). For the rows operand the 16 lanes of a row
 // reduce the 8 passes' amaxes at once (max8_transposed: each lane ends with one
 // pass's amax and computes that block's scale and reciprocal, the only IEEE
 // divisions of the phase), then encode pass by pass with the divisor shuffled
@@ -30,6 +31,7 @@
 #include "formats/codec.h"
 #include "formats/cuda/bf16_pack.cuh"
 #include "formats/cuda/fp8_encode.cuh"
+#include "models/cuda/layernorm_value.cuh"
 #include "util/check.h"
 #include "util/cuda_check.h"
 
@@ -164,9 +166,11 @@ __global__ void __launch_bounds__(kThreads) act_quantize_kernel(ActQuant q, int 
   const int n0 = blockIdx.x * kTile, m0 = blockIdx.y * kTile;
   const int seg = threadIdx.x & 15, c = seg * 8;  // the thread's 8 columns, the same in every pass
   const bool present = n0 + c < N;                // its chunk is inside the matrix (N % 8 == 0)
-  // Every load first (x, and the pre-activation for the GELU gradient), so that
-  // a thread has all its 16-byte reads in flight at once.
+  // Every load first (x, the pre-activation for the GELU gradient, the rows'
+  // LayerNorm statistics), so that a thread has all its reads in flight at once.
+  constexpr bool kLn = kOp == ActOp::LayerNorm;
   uint4 raw[kPasses], raw_aux[kOp == ActOp::GeluGrad ? kPasses : 1];
+  float mean[kLn ? kPasses : 1], rstd[kLn ? kPasses : 1];
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
     const int m = m0 + pass * (kThreads / 16) + (threadIdx.x >> 4);
@@ -175,9 +179,17 @@ __global__ void __launch_bounds__(kThreads) act_quantize_kernel(ActQuant q, int 
     raw[pass] = in ? *reinterpret_cast<const uint4*>(q.x + at) : make_uint4(0, 0, 0, 0);
     if constexpr (kOp == ActOp::GeluGrad)
       raw_aux[pass] = in ? *reinterpret_cast<const uint4*>(q.aux + at) : make_uint4(0, 0, 0, 0);
+    if constexpr (kLn) {
+      mean[pass] = in ? q.ln.mean[m] : 0.f;
+      rstd[pass] = in ? q.ln.rstd[m] : 0.f;
+    }
   }
-  float b[8];
-  if constexpr (kBias) load8(q.bias + n0 + (present ? c : 0), b);  // an absent chunk's bias is unused
+  float b[8], lw[8], lb[8];  // an absent chunk's (column beyond N) are loaded from column n0 and unused
+  if constexpr (kBias) load8(q.bias + n0 + (present ? c : 0), b);
+  if constexpr (kLn) {
+    load8(q.ln.w + n0 + (present ? c : 0), lw);
+    load8(q.ln.b + n0 + (present ? c : 0), lb);
+  }
   // Pass by pass: bias and op, the bf16 results (bits) and their amax over the thread's 8.
   float am[kPasses];
 #pragma unroll
@@ -203,6 +215,12 @@ __global__ void __launch_bounds__(kThreads) act_quantize_kernel(ActQuant q, int 
         unpack8(raw_aux[pass], a);
 #pragma unroll
         for (int i = 0; i < 8; ++i) v[i] *= gelu_grad(a[i]);
+        raw[pass] = round8(v);
+      } else if constexpr (kLn) {
+        // The LayerNorm kernel's element (the same function), and its rounding:
+        // round8 gives codec::bf16_from_f32's bits, as its store does.
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = device::layernorm_value(v[i], mean[pass], rstd[pass], lw[i], lb[i]);
         raw[pass] = round8(v);
       }
       if (kOp != ActOp::Identity && q.out) *reinterpret_cast<uint4*>(q.out + at) = raw[pass];
@@ -234,15 +252,20 @@ __global__ void __launch_bounds__(kThreads) act_quantize_kernel(ActQuant q, int 
   }
 }
 
+template <ActOp kOp, bool kBias, bool kRows, bool kCols>
+void launch_one(const ActQuant& q, int M, int N, int Mp, cudaStream_t s) {
+  const dim3 grid(unsigned((N + kTile - 1) / kTile), unsigned(Mp / kTile));
+  act_quantize_kernel<kOp, kBias, kRows, kCols><<<grid, kThreads, 0, s>>>(q, M, N, Mp);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
 template <ActOp kOp, bool kBias>
 void launch(const ActQuant& q, int M, int N, int Mp, cudaStream_t s) {
-  const dim3 grid(unsigned((N + kTile - 1) / kTile), unsigned(Mp / kTile));
   const bool rows = q.rows.codes != nullptr, cols = q.cols.codes != nullptr;
-  if (rows && cols) act_quantize_kernel<kOp, kBias, true, true><<<grid, kThreads, 0, s>>>(q, M, N, Mp);
-  else if (rows) act_quantize_kernel<kOp, kBias, true, false><<<grid, kThreads, 0, s>>>(q, M, N, Mp);
-  else if (cols) act_quantize_kernel<kOp, kBias, false, true><<<grid, kThreads, 0, s>>>(q, M, N, Mp);
-  else act_quantize_kernel<kOp, kBias, false, false><<<grid, kThreads, 0, s>>>(q, M, N, Mp);
-  MXDP_CUDA_CHECK_LAUNCH();
+  if (rows && cols) launch_one<kOp, kBias, true, true>(q, M, N, Mp, s);
+  else if (rows) launch_one<kOp, kBias, true, false>(q, M, N, Mp, s);
+  else if (cols) launch_one<kOp, kBias, false, true>(q, M, N, Mp, s);
+  else launch_one<kOp, kBias, false, false>(q, M, N, Mp, s);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -258,17 +281,30 @@ void act_quantize(const ActQuant& q, int M, int N, cudaStream_t s) {
   MXDP_CHECK(q.op != ActOp::GeluGrad || (q.aux && aligned16(q.aux)), "act_quantize: the GELU gradient needs aux");
   MXDP_CHECK(!q.bias || aligned16(q.bias), "act_quantize: bias must be 16-byte aligned");
   MXDP_CHECK((!q.rows.codes || q.rows.scales) && (!q.cols.codes || q.cols.scales), "act_quantize: codes without scales");
+  if (q.op == ActOp::LayerNorm) {
+    MXDP_CHECK(q.ln.mean && q.ln.rstd,
+               "act_quantize: the LayerNorm op needs the mean and rstd its forward kernel wrote for each row");
+    MXDP_CHECK(q.ln.w && q.ln.b && aligned16(q.ln.w) && aligned16(q.ln.b),
+               "act_quantize: the LayerNorm op needs the LayerNorm's weight and bias, 16-byte aligned");
+    // The one variant the GPT uses (its ln1 and ln2 operands): no other is compiled.
+    MXDP_CHECK(!q.bias && q.rows.codes && q.cols.codes,
+               "act_quantize: the LayerNorm op is built only to make both operands (rows and cols), without a bias");
+    launch_one<ActOp::LayerNorm, false, true, true>(q, M, N, int(Mp), s);
+    return;
+  }
   if (q.bias) {
     switch (q.op) {
       case ActOp::Identity: launch<ActOp::Identity, true>(q, M, N, int(Mp), s); break;
       case ActOp::Gelu: launch<ActOp::Gelu, true>(q, M, N, int(Mp), s); break;
       case ActOp::GeluGrad: launch<ActOp::GeluGrad, true>(q, M, N, int(Mp), s); break;
+      case ActOp::LayerNorm: break;  // above
     }
   } else {
     switch (q.op) {
       case ActOp::Identity: launch<ActOp::Identity, false>(q, M, N, int(Mp), s); break;
       case ActOp::Gelu: launch<ActOp::Gelu, false>(q, M, N, int(Mp), s); break;
       case ActOp::GeluGrad: launch<ActOp::GeluGrad, false>(q, M, N, int(Mp), s); break;
+      case ActOp::LayerNorm: break;  // above
     }
   }
 }

@@ -6,8 +6,10 @@
 // [M, N] matrix and, in one pass over 128x128 tiles,
 //   1. optionally adds a bias [N] (rounded to bf16; written back to `biased`),
 //   2. applies an elementwise op: identity, GELU (tanh form, gpt_kernels.h's
-//      gelu_forward), or the GELU gradient (x * gelu'(aux), aux the
-//      pre-activation), rounded to bf16 and optionally written to `out`,
+//      gelu_forward), the GELU gradient (x * gelu'(aux), aux the
+//      pre-activation), or a LayerNorm from its input x and the statistics
+//      its forward kernel wrote (the output that kernel would have written,
+//      bit for bit), rounded to bf16 and optionally written to `out`,
 //   3. quantizes that bf16 value into up to two operands: `rows`, 1x128 blocks
 //      along N (the a operand of fprop and dgrad, rows x N), and `cols`, 1x128
 //      blocks along M of the transpose (the operands of wgrad, N x rows).
@@ -35,7 +37,7 @@
 
 namespace mxdp::cuda {
 
-enum class ActOp : uint8_t { Identity, Gelu, GeluGrad };
+enum class ActOp : uint8_t { Identity, Gelu, GeluGrad, LayerNorm };
 
 // Codes and 1x128 scales of one operand (VEC128_32F layout, formats/fp8_block.h).
 struct Fp8Slot {
@@ -44,12 +46,26 @@ struct Fp8Slot {
   Fp8Operand operand() const { return {codes, scales, Fp8Kind::E4M3, Fp8Scaling::Rows1x128}; }
 };
 
+// The LayerNorm op's inputs besides x (the LayerNorm's input, e.g. the residual
+// stream): row m's value at column n is layernorm_value(x, mean[m], rstd[m],
+// w[n], b[n]) (models/cuda/layernorm_value.cuh), the element gpt_kernels.h's
+// layernorm_forward computes before its rounding to bf16, from the mean and
+// rstd it wrote. So the operands are those of its bf16 output, which it then
+// need not write (it takes a null out).
+struct LayerNormArgs {
+  const float* mean = nullptr;   // [M]
+  const float* rstd = nullptr;   // [M]
+  const uint16_t* w = nullptr;   // [N] bf16, the LayerNorm's weight
+  const uint16_t* b = nullptr;   // [N] bf16, its bias
+};
+
 struct ActQuant {
   const uint16_t* x = nullptr;     // [M, N] bf16
   const uint16_t* bias = nullptr;  // [N]: x + bias first (may be null)
   uint16_t* biased = nullptr;      // where x + bias goes (may be x itself; null: nowhere)
   ActOp op = ActOp::Identity;
   const uint16_t* aux = nullptr;   // GeluGrad: the pre-activation [M, N]
+  LayerNormArgs ln;                // LayerNorm: statistics, weight and bias (op LayerNorm makes rows and cols, no bias)
   uint16_t* out = nullptr;         // op's bf16 result (may be x; null: not written)
   Fp8Slot rows;                    // [Mp, N], 1x128 along N (codes null: not made)
   Fp8Slot cols;                    // [N, Mp], 1x128 along M (codes null: not made)

@@ -14,6 +14,9 @@
 //   resid[l+1] = mid + h @ Wmproj^T + b ; next LN               (fused)
 // Head: logits = LNf(resid[L]) @ wte^T, then the fused classifier turns the
 // logits into per-row losses and, in place, into dlogits.
+// Under FP8 compute ln1 and ln2 are not written: the LayerNorm kernels write
+// only mean and rstd (and the residual sum), and act_quantize makes the linear
+// layers' operands from those (forward_block_fp8).
 //
 // Hooks: before_layer(l+1) is called before the fused residual+LN kernel that
 // first reads block l+1's LayerNorm (so the engine makes it fresh before any
@@ -76,7 +79,7 @@ class GptCuda final : public LmCuda<GptModel, GptConfig> {
   // Activations for one (B, T), carved out of one allocation (with io_: the
   // batch, the logits and the losses).
   struct Activations {
-    uint16_t *resid, *resid_mid, *ln1, *ln2, *qkv, *atty, *fch_pre, *fch, *lnf;  // fch: bf16 compute only
+    uint16_t *resid, *resid_mid, *ln1, *ln2, *qkv, *atty, *fch_pre, *fch, *lnf;  // ln1, ln2, fch: bf16 compute only
     uint16_t *tmp, *dresid, *dln, *datty, *dqkv, *dfch;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lnf_mean, *lnf_rstd, *stats, *scratch;
     // The column sums of dresid as the last LayerNorm backward left it (the
@@ -109,7 +112,7 @@ class GptCuda final : public LmCuda<GptModel, GptConfig> {
 
   // Block l's slices of the activations.
   struct BlockActs {
-    uint16_t *x, *ln1, *qkv, *atty, *mid, *ln2, *pre;  // pre: fc's output before the GELU
+    uint16_t *x, *ln1, *qkv, *atty, *mid, *ln2, *pre;  // pre: fc's output before the GELU; ln1, ln2: null in FP8
     uint16_t* h;  // the GELU's output (bf16 compute; FP8 compute makes it inside act_quantize)
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *stats;  // stats: attention's softmax statistics
     Fp8Slot ln1t, attyt, ln2t, ht;  // FP8 compute: the X^T operands of qkv, attn.proj, fc and mlp.proj's wgrads
@@ -136,12 +139,15 @@ void GptCuda::carve(ArenaSlicer& take, int B, int T) {
   take(a.resid, (L + 1) * BT * C);
   take(a.resid_mid, L * BT * C);
   // The LayerNorm outputs are kept per block for bf16 compute's wgrads. FP8
-  // compute's wgrads read their transposed operands (xt, below) instead, so
-  // there ln1 and ln2 of every block share one buffer that only the forward
-  // reads (ln1 is quantized before ln2 is written).
-  take(a.ln1, fp8_ ? BT * C : L * BT * C);
-  if (fp8_) a.ln2 = a.ln1;
-  else take(a.ln2, L * BT * C);
+  // compute never writes them: act_quantize makes their operands (fprop's rows
+  // and the X^T, below, that the wgrads read) from the LayerNorm's input and
+  // statistics.
+  if (fp8_) {
+    a.ln1 = a.ln2 = nullptr;
+  } else {
+    take(a.ln1, L * BT * C);
+    take(a.ln2, L * BT * C);
+  }
   take(a.qkv, L * BT * 3 * C);
   take(a.atty, L * BT * C);
   take(a.fch_pre, L * BT * 4 * C);
@@ -206,7 +212,8 @@ void GptCuda::forward_stage(int s) {
     return;
   }
   if (s == 1) {
-    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.resid, w(blocks_[0].ln1w), w(blocks_[0].ln1b), M, C, s_);
+    const BlockActs b = block_acts(0);
+    layernorm_forward(b.ln1, b.ln1_mean, b.ln1_rstd, b.x, w(blocks_[0].ln1w), w(blocks_[0].ln1b), M, C, s_);
   } else {
     const int l = s - 2;  // the block this residual add closes: resid[l + 1] = mid + tmp
     const BlockActs b = block_acts(l);
@@ -229,10 +236,10 @@ void GptCuda::forward_stage(int s) {
 GptCuda::BlockActs GptCuda::block_acts(int l) {
   const int M = B_ * T_;
   const int64_t BTC = int64_t(M) * cfg_.d_model, lm = int64_t(l) * M;
-  const int64_t ln_at = fp8_ ? 0 : l * BTC;  // one LayerNorm output buffer under FP8 compute
   Activations& a = act_;
-  BlockActs b{a.resid + l * BTC,        a.ln1 + ln_at,     a.qkv + l * 3 * BTC, a.atty + l * BTC,
-              a.resid_mid + l * BTC,    a.ln2 + ln_at,     a.fch_pre + l * 4 * BTC,
+  // FP8 compute: null LayerNorm outputs (the kernels then write none) and no h.
+  BlockActs b{a.resid + l * BTC,        fp8_ ? nullptr : a.ln1 + l * BTC,  a.qkv + l * 3 * BTC, a.atty + l * BTC,
+              a.resid_mid + l * BTC,    fp8_ ? nullptr : a.ln2 + l * BTC,  a.fch_pre + l * 4 * BTC,
               fp8_ ? nullptr : a.fch + l * 4 * BTC,
               a.ln1_mean + lm,          a.ln1_rstd + lm,   a.ln2_mean + lm,     a.ln2_rstd + lm,
               a.stats + int64_t(l) * B_ * cfg_.n_head * T_};
@@ -324,7 +331,10 @@ void GptCuda::backward_block(int l, float* const* g) {
 // backward's wgrad (the block's own X^T slot, kept until then: making it here
 // from the tile already loaded costs less than reading the bf16 input again in
 // backward). The bias adds (and fc's GELU) are in act_quantize too; the GELU
-// output h goes only to its two operands and is not stored in bf16.
+// output h goes only to its two operands and is not stored in bf16. Nor are
+// the LayerNorm outputs ln1 and ln2 (their kernels get a null output):
+// act_quantize's LayerNorm op computes them from the LayerNorm's input and the
+// mean and rstd the kernel wrote, the bits the kernel would have written.
 // Every forward makes the X^T operands, an eval's too: they are the same
 // graphs, and a training backward always follows its own forward.
 void GptCuda::forward_block_fp8(int l) {
@@ -333,16 +343,16 @@ void GptCuda::forward_block_fp8(int l) {
   const BlockActs b = block_acts(l);
   uint16_t* tmp = act_.tmp;
   const Fp8Slot q = lin_->slot(Fp8Linear::kRows);
-  const auto quantize = [&](const uint16_t* in, const Fp8Slot& xt) {
-    act_quantize({.x = in, .rows = q, .cols = xt}, M, C, s_);
+  const auto quantize_ln = [&](const uint16_t* ln_input, const LayerNormArgs& ln, const Fp8Slot& xt) {
+    act_quantize({.x = ln_input, .op = ActOp::LayerNorm, .ln = ln, .rows = q, .cols = xt}, M, C, s_);
   };
-  quantize(b.ln1, b.ln1t);
+  quantize_ln(b.x, {b.ln1_mean, b.ln1_rstd, w(p.ln1w), w(p.ln1b)}, b.ln1t);
   lin_->fprop(b.qkv, q, fw_[size_t(p.qkvw)], w(p.qkvb), M, 3 * C, C);
   att_.forward(b.atty, b.stats, b.qkv, B, T, NH, HS);
-  quantize(b.atty, b.attyt);
+  act_quantize({.x = b.atty, .rows = q, .cols = b.attyt}, M, C, s_);
   lin_->fprop(tmp, q, fw_[size_t(p.projw)], w(p.projb), M, C, C);
-  residual_layernorm_forward(b.mid, b.ln2, b.ln2_mean, b.ln2_rstd, b.x, tmp, w(p.ln2w), w(p.ln2b), M, C, s_);
-  quantize(b.ln2, b.ln2t);
+  residual_layernorm_forward(b.mid, nullptr, b.ln2_mean, b.ln2_rstd, b.x, tmp, w(p.ln2w), w(p.ln2b), M, C, s_);
+  quantize_ln(b.mid, {b.ln2_mean, b.ln2_rstd, w(p.ln2w), w(p.ln2b)}, b.ln2t);
   lin_->fprop(b.pre, q, fw_[size_t(p.fcw)], nullptr, M, 4 * C, C);
   // pre + bias is written back: backward's GELU gradient reads it.
   act_quantize({.x = b.pre, .bias = w(p.fcb), .biased = b.pre, .op = ActOp::Gelu, .rows = q, .cols = b.ht}, M, 4 * C,
