@@ -12,10 +12,12 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "formats/fp8_block.h"
@@ -561,6 +563,96 @@ TEST(GpuGptKernels, Fp8ForwardMakesTheTransposesBackwardMadeBefore) {
     EXPECT_TRUE(same_bits(now.rs, before.rs)) << what << ": row scales";
     EXPECT_TRUE(same_bits(now.cc, before.cc)) << what << ": column codes";
     EXPECT_TRUE(same_bits(now.cs, before.cs)) << what << ": column scales";
+  }
+}
+
+// FP8 compute makes the operands of the LayerNorm outputs ln1 and ln2 without
+// writing them (gpt_cuda.cu's forward_block_fp8): the LayerNorm kernels get a
+// null output and write only mean and rstd (and the residual sum), and
+// act_quantize's LayerNorm op computes each output element from the
+// LayerNorm's input and those. Before, the kernels wrote the bf16 output and an
+// identity pass quantized it. Both ways must give the same codes and scales,
+// statistics and residual sum, bit for bit, for the step's results to stay
+// what they were. M = 300 (a partial last row of tiles), C = 256 and 208 (a
+// partial last tile column); rows with special values: constant (zero
+// variance), tiny (the squared deviations underflow), huge (they overflow:
+// rstd 0), one outlier, signed zeros, an infinity (mean inf, rstd NaN: a row
+// of NaN, whose bf16 bits the op's rounding must give as the kernel's does). An fp32 ulp of difference moves few
+// bf16 values and fewer codes, so operands alone would let a wrong order of the
+// op's float operations pass: the op also writes its bf16 values (`out`),
+// compared with the kernel's output, and a third shape, 32768 x 256, holds
+// enough elements that a wrong order moves some (on the host, another
+// contraction or association of the element moved about 300 of the bf16 values
+// of 65536 random rows of 256).
+TEST(GpuGptKernels, Fp8LayerNormOperandsWithoutTheLayerNormOutput) {
+  REQUIRE_GPU();
+  Stream st;
+  struct Operands {
+    Dev<uint8_t> rc, cc;
+    F32 rs, cs;
+    Operands(int Mp, int C)
+        : rc(size_t(Mp) * C), cc(size_t(Mp) * C), rs(size_t(fp8_1x128_scale_count(Mp, C))),
+          cs(size_t(fp8_1x128_scale_count(C, Mp))) {}
+    cuda::Fp8Slot rows() const { return {rc.p, rs.p}; }
+    cuda::Fp8Slot cols() const { return {cc.p, cs.p}; }
+  };
+  const std::pair<int, int> shapes[] = {{300, 256}, {300, 208}, {32768, 256}};
+  for (const auto& shape : shapes) {
+    const int M = shape.first, C = shape.second, Mp = int(cuda::fp8_rows_padded(M));
+    std::vector<float> a0 = randn(size_t(M) * C, 41, 2.f), b0 = randn(size_t(M) * C, 42);
+    const std::vector<float> w0 = randn(C, 43), bias0 = randn(C, 44);
+    const auto row = [&](int m) { return a0.begin() + ptrdiff_t(m) * C; };
+    std::fill(row(0), row(1), 1.5f);
+    for (int n = 0; n < C; ++n) {
+      row(1)[n] = bfr(row(1)[n] * 1e-30f);
+      row(2)[n] = bfr(row(2)[n] * 1e30f);
+      row(4)[n] = n % 2 ? -0.f : 0.f;
+    }
+    row(3)[5] = 32768.f;
+    row(5)[7] = INFINITY;
+    for (int m = 0; m < 6; ++m)  // the residual variant's sum keeps these rows as they are
+      std::fill(b0.begin() + ptrdiff_t(m) * C, b0.begin() + ptrdiff_t(m + 1) * C, -0.f);
+    for (const bool residual : {false, true}) {
+      SCOPED_TRACE(std::to_string(M) + " x " + std::to_string(C) + (residual ? ", residual + LayerNorm" : ""));
+      const Bf16 a(a0), b(b0), w(w0), bias(bias0);
+      // Before: the kernel's bf16 output, then the identity pass.
+      Bf16 out_before(size_t(M) * C), res_before(size_t(M) * C);
+      F32 mean_before(M), rstd_before(M);
+      const Operands before(Mp, C);
+      if (residual)
+        cuda::residual_layernorm_forward(res_before.p, out_before.p, mean_before.p, rstd_before.p, a.p, b.p, w.p,
+                                         bias.p, M, C, st.s);
+      else
+        cuda::layernorm_forward(out_before.p, mean_before.p, rstd_before.p, a.p, w.p, bias.p, M, C, st.s);
+      cuda::act_quantize({.x = out_before.p, .rows = before.rows(), .cols = before.cols()}, M, C, st.s);
+      // Now: no output, then the LayerNorm op on the kernel's input, as the GPT
+      // calls it, and once more writing its values.
+      Bf16 res_now(size_t(M) * C), values(size_t(M) * C);
+      F32 mean_now(M), rstd_now(M);
+      const Operands now(Mp, C), again(Mp, C);
+      if (residual)
+        cuda::residual_layernorm_forward(res_now.p, nullptr, mean_now.p, rstd_now.p, a.p, b.p, w.p, bias.p, M, C, st.s);
+      else
+        cuda::layernorm_forward(nullptr, mean_now.p, rstd_now.p, a.p, w.p, bias.p, M, C, st.s);
+      const cuda::LayerNormArgs ln{mean_now.p, rstd_now.p, w.p, bias.p};
+      const uint16_t* input = residual ? res_now.p : a.p;
+      cuda::act_quantize({.x = input, .op = cuda::ActOp::LayerNorm, .ln = ln, .rows = now.rows(), .cols = now.cols()},
+                         M, C, st.s);
+      cuda::act_quantize({.x = input, .op = cuda::ActOp::LayerNorm, .ln = ln, .out = values.p, .rows = again.rows(),
+                          .cols = again.cols()},
+                         M, C, st.s);
+      EXPECT_TRUE(same_bits(mean_now, mean_before)) << "mean";
+      EXPECT_TRUE(same_bits(rstd_now, rstd_before)) << "rstd";
+      if (residual) EXPECT_TRUE(same_bits(res_now, res_before)) << "the residual sum";
+      EXPECT_TRUE(same_bits(values, out_before)) << "the op's bf16 values against the kernel's output";
+      for (const Operands* o : {&now, &again}) {
+        const char* call = o == &now ? "as the GPT calls it" : "writing its values";
+        EXPECT_TRUE(same_bits(o->rc, before.rc)) << call << ": row codes";
+        EXPECT_TRUE(same_bits(o->rs, before.rs)) << call << ": row scales";
+        EXPECT_TRUE(same_bits(o->cc, before.cc)) << call << ": column codes";
+        EXPECT_TRUE(same_bits(o->cs, before.cs)) << call << ": column scales";
+      }
+    }
   }
 }
 
