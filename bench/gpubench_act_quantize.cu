@@ -11,8 +11,10 @@
 //     bytes = what the call must read and write (x, aux, biased, out, codes, scales);
 //   {"what": "block", "model", "M", "path", "ms", "floor_ms", "of_floor"}: one block's
 //     act_quantize calls (not the bias fallback) and the copy-bandwidth floor over them, for
-//     path "now" (the forward makes the inputs' X^T: 4 forward, 4 backward) and "before"
-//     (the forward made rows only, backward the X^T again: 4 forward, 7 backward).
+//     path "now" (the forward makes the inputs' X^T: 4 forward, 4 backward; ln1's and ln2's
+//     operands from the LayerNorm's input, mean and rstd) and "before" (the forward made rows
+//     only from the bf16 LayerNorm outputs, backward the X^T again: 4 forward, 7 backward).
+//     The LayerNorm kernels' share (writing ln1 and ln2 before, not now) is not timed here.
 //
 //   gpubench_act_quantize [reps=20]
 #include <cuda_runtime.h>
@@ -64,7 +66,8 @@ struct Call {
 };
 const char* const kPaths[2] = {"now", "before"};
 const Call kCalls[] = {
-    {"rows+cols (ln1, atty, ln2 + X^T; dresid)", 1, cuda::ActOp::Identity, false, true, true, false, {5, 2}},
+    {"layernorm+rows+cols (ln1, ln2 + X^T)", 1, cuda::ActOp::LayerNorm, false, true, true, false, {2, 0}},
+    {"rows+cols (atty + X^T; dresid)", 1, cuda::ActOp::Identity, false, true, true, false, {3, 2}},
     {"bias+gelu+rows+cols (fc + h^T)", 4, cuda::ActOp::Gelu, true, true, true, false, {1, 0}},
     {"rows+cols (dqkv)", 3, cuda::ActOp::Identity, false, true, true, false, {1, 1}},
     {"dgelu+rows+cols (fc's dY)", 4, cuda::ActOp::GeluGrad, false, true, true, true, {1, 1}},
@@ -76,11 +79,13 @@ const Call kCalls[] = {
     {"bias (fprop fallback, fc)", 4, cuda::ActOp::Identity, true, false, false, false, {0, 0}},
 };
 
-// Bytes a call must move: x (and aux) read; biased, out, codes and scales written.
+// Bytes a call must move: x (and aux, or the LayerNorm's statistics, weight and
+// bias) read; biased, out, codes and scales written.
 double call_bytes(const Call& c, int64_t M, int64_t N) {
   const double e = double(M) * N, ep = double(cuda::fp8_rows_padded(M)) * N;
   double b = 2 * e;                                  // x
   if (c.op == cuda::ActOp::GeluGrad) b += 2 * e;     // aux
+  if (c.op == cuda::ActOp::LayerNorm) b += 8.0 * M + 4.0 * N;  // mean, rstd; w, b
   if (c.bias) b += 2 * e + 2 * N;                    // biased, bias
   if (c.out) b += 2 * e;                             // out
   b += (int(c.rows) + int(c.cols)) * (ep + ep / 32);  // codes, a 4-byte scale per 128
@@ -100,9 +105,17 @@ int main(int argc, char** argv) {
     };
     const Shape shapes[] = {{"gpt2-124m", 16384}, {"gpt2-774m", 8192}};
     size_t big = 0;  // the largest [M, 4C]
-    for (const Shape& sh : shapes) big = std::max(big, size_t(sh.M) * 4 * gpt_config(sh.model).d_model);
+    size_t rows = 0;  // the largest M
+    for (const Shape& sh : shapes) {
+      big = std::max(big, size_t(sh.M) * 4 * gpt_config(sh.model).d_model);
+      rows = std::max(rows, size_t(sh.M));
+    }
     uint16_t *x = bf16_randn(big, 1, 2.f), *aux = bf16_randn(big, 2, 1.f), *bias = bf16_randn(4 * 1280, 3, 1.f);
     uint16_t *biased = dev_zero<uint16_t>(big), *out = dev_zero<uint16_t>(big);
+    // The LayerNorm op's statistics: mean 0 and rstd 1 for every row (its values are x w + b).
+    float *mean = dev_zero<float>(rows), *rstd = dev_zero<float>(rows);
+    const std::vector<float> ones(rows, 1.f);
+    MXDP_CUDA_CHECK(cudaMemcpy(rstd, ones.data(), rows * sizeof(float), cudaMemcpyHostToDevice));
     uint8_t *rc = dev_zero<uint8_t>(big), *cc = dev_zero<uint8_t>(big);
     float *rs = dev_zero<float>(big / 128), *cs = dev_zero<float>(big / 128);
     // Copy bandwidth (read + write bytes / s) over buffers of the same size.
@@ -117,7 +130,7 @@ int main(int argc, char** argv) {
       for (const Call& c : kCalls) {
         const int N = c.width * C;
         const cuda::ActQuant q{.x = x, .bias = c.bias ? bias : nullptr, .biased = c.bias ? biased : nullptr,
-                               .op = c.op, .aux = aux, .out = c.out ? out : nullptr,
+                               .op = c.op, .aux = aux, .ln = {mean, rstd, bias, bias}, .out = c.out ? out : nullptr,
                                .rows = {c.rows ? rc : nullptr, rs}, .cols = {c.cols ? cc : nullptr, cs}};
         const double bytes = call_bytes(c, M, N);
         const double ms = bench::best_window_ms(s, reps, [&] { cuda::act_quantize(q, M, N, s); });

@@ -1,22 +1,23 @@
 // Kernels and GEMM plumbing behind fp8_linear.h.
 //
 // act_quantize: one CTA of 256 threads per 128x128 tile, in two phases.
-// Phase 1: each thread takes 8 consecutive elements of a row (16 threads a
-// row, 8 passes), applies bias and op and rounds to bf16 (the hardware pair
+// Phase 1: each thread takes 8 consecutive elements of a row (16 threads a row,
+// 8 passes), applies bias and op and rounds to bf16 (the hardware pair
 // conversion, the codec's bits; the LayerNorm op also reads its 8 rows' mean
-// and rstd and its 8 columns' weight and bias). For the rows operand the 16 lanes of a row
-// reduce the 8 passes' amaxes at once (max8_transposed: each lane ends with one
-// pass's amax and computes that block's scale and reciprocal, the only IEEE
-// divisions of the phase), then encode pass by pass with the divisor shuffled
-// from its lane. For the cols operand the bf16 values go to shared memory, one
-// 16-byte chunk per thread and pass. Phase 2: each warp takes 8 columns (one
-// chunk column) at a time, each lane 4 consecutive rows of them: the 8 column
-// amaxes reduced at once the same way, per lane 4 codes as one 32-bit store, so
-// a warp writes a column's 128 codes at once. The tile is stored with chunk k
-// of row r at k ^ ((r >> 2) & 7): both phases' 16-byte accesses then hit 8
-// different bank groups per quarter-warp (no bank conflicts). Divisions by a
-// block scale are codec::block_div_fast (a product and two FMAs an element)
-// behind one test of the block's scale range (block_div_n).
+// and rstd and its 8 columns' weight and bias). For the rows operand the 16
+// lanes of a row reduce the 8 passes' amaxes at once (max8_transposed: each
+// lane ends with one pass's amax and computes that block's scale and
+// reciprocal, the only IEEE divisions of the phase), then encode pass by pass
+// with the divisor shuffled from its lane. For the cols operand the bf16 values
+// go to shared memory, one 16-byte chunk per thread and pass. Phase 2: each
+// warp takes 8 columns (one chunk column) at a time, each lane 4 consecutive
+// rows of them: the 8 column amaxes reduced at once the same way, per lane 4
+// codes as one 32-bit store, so a warp writes a column's 128 codes at once. The
+// tile is stored with chunk k of row r at k ^ ((r >> 2) & 7): both phases'
+// 16-byte accesses then hit 8 different bank groups per quarter-warp (no bank
+// conflicts). Divisions by a block scale are codec::block_div_fast (a product
+// and two FMAs an element) behind one test of the block's scale range
+// (block_div_n).
 //
 // N need only be a multiple of 16 (the GEMMs'): the last tile column then
 // holds N % 128 columns, whole 16-byte chunks. A chunk beyond N is never loaded
