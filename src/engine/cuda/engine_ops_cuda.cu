@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "util/check.h"
+#include "formats/cuda/bf16_pack.cuh"
 #include "formats/cuda/fp8_encode.cuh"
 #include "formats/cuda/bf16_cuda.h"
 #include "formats/cuda/quant_cuda.h"
@@ -59,9 +60,8 @@ __device__ __forceinline__ void adamw4(float4& p, float4& m, float4& v, float4 g
   adamw_element(p.z, m.z, v.z, g.z * gs, s);
   adamw_element(p.w, m.w, v.w, g.w * gs, s);
 }
-__device__ __forceinline__ uint32_t bf16x2(float a, float b) {
-  return uint32_t(codec::bf16_from_f32(a)) | (uint32_t(codec::bf16_from_f32(b)) << 16);
-}
+// Two values rounded to bf16, packed (codec::bf16_from_f32's bits, by the hardware pair conversion).
+using device::bf16x2_rn;
 
 enum class FusedOut : uint8_t { Bf16, Mxfp8, Amax };
 
@@ -99,7 +99,7 @@ __device__ __forceinline__ void fused_vec_warp(float4* __restrict__ p, float4* _
     }
     if constexpr (O == FusedOut::Bf16) {
       if (in)
-        static_cast<uint2*>(codes)[i] = make_uint2(bf16x2(pp[j].x, pp[j].y), bf16x2(pp[j].z, pp[j].w));
+        static_cast<uint2*>(codes)[i] = make_uint2(bf16x2_rn(pp[j].x, pp[j].y), bf16x2_rn(pp[j].z, pp[j].w));
     } else if constexpr (O == FusedOut::Mxfp8) {
       const float am = warp_max(fold4(0.0f, pp[j]), 8);
       const uint8_t sb = codec::mxfp8_scale_byte(am, Fp8Kind::E4M3, R);

@@ -47,6 +47,20 @@ int grid_for(int64_t n) { return int(std::max<int64_t>(1, grid_blocks(n, kThread
 
 // ---- fp8b128 ----------------------------------------------------------------
 // One CTA per tile (blockIdx.x: tile column, blockIdx.y: tile row).
+
+// The tile's scale from every thread's partial amax (fmaxf is exact and
+// order-free on these NaN-free folds), stored by thread 0 at the tile's place.
+__device__ __forceinline__ float tile_scale(float am, float* __restrict__ scales) {
+  __shared__ float part[kThreads / 32];
+  am = warp_max(am);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = am;
+  __syncthreads();
+  am = part[0];
+  for (int i = 1; i < kThreads / 32; ++i) am = fmaxf(am, part[i]);
+  const float s = codec::fp8_block_scale(am, Fp8Kind::E4M3);
+  if (threadIdx.x == 0) scales[int64_t(blockIdx.y) * gridDim.x + blockIdx.x] = s;
+  return s;
+}
 __global__ void __launch_bounds__(kThreads)
     tile_quant(const float* __restrict__ x, int64_t rows, int64_t cols, uint8_t* __restrict__ codes,
                float* __restrict__ scales) {
@@ -58,14 +72,7 @@ __global__ void __launch_bounds__(kThreads)
     const int r = i / kFp8Tile, c = i % kFp8Tile;
     if (r < h && c < w) am = codec::amax_fold(am, x[(r0 + r) * cols + c0 + c]);
   }
-  __shared__ float part[kThreads / 32];
-  am = warp_max(am);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = am;
-  __syncthreads();
-  am = part[0];
-  for (int i = 1; i < kThreads / 32; ++i) am = fmaxf(am, part[i]);
-  const float s = codec::fp8_block_scale(am, Fp8Kind::E4M3);
-  if (threadIdx.x == 0) scales[int64_t(blockIdx.y) * gridDim.x + blockIdx.x] = s;
+  const float s = tile_scale(am, scales);
   for (int i = threadIdx.x; i < kFp8TileElems; i += kThreads) {
     const int r = i / kFp8Tile, c = i % kFp8Tile;
     if (r < h && c < w) {
@@ -94,14 +101,7 @@ __global__ void __launch_bounds__(kThreads)
     v[p] = col_in && r < rows ? *reinterpret_cast<const float4*>(x + r * cols + c) : make_float4(0, 0, 0, 0);
     am = device::fold4(am, v[p]);
   }
-  __shared__ float part[kThreads / 32];
-  am = warp_max(am);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = am;
-  __syncthreads();
-  am = part[0];
-  for (int i = 1; i < kThreads / 32; ++i) am = fmaxf(am, part[i]);
-  const float s = codec::fp8_block_scale(am, Fp8Kind::E4M3);
-  if (threadIdx.x == 0) scales[int64_t(blockIdx.y) * gridDim.x + blockIdx.x] = s;
+  const float s = tile_scale(am, scales);
   const codec::BlockDivisor d = codec::block_divisor(s);
 #pragma unroll
   for (int p = 0; p < kPasses; ++p) {
