@@ -226,10 +226,11 @@ __global__ void layernorm_backward_kernel(uint16_t* dinp, bool accumulate, const
 // One kernel: a block takes 256 columns (8 per lane, one 16-byte access per
 // row) of one chunk of kColsumRows rows; warp w adds rows w, w+8, ... of the
 // chunk in order; the 8 warp sums are added in warp order into the chunk's
-// partial sum ([2][chunks][N] after the counters in scratch). The last block
+// partial sum ([3][chunks][N] after the counters in scratch). The last block
 // of a column range to finish (a counter per range) adds the chunks' partial
-// sums in a fixed order (below) into the destination and resets the counter. Which block
-// is last does not change the order of any addition: the bits are fixed.
+// sums in a fixed order (add_chunk_partials) into the destination and resets
+// the counter. Which block is last does not change the order of any addition:
+// the bits are fixed.
 // With ln (mean != null): a = sum dout * norm(inp), b = sum dout (LayerNorm dw,
 // db); otherwise a = sum dout (bias). With `also` (LayerNorm only), a third sum
 // c = sum also, in exactly the order a is summed without ln: the bits of a
@@ -551,7 +552,8 @@ void bias_backward(float* dbias, float* scratch, const uint16_t* dout, int M, in
 }
 
 void bias_backward_finish(float* dbias, const float* scratch, int M, int N, cudaStream_t s) {
-  MXDP_CHECK(N % 8 == 0 && aligned16(scratch), "bias_backward_finish needs N % 8 == 0 and a 16-byte aligned scratch, got N=", N);
+  MXDP_CHECK(N % 8 == 0 && aligned16(scratch),
+             "bias_backward_finish needs N % 8 == 0 and a 16-byte aligned scratch, got N=", N);
   chunk_sums_kernel<<<colsum_blocks(N), 256, 0, s>>>(dbias, scratch + kColsumCounters, colsum_chunks(M), N);
   MXDP_CUDA_CHECK_LAUNCH();
 }
