@@ -8,13 +8,18 @@
 // One JSON line per measurement:
 //   {"what": "copy", ...}: cudaMemcpyAsync device to device, read + write bytes / s;
 //   {"what": "act_quantize", "model", "M", "N", "call", "ms", "bytes", "gb_s", "of_copy"}:
-//     bytes = what the call must read and write (x, aux, biased, out, codes, scales);
+//     bytes = what the call must read and write (x, aux, biased, out, codes, scales; with
+//     column sums, the tiles' partial sums written, read back by bias_backward_finish, and
+//     the [N] destination read and written: ms includes that second kernel);
 //   {"what": "block", "model", "M", "path", "ms", "floor_ms", "of_floor"}: one block's
 //     act_quantize calls (not the bias fallback) and the copy-bandwidth floor over them, for
 //     path "now" (the forward makes the inputs' X^T: 4 forward, 4 backward; ln1's and ln2's
 //     operands from the LayerNorm's input, mean and rstd) and "before" (the forward made rows
 //     only from the bf16 LayerNorm outputs, backward the X^T again: 4 forward, 7 backward).
-//     The LayerNorm kernels' share (writing ln1 and ln2 before, not now) is not timed here.
+//     "now" also adds fc's and qkv's bias gradients (column sums) in the calls that quantize
+//     their dY, and fc's dY is no longer written in bf16 ("before": written, and summed by
+//     bias_backward). The LayerNorm kernels' share (writing ln1 and ln2 before, not now) and
+//     the bias_backward launches the sums replace are not timed here.
 //
 //   gpubench_act_quantize [reps=20]
 #include <cuda_runtime.h>
@@ -28,6 +33,7 @@
 
 #include "formats/codec.h"
 #include "models/cuda/fp8_linear.h"
+#include "models/gpt2/cuda/gpt_kernels.h"  // colsum_scratch_floats
 #include "models/gpt2/gpt.h"
 #include "util/cuda_check.h"
 #include "gpu_timing.h"
@@ -61,26 +67,31 @@ struct Call {
   const char* name;
   int width;  // N = width * d_model
   cuda::ActOp op;
-  bool bias, rows, cols, out;
+  bool bias, rows, cols, out, sums;  // sums: the column sums (the bias gradient of the dY)
   int per_block[2];  // now, before
 };
 const char* const kPaths[2] = {"now", "before"};
 const Call kCalls[] = {
-    {"layernorm+rows+cols (ln1, ln2 + X^T)", 1, cuda::ActOp::LayerNorm, false, true, true, false, {2, 0}},
-    {"rows+cols (atty + X^T; dresid)", 1, cuda::ActOp::Identity, false, true, true, false, {3, 2}},
-    {"bias+gelu+rows+cols (fc + h^T)", 4, cuda::ActOp::Gelu, true, true, true, false, {1, 0}},
-    {"rows+cols (dqkv)", 3, cuda::ActOp::Identity, false, true, true, false, {1, 1}},
-    {"dgelu+rows+cols (fc's dY)", 4, cuda::ActOp::GeluGrad, false, true, true, true, {1, 1}},
-    {"rows (ln1, atty, ln2; before)", 1, cuda::ActOp::Identity, false, true, false, false, {0, 3}},
-    {"bias+gelu+rows (fc; before)", 4, cuda::ActOp::Gelu, true, true, false, false, {0, 1}},
-    {"gelu+cols (gelu(pre)^T; before)", 4, cuda::ActOp::Gelu, false, false, true, false, {0, 1}},
-    {"cols (ln1, atty, ln2)^T; before", 1, cuda::ActOp::Identity, false, false, true, false, {0, 3}},
-    {"bias (fprop fallback, qkv)", 3, cuda::ActOp::Identity, true, false, false, false, {0, 0}},
-    {"bias (fprop fallback, fc)", 4, cuda::ActOp::Identity, true, false, false, false, {0, 0}},
+    {"layernorm+rows+cols (ln1, ln2 + X^T)", 1, cuda::ActOp::LayerNorm, false, true, true, false, false, {2, 0}},
+    {"rows+cols (atty + X^T; dresid)", 1, cuda::ActOp::Identity, false, true, true, false, false, {3, 2}},
+    {"bias+gelu+rows+cols (fc + h^T)", 4, cuda::ActOp::Gelu, true, true, true, false, false, {1, 0}},
+    {"rows+cols+sums (dqkv + qkv's bias gradient)", 3, cuda::ActOp::Identity, false, true, true, false, true, {1, 0}},
+    {"dgelu+rows+cols+sums (fc's dY + fc's bias gradient)", 4, cuda::ActOp::GeluGrad, false, true, true, false, true,
+     {1, 0}},
+    {"rows+cols (dqkv; before)", 3, cuda::ActOp::Identity, false, true, true, false, false, {0, 1}},
+    {"dgelu+rows+cols, out (fc's dY; before)", 4, cuda::ActOp::GeluGrad, false, true, true, true, false, {0, 1}},
+    {"rows (ln1, atty, ln2; before)", 1, cuda::ActOp::Identity, false, true, false, false, false, {0, 3}},
+    {"bias+gelu+rows (fc; before)", 4, cuda::ActOp::Gelu, true, true, false, false, false, {0, 1}},
+    {"gelu+cols (gelu(pre)^T; before)", 4, cuda::ActOp::Gelu, false, false, true, false, false, {0, 1}},
+    {"cols (ln1, atty, ln2)^T; before", 1, cuda::ActOp::Identity, false, false, true, false, false, {0, 3}},
+    {"bias (fprop fallback, qkv)", 3, cuda::ActOp::Identity, true, false, false, false, false, {0, 0}},
+    {"bias (fprop fallback, fc)", 4, cuda::ActOp::Identity, true, false, false, false, false, {0, 0}},
 };
 
 // Bytes a call must move: x (and aux, or the LayerNorm's statistics, weight and
-// bias) read; biased, out, codes and scales written.
+// bias) read; biased, out, codes and scales written; the column sums' partial
+// sums (a float per column and 128 rows) written and read back, and their [N]
+// destination read and written.
 double call_bytes(const Call& c, int64_t M, int64_t N) {
   const double e = double(M) * N, ep = double(cuda::fp8_rows_padded(M)) * N;
   double b = 2 * e;                                  // x
@@ -89,6 +100,7 @@ double call_bytes(const Call& c, int64_t M, int64_t N) {
   if (c.bias) b += 2 * e + 2 * N;                    // biased, bias
   if (c.out) b += 2 * e;                             // out
   b += (int(c.rows) + int(c.cols)) * (ep + ep / 32);  // codes, a 4-byte scale per 128
+  if (c.sums) b += 2 * (ep / 32) + 8.0 * N;            // partial sums written and read; dst
   return b;
 }
 
@@ -106,9 +118,11 @@ int main(int argc, char** argv) {
     const Shape shapes[] = {{"gpt2-124m", 16384}, {"gpt2-774m", 8192}};
     size_t big = 0;  // the largest [M, 4C]
     size_t rows = 0;  // the largest M
+    size_t wide = 0;  // the largest 4C
     for (const Shape& sh : shapes) {
       big = std::max(big, size_t(sh.M) * 4 * gpt_config(sh.model).d_model);
       rows = std::max(rows, size_t(sh.M));
+      wide = std::max(wide, size_t(4) * gpt_config(sh.model).d_model);
     }
     uint16_t *x = bf16_randn(big, 1, 2.f), *aux = bf16_randn(big, 2, 1.f), *bias = bf16_randn(4 * 1280, 3, 1.f);
     uint16_t *biased = dev_zero<uint16_t>(big), *out = dev_zero<uint16_t>(big);
@@ -118,6 +132,9 @@ int main(int argc, char** argv) {
     MXDP_CUDA_CHECK(cudaMemcpy(rstd, ones.data(), rows * sizeof(float), cudaMemcpyHostToDevice));
     uint8_t *rc = dev_zero<uint8_t>(big), *cc = dev_zero<uint8_t>(big);
     float *rs = dev_zero<float>(big / 128), *cs = dev_zero<float>(big / 128);
+    // The column sums' destination and bias_backward's scratch (zeroed: its counters).
+    float* sums = dev_zero<float>(wide);
+    float* scratch = dev_zero<float>(size_t(cuda::colsum_scratch_floats(int64_t(rows), int64_t(wide))));
     // Copy bandwidth (read + write bytes / s) over buffers of the same size.
     const double copy_ms = bench::best_window_ms(s, reps, [&] {
       MXDP_CUDA_CHECK(cudaMemcpyAsync(out, x, big * 2, cudaMemcpyDeviceToDevice, s));
@@ -131,7 +148,8 @@ int main(int argc, char** argv) {
         const int N = c.width * C;
         const cuda::ActQuant q{.x = x, .bias = c.bias ? bias : nullptr, .biased = c.bias ? biased : nullptr,
                                .op = c.op, .aux = aux, .ln = {mean, rstd, bias, bias}, .out = c.out ? out : nullptr,
-                               .rows = {c.rows ? rc : nullptr, rs}, .cols = {c.cols ? cc : nullptr, cs}};
+                               .rows = {c.rows ? rc : nullptr, rs}, .cols = {c.cols ? cc : nullptr, cs},
+                               .sums = {c.sums ? sums : nullptr, scratch}};
         const double bytes = call_bytes(c, M, N);
         const double ms = bench::best_window_ms(s, reps, [&] { cuda::act_quantize(q, M, N, s); });
         for (int p = 0; p < 2; ++p) {

@@ -517,6 +517,69 @@ TEST(GpuGptKernels, Fp8ActQuantizeInPlaceAsTheGptCallsIt) {
   }
 }
 
+// act_quantize's column sums, as the GPT's FP8 backward asks for them (fc's
+// dY through the GELU gradient, qkv's dY as it is: gpt_cuda.cu's
+// backward_block_fp8, where they replace two bias_backward launches): the sums
+// bit for bit bias_backward's over the op's bf16 values, added into non-zero
+// values, twice over one scratch (as the GPT shares it), and the codes and
+// scales bit for bit those of the same call without the sums. M = 300: a
+// partial last row of tiles; N = 208: a partial last tile column; 16384 x 3072
+// (gpt2-124m's fc) and x 2304 (its qkv): 128 chunks, where a summation order
+// other than bias_backward's shows in the bits (the test checks that a plain
+// sequential sum over the rows does).
+TEST(GpuGptKernels, Fp8ActQuantizeColumnSumsAreBiasBackward) {
+  REQUIRE_GPU();
+  Stream st;
+  struct Case {
+    int M, N;
+    cuda::ActOp op;
+  };
+  const Case cases[] = {{300, 208, cuda::ActOp::Identity},    {300, 208, cuda::ActOp::GeluGrad},
+                        {300, 2304, cuda::ActOp::Identity},   {1000, 3072, cuda::ActOp::GeluGrad},
+                        {16384, 3072, cuda::ActOp::GeluGrad}, {16384, 2304, cuda::ActOp::Identity}};
+  for (const Case& c : cases) {
+    const int M = c.M, N = c.N, Mp = int(cuda::fp8_rows_padded(M));
+    const bool dgelu = c.op == cuda::ActOp::GeluGrad;
+    SCOPED_TRACE(std::to_string(M) + " x " + std::to_string(N) + (dgelu ? ", dgelu" : ", identity"));
+    const std::vector<float> dst0 = randn(size_t(N), 43, 4.f);
+    Bf16 x(randn(size_t(M) * N, 41, 2.f)), aux(randn(size_t(M) * N, 42)), out(size_t(M) * N);
+    const size_t codes = size_t(Mp) * N;
+    Dev<uint8_t> rc(codes), cc(codes), rc_sum(codes), cc_sum(codes);
+    F32 rs(size_t(fp8_1x128_scale_count(Mp, N))), cs(size_t(fp8_1x128_scale_count(N, Mp)));
+    F32 rs_sum(rs.n), cs_sum(cs.n), want(dst0), got(dst0);
+    F32 scratch(std::vector<float>(size_t(cuda::colsum_scratch_floats(M, N)), 0.f));  // zeroed once
+    // The reference: the call without the sums (the op's values to out), and
+    // bias_backward over the values it quantized.
+    cuda::act_quantize({.x = x.p, .op = c.op, .aux = aux.p, .out = dgelu ? out.p : nullptr, .rows = {rc.p, rs.p},
+                        .cols = {cc.p, cs.p}},
+                       M, N, st.s);
+    const uint16_t* values = dgelu ? out.p : x.p;
+    const cuda::ActQuant with_sums{.x = x.p, .op = c.op, .aux = aux.p, .rows = {rc_sum.p, rs_sum.p},
+                                   .cols = {cc_sum.p, cs_sum.p}, .sums = {got.p, scratch.p}};
+    for (int round = 1; round <= 2; ++round) {
+      cuda::bias_backward(want.p, scratch.p, values, M, N, st.s);
+      cuda::act_quantize(with_sums, M, N, st.s);
+      EXPECT_TRUE(same_bits(got, want)) << "round " << round << ": the column sums";
+    }
+    EXPECT_TRUE(same_bits(rc_sum, rc)) << "row codes";
+    EXPECT_TRUE(same_bits(rs_sum, rs)) << "row scales";
+    EXPECT_TRUE(same_bits(cc_sum, cc)) << "column codes";
+    EXPECT_TRUE(same_bits(cs_sum, cs)) << "column scales";
+    if (M < 16384) continue;
+    // The check can fail: (dst0 + s) + s, s the sequential fp32 sum over the
+    // rows, differs from bias_backward's bits in some column.
+    const std::vector<float> v = dgelu ? out.get() : x.get(), w = want.get();
+    int differ = 0;
+    for (int n = 0; n < N; ++n) {
+      float sum = 0.f;
+      for (int m = 0; m < M; ++m) sum += v[size_t(m) * N + n];
+      const float seq = (dst0[size_t(n)] + sum) + sum;
+      differ += std::memcmp(&seq, &w[size_t(n)], 4) != 0;
+    }
+    EXPECT_GT(differ, 0) << "a sequential sum gives bias_backward's bits in every column: the test cannot fail";
+  }
+}
+
 // FP8 compute's forward makes the wgrad operand X^T of each linear's input in
 // the pass that makes fprop's rows (gpt_cuda.cu's forward_block_fp8), where
 // backward made it before from what the forward kept in bf16: cols of the

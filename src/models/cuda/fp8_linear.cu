@@ -19,6 +19,16 @@
 // and two FMAs an element) behind one test of the block's scale range
 // (block_div_n).
 //
+// Column sums (kSum, only beside kCols: they read the staged tile): after the
+// barrier that ends phase 1, thread t sums 2 columns of the tile (one 32-bit
+// word of a chunk) over the rows of warp sums 2 (t / 64) and 2 (t / 64) + 1;
+// warp sum w adds rows w, w + 8, ... below M in order from 0, as a warp of
+// gpt_kernels.cu's colsum_kernel does, and a warp reads 128 contiguous bytes of
+// a row at a time (no bank conflicts). After a second barrier the first 128
+// threads add their column's 8 warp sums in warp order and write the tile's
+// partial sum where colsum_kernel writes its chunk's (the tile's 128 rows are
+// its chunk): so bias_backward_finish gives bias_backward's bits.
+//
 // N need only be a multiple of 16 (the GEMMs'): the last tile column then
 // holds N % 128 columns, whole 16-byte chunks. A chunk beyond N is never loaded
 // or stored; it holds zeros (amax 0), so every scale is over the elements
@@ -33,6 +43,7 @@
 #include "formats/cuda/bf16_pack.cuh"
 #include "formats/cuda/fp8_encode.cuh"
 #include "models/cuda/layernorm_value.cuh"
+#include "models/gpt2/cuda/gpt_kernels.h"  // bias_backward_finish and its scratch layout
 #include "util/check.h"
 #include "util/cuda_check.h"
 
@@ -43,6 +54,8 @@ namespace {
 constexpr int kTile = 128;
 constexpr int kThreads = 256;
 constexpr int kChunks = kTile / 8;  // 16-byte chunks (8 bf16) in a tile row
+constexpr int kSumWarps = 8;        // colsum_kernel's warps: the warp sums of a column's chunk
+static_assert(kTile == kColsumRows, "a tile's column sums are bias_backward's partial sums of one chunk");
 
 // Where chunk k of tile row r lives in shared memory (see the top of the file).
 __device__ __forceinline__ int chunk_at(int r, int k) { return r * kChunks + (k ^ ((r >> 2) & 7)); }
@@ -159,11 +172,42 @@ __device__ __forceinline__ void cols_phase(const uint4* tile, const Fp8Slot& col
   }
 }
 
-template <ActOp kOp, bool kBias, bool kRows, bool kCols>
+// The column sums' first half (see the top of the file): the warp sums of the
+// tile's `rows` rows (those below M) into ws, for its `chunks` chunk columns.
+__device__ __forceinline__ void warp_sums_phase(const uint4* tile, float (*ws)[kTile], int rows, int chunks) {
+  const int p = threadIdx.x & 63, k = p >> 2;  // columns 2 p, 2 p + 1: word p & 3 of chunk column k
+  if (k >= chunks) return;
+  static_assert(kThreads / 64 * 2 == kSumWarps, "4 groups of 64 threads, 2 warp sums each");
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int w = 2 * (threadIdx.x >> 6) + j;
+    float lo = 0.f, hi = 0.f;
+#pragma unroll 4
+    for (int r = w; r < rows; r += kSumWarps) {
+      const uint32_t v = reinterpret_cast<const uint32_t*>(tile + chunk_at(r, k))[p & 3];
+      lo += device::bf16_lo(v);
+      hi += device::bf16_hi(v);
+    }
+    ws[w][2 * p] = lo;
+    ws[w][2 * p + 1] = hi;
+  }
+}
+// The second half: column c's partial sum, its warp sums added in warp order.
+__device__ __forceinline__ void write_tile_sums(float (*ws)[kTile], float* partial, int n0, int N) {
+  const int c = threadIdx.x;
+  if (c >= kTile || n0 + c >= N) return;
+  float t = 0.f;
+  for (int w = 0; w < kSumWarps; ++w) t += ws[w][c];
+  partial[int64_t(blockIdx.y) * N + n0 + c] = t;
+}
+
+template <ActOp kOp, bool kBias, bool kRows, bool kCols, bool kSum>
 __global__ void __launch_bounds__(kThreads) act_quantize_kernel(ActQuant q, int M, int N, int Mp) {
   constexpr int kPasses = kTile * 16 / kThreads;  // rows of the tile a thread visits
   static_assert(kPasses == 8, "the rows operand reduces 8 passes' amaxes at once");
+  static_assert(!kSum || kCols, "the column sums read the tile the cols operand stages");
   __shared__ uint4 tile[kCols ? kTile * kChunks : 1];
+  __shared__ float ws[kSum ? kSumWarps : 1][kTile];
   const int n0 = blockIdx.x * kTile, m0 = blockIdx.y * kTile;
   const int seg = threadIdx.x & 15, c = seg * 8;  // the thread's 8 columns, the same in every pass
   const bool present = n0 + c < N;                // its chunk is inside the matrix (N % 8 == 0)
@@ -249,14 +293,19 @@ __global__ void __launch_bounds__(kThreads) act_quantize_kernel(ActQuant q, int 
   }
   if constexpr (kCols) {
     __syncthreads();
+    if constexpr (kSum) warp_sums_phase(tile, ws, min(kTile, M - m0), min(kChunks, (N - n0) / 8));
     cols_phase(tile, q.cols, m0, n0, N, Mp);
+  }
+  if constexpr (kSum) {
+    __syncthreads();
+    write_tile_sums(ws, q.sums.scratch + kColsumCounters, n0, N);
   }
 }
 
-template <ActOp kOp, bool kBias, bool kRows, bool kCols>
+template <ActOp kOp, bool kBias, bool kRows, bool kCols, bool kSum = false>
 void launch_one(const ActQuant& q, int M, int N, int Mp, cudaStream_t s) {
   const dim3 grid(unsigned((N + kTile - 1) / kTile), unsigned(Mp / kTile));
-  act_quantize_kernel<kOp, kBias, kRows, kCols><<<grid, kThreads, 0, s>>>(q, M, N, Mp);
+  act_quantize_kernel<kOp, kBias, kRows, kCols, kSum><<<grid, kThreads, 0, s>>>(q, M, N, Mp);
   MXDP_CUDA_CHECK_LAUNCH();
 }
 
@@ -270,6 +319,22 @@ void launch(const ActQuant& q, int M, int N, int Mp, cudaStream_t s) {
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// The calls with column sums: the GPT's output gradients of fc (through the
+// GELU gradient) and qkv. Only these two variants are compiled.
+void launch_with_sums(const ActQuant& q, int M, int N, int Mp, cudaStream_t s) {
+  MXDP_CHECK(q.sums.scratch && aligned16(q.sums.scratch),
+             "act_quantize: the column sums need bias_backward's scratch (colsum_scratch_floats(M, N) floats), "
+             "16-byte aligned");
+  MXDP_CHECK(N <= kColsumMaxCols, "act_quantize: column sums over ", N, " columns: more than ", kColsumMaxCols,
+             " are not supported");
+  MXDP_CHECK(!q.bias && q.rows.codes && q.cols.codes && (q.op == ActOp::Identity || q.op == ActOp::GeluGrad),
+             "act_quantize: the column sums are built only with the identity or GELU-gradient op, no bias, and both "
+             "operands (rows and cols), as the GPT's output gradients make them");
+  if (q.op == ActOp::GeluGrad) launch_one<ActOp::GeluGrad, false, true, true, true>(q, M, N, Mp, s);
+  else launch_one<ActOp::Identity, false, true, true, true>(q, M, N, Mp, s);
+  bias_backward_finish(q.sums.dst, q.sums.scratch, M, N, s);
+}
 
 }  // namespace
 
@@ -290,7 +355,12 @@ void act_quantize(const ActQuant& q, int M, int N, cudaStream_t s) {
     // The one variant the GPT uses (its ln1 and ln2 operands): no other is compiled.
     MXDP_CHECK(!q.bias && q.rows.codes && q.cols.codes,
                "act_quantize: the LayerNorm op is built only to make both operands (rows and cols), without a bias");
+    MXDP_CHECK(!q.sums.dst, "act_quantize: the LayerNorm op is built without column sums");
     launch_one<ActOp::LayerNorm, false, true, true>(q, M, N, int(Mp), s);
+    return;
+  }
+  if (q.sums.dst) {
+    launch_with_sums(q, M, N, int(Mp), s);
     return;
   }
   if (q.bias) {

@@ -21,6 +21,15 @@
 // not one of 128 the last 1x128 block of each row is partial, scaled over the
 // columns present, as the CPU quantizers' are.
 //
+// Optionally (`sums`, the GPT's output gradients of fc and qkv) it also adds
+// the column sums of that bf16 value into an fp32 [N]: the bias gradient of
+// the linear layer whose output gradient it is, without reading the [M, N]
+// matrix again and without writing it (`out`) for a bias_backward to read.
+// The bits are those of gpt_kernels.h's bias_backward over the bf16 value:
+// each tile sums its 128 rows in bias_backward's order into the same scratch
+// layout, and a small second kernel (bias_backward_finish) adds the tiles'
+// partial sums in its order.
+//
 // Fp8Linear holds the GEMMs, two scratch operands (kRows, kCols: an input's
 // rows for fprop, an output gradient's rows and cols for dgrad and wgrad; the
 // wgrad operands of the inputs, X^T, are the model's, made in its forward and
@@ -59,6 +68,17 @@ struct LayerNormArgs {
   const uint16_t* b = nullptr;   // [N] bf16, its bias
 };
 
+// Where act_quantize adds the column sums: dst[n] += sum over the M rows of
+// the op's bf16 value (the one quantized), bit for bit bias_backward(dst,
+// scratch, that value, M, N). scratch is bias_backward's (gpt_kernels.h's
+// colsum_scratch_floats(M, N) floats, 16-byte aligned; its partial sums are
+// overwritten, its counters not used). Built only for the calls the GPT makes:
+// op Identity or GeluGrad, no bias, both operands (rows and cols).
+struct ColumnSums {
+  float* dst = nullptr;      // [N] fp32, accumulated into (null: no sums)
+  float* scratch = nullptr;  // bias_backward's scratch
+};
+
 struct ActQuant {
   const uint16_t* x = nullptr;     // [M, N] bf16
   const uint16_t* bias = nullptr;  // [N]: x + bias first (may be null)
@@ -69,6 +89,7 @@ struct ActQuant {
   uint16_t* out = nullptr;         // op's bf16 result (may be x; null: not written)
   Fp8Slot rows;                    // [Mp, N], 1x128 along N (codes null: not made)
   Fp8Slot cols;                    // [N, Mp], 1x128 along M (codes null: not made)
+  ColumnSums sums;                 // dst += the op's column sums (dst null: none)
 };
 void act_quantize(const ActQuant& q, int M, int N, cudaStream_t s);
 

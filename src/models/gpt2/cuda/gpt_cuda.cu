@@ -364,7 +364,10 @@ void GptCuda::forward_block_fp8(int l) {
 // quantized both ways (kRows for dgrad, kCols, the transpose, for wgrad); the
 // input's transpose X^T for wgrad is the one the forward made (BlockActs::
 // ln1t ... ht). mproj's dgrad goes through the GELU in the next act_quantize,
-// which also makes fc's dY operands.
+// which also makes fc's dY operands. The bias gradients of fc and qkv are the
+// column sums of their dY, added by the act_quantize that quantizes it
+// (bias_backward's bits, without reading dY again): so fc's dY, the GELU
+// gradient's output, is not written in bf16 at all.
 void GptCuda::backward_block_fp8(int l, float* const* g) {
   const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, HS = C / NH, M = B * T;
   Activations& a = act_;
@@ -373,28 +376,28 @@ void GptCuda::backward_block_fp8(int l, float* const* g) {
   float *d_ln1w = g[0], *d_ln1b = g[1], *d_qkvw = g[2], *d_qkvb = g[3], *d_projw = g[4], *d_projb = g[5];
   float *d_ln2w = g[6], *d_ln2b = g[7], *d_fcw = g[8], *d_fcb = g[9], *d_mprojw = g[10], *d_mprojb = g[11];
   const Fp8Slot dy = lin_->slot(Fp8Linear::kRows), dyt = lin_->slot(Fp8Linear::kCols);
-  const auto grad_operands = [&](const uint16_t* d, int N) { act_quantize({.x = d, .rows = dy, .cols = dyt}, M, N, s_); };
+  const auto grad_operands = [&](const uint16_t* d, int N, float* dbias) {
+    act_quantize({.x = d, .rows = dy, .cols = dyt, .sums = {dbias, a.scratch}}, M, N, s_);
+  };
   // MLP: resid[l+1] = mid + mproj(gelu(fc(ln2))).
-  grad_operands(a.dresid, C);
+  grad_operands(a.dresid, C, nullptr);  // mproj's bias gradient: a.mproj_dbias, below
   lin_->wgrad(d_mprojw, dyt, b.ht, M, C, 4 * C);
   add_into(d_mprojb, a.mproj_dbias, C, s_);  // the column sums of a.dresid (see Activations)
   lin_->dgrad(a.dfch, dy, fwt_[size_t(p.mprojw)], M, C, 4 * C);
-  act_quantize({.x = a.dfch, .op = ActOp::GeluGrad, .aux = b.pre, .out = a.dfch, .rows = dy, .cols = dyt}, M, 4 * C,
-               s_);
+  act_quantize({.x = a.dfch, .op = ActOp::GeluGrad, .aux = b.pre, .rows = dy, .cols = dyt, .sums = {d_fcb, a.scratch}},
+               M, 4 * C, s_);
   lin_->wgrad(d_fcw, dyt, b.ln2t, M, 4 * C, C);
   lin_->dgrad(a.dln, dy, fwt_[size_t(p.fcw)], M, 4 * C, C);
-  bias_backward(d_fcb, a.scratch, a.dfch, M, 4 * C, s_);
   layernorm_backward(a.dresid, true, d_ln2w, d_ln2b, {d_projb}, a.scratch, a.dln, b.mid, w(p.ln2w), b.ln2_mean,
                      b.ln2_rstd, M, C, s_);  // d_projb: the column sums of the new a.dresid
   // Attention: mid = x + proj(attn(qkv(ln1))).
-  grad_operands(a.dresid, C);
+  grad_operands(a.dresid, C, nullptr);  // proj's bias gradient: layernorm_backward's, above
   lin_->wgrad(d_projw, dyt, b.attyt, M, C, C);
   lin_->dgrad(a.datty, dy, fwt_[size_t(p.projw)], M, C, C);
   att_.backward(a.dqkv, a.datty, b.qkv, b.atty, b.stats, B, T, NH, HS);
-  grad_operands(a.dqkv, 3 * C);
+  grad_operands(a.dqkv, 3 * C, d_qkvb);
   lin_->wgrad(d_qkvw, dyt, b.ln1t, M, 3 * C, C);
   lin_->dgrad(a.dln, dy, fwt_[size_t(p.qkvw)], M, 3 * C, C);
-  bias_backward(d_qkvb, a.scratch, a.dqkv, M, 3 * C, s_);
   const ColumnSum below = l > 0 ? ColumnSum{a.mproj_dbias, false} : ColumnSum{};  // block l-1's mlp.proj bias
   layernorm_backward(a.dresid, true, d_ln1w, d_ln1b, below, a.scratch, a.dln, b.x, w(p.ln1w), b.ln1_mean, b.ln1_rstd,
                      M, C, s_);

@@ -20,8 +20,11 @@ namespace mxdp::cuda {
 
 // Rows per chunk of the column sums (bias and LayerNorm gradients).
 constexpr int kColsumRows = 128;
-// Counters at the start of the scratch (one per 256 columns: N <= 256 * 1024).
+// Columns per block of the column sums, and the counters at the start of the
+// scratch (one per block of columns), hence the widest matrix they sum.
+constexpr int kColsumCols = 256;
 constexpr int kColsumCounters = 1024;
+constexpr int kColsumMaxCols = kColsumCols * kColsumCounters;
 // Floats of scratch the column sums of an [M, N] matrix need: the counters and
 // two partial sums per column and chunk. It must be ZEROED once before its
 // first use (the kernels leave the counters zero again).
@@ -72,6 +75,12 @@ void layernorm_backward(uint16_t* dinp, bool accumulate, float* dw, float* db, C
 void residual_add(uint16_t* y, const uint16_t* a, const uint16_t* b, int64_t n, cudaStream_t s);
 // dbias[n] += sum over m (fixed chunks) of dout[m, n]; scratch as above.
 void bias_backward(float* dbias, float* scratch, const uint16_t* dout, int M, int N, cudaStream_t s);
+// bias_backward's second half, for a kernel that computed its first: dbias[n]
+// += the chunks' partial sums already in scratch (chunk k's, the sum over rows
+// [k * kColsumRows, (k + 1) * kColsumRows) of M, at scratch[kColsumCounters +
+// k * N + n]), added in bias_backward's order. Partial sums made in its order
+// too (act_quantize's column sums, models/cuda/fp8_linear.h) give its bits.
+void bias_backward_finish(float* dbias, const float* scratch, int M, int N, cudaStream_t s);
 // y[i] += x[i], n floats.
 void add_into(float* y, const float* x, int n, cudaStream_t s);
 
