@@ -25,7 +25,7 @@
 // the column sums of that bf16 value into an fp32 [N]: the bias gradient of
 // the linear layer whose output gradient it is, without reading the [M, N]
 // matrix again and without writing it (`out`) for a bias_backward to read.
-// The bits are those of gpt_kernels.h's bias_backward over the bf16 value:
+// The bits are those of column_sums.h's bias_backward over the bf16 value:
 // each tile sums its 128 rows in bias_backward's order into the same scratch
 // layout, and a small second kernel (bias_backward_finish) adds the tiles'
 // partial sums in its order.
@@ -70,7 +70,7 @@ struct LayerNormArgs {
 
 // Where act_quantize adds the column sums: dst[n] += sum over the M rows of
 // the op's bf16 value (the one quantized), bit for bit bias_backward(dst,
-// scratch, that value, M, N). scratch is bias_backward's (gpt_kernels.h's
+// scratch, that value, M, N). scratch is bias_backward's (column_sums.h's
 // colsum_scratch_floats(M, N) floats, 16-byte aligned; its partial sums are
 // overwritten, its counters not used). Built only for the calls the GPT makes:
 // op Identity or GeluGrad, no bias, both operands (rows and cols).

@@ -27,8 +27,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "models/cuda/column_sums.h"  // bias_backward, colsum_scratch_floats, kColsumCounters
 #include "models/cuda/lm_cuda.h"
-#include "models/gpt2/cuda/gpt_kernels.h"  // bias_backward, colsum_scratch_floats
 #include "models/llama/cuda/llama_kernels.h"
 #include "util/check.h"
 #include "util/cuda_check.h"
