@@ -5,11 +5,13 @@
 // act_quantize is the one producer of activation operands. It reads a bf16
 // [M, N] matrix and, in one pass over 128x128 tiles,
 //   1. optionally adds a bias [N] (rounded to bf16; written back to `biased`),
-//   2. applies an elementwise op: identity, GELU (tanh form, gpt_kernels.h's
-//      gelu_forward), the GELU gradient (x * gelu'(aux), aux the
-//      pre-activation), or a LayerNorm from its input x and the statistics
-//      its forward kernel wrote (the output that kernel would have written,
-//      bit for bit), rounded to bf16 and optionally written to `out`,
+//   2. applies an elementwise op: identity, GELU (tanh form, the CPU model's
+//      gelu_forward in models/gpt2/gpt_cpu.h, here through the logistic
+//      function: fp8_linear.cu's gelu_tanh), the GELU gradient
+//      (x * gelu'(aux), aux the pre-activation), or a LayerNorm from its input
+//      x and the statistics its forward kernel wrote (the output that kernel
+//      would have written, bit for bit), rounded to bf16 and optionally
+//      written to `out`,
 //   3. quantizes that bf16 value into up to two operands: `rows`, 1x128 blocks
 //      along N (the a operand of fprop and dgrad, rows x N), and `cols`, 1x128
 //      blocks along M of the transpose (the operands of wgrad, N x rows).

@@ -1,4 +1,5 @@
-// The GPU GPT's own kernels (everything that is not a GEMM or attention), each
+// The GPU GPT's own kernels (everything that is not a GEMM, attention, the
+// column sums or the loss, which are shared: models/cuda/), each
 // the device twin of a CPU loop in gpt.cpp (gpt_cpu.h), which is its reference
 // in tests/gputest_gpt.cu. bf16 activations (uint16_t bits), fp32 arithmetic,
 // fp32 parameter gradients that ACCUMULATE (+=) into the engine's grad buffer.
@@ -57,16 +58,7 @@ void residual_add(uint16_t* y, const uint16_t* a, const uint16_t* b, int64_t n, 
 // y[i] += x[i], n floats.
 void add_into(float* y, const float* x, int n, cudaStream_t s);
 
-// Cross-entropy over the first V of Vp logits per row (bf16 [M, Vp]).
-// losses[m] = logsumexp(z) - z[target]. With write_grad, the logits are
-// overwritten IN PLACE by dlogits = (softmax - onehot(target)) * grad_scale on
-// [0, V) and 0 on the padding [V, Vp).
-void classifier(uint16_t* logits, float* losses, const int32_t* targets, int M, int V, int Vp, float grad_scale,
-                bool write_grad, cudaStream_t s);
-// *out = float(sum / n): the sum of x[0..n) in double, in a fixed tree (one
-// block), divided in double and rounded once (the CPU model's mean loss).
-void mean_loss(const float* x, int n, float* out, cudaStream_t s);
-
+// classifier, mean_loss (the loss): models/cuda/classifier.h.
 // f32_to_bf16 / bf16_to_f32 (n elements): formats/cuda/bf16_cuda.h.
 
 }  // namespace mxdp::cuda
