@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "formats/codec.h"
+#include "models/cuda/column_sums.h"  // colsum_scratch_floats
 #include "models/cuda/fp8_linear.h"
-#include "models/gpt2/cuda/gpt_kernels.h"  // colsum_scratch_floats
 #include "models/gpt2/gpt.h"
 #include "util/cuda_check.h"
 #include "gpu_timing.h"

@@ -22,6 +22,8 @@
 
 #include "formats/fp8_block.h"
 #include "models/cuda/attention.h"
+#include "models/cuda/classifier.h"
+#include "models/cuda/column_sums.h"
 #include "models/cuda/fp8_linear.h"
 #include "models/cuda/gemm.h"
 #include "models/gpt2/cuda/gpt_cuda.h"

@@ -23,7 +23,7 @@
 // barrier that ends phase 1, thread t sums 2 columns of the tile (one 32-bit
 // word of a chunk) over the rows of warp sums 2 (t / 64) and 2 (t / 64) + 1;
 // warp sum w adds rows w, w + 8, ... below M in order from 0, as a warp of
-// gpt_kernels.cu's colsum_kernel does, and a warp reads 128 contiguous bytes of
+// column_sums.cu's colsum_kernel does, and a warp reads 128 contiguous bytes of
 // a row at a time (no bank conflicts). After a second barrier the first 128
 // threads add their column's 8 warp sums in warp order and write the tile's
 // partial sum where colsum_kernel writes its chunk's (the tile's 128 rows are
@@ -42,8 +42,8 @@
 #include "formats/codec.h"
 #include "formats/cuda/bf16_pack.cuh"
 #include "formats/cuda/fp8_encode.cuh"
+#include "models/cuda/column_sums.h"  // bias_backward_finish and its scratch layout
 #include "models/cuda/layernorm_value.cuh"
-#include "models/gpt2/cuda/gpt_kernels.h"  // bias_backward_finish and its scratch layout
 #include "util/check.h"
 #include "util/cuda_check.h"
 

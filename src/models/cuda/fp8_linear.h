@@ -5,11 +5,13 @@
 // act_quantize is the one producer of activation operands. It reads a bf16
 // [M, N] matrix and, in one pass over 128x128 tiles,
 //   1. optionally adds a bias [N] (rounded to bf16; written back to `biased`),
-//   2. applies an elementwise op: identity, GELU (tanh form, gpt_kernels.h's
-//      gelu_forward), the GELU gradient (x * gelu'(aux), aux the
-//      pre-activation), or a LayerNorm from its input x and the statistics
-//      its forward kernel wrote (the output that kernel would have written,
-//      bit for bit), rounded to bf16 and optionally written to `out`,
+//   2. applies an elementwise op: identity, GELU (tanh form, the CPU model's
+//      gelu_forward in models/gpt2/gpt_cpu.h, here through the logistic
+//      function: fp8_linear.cu's gelu_tanh), the GELU gradient
+//      (x * gelu'(aux), aux the pre-activation), or a LayerNorm from its input
+//      x and the statistics its forward kernel wrote (the output that kernel
+//      would have written, bit for bit), rounded to bf16 and optionally
+//      written to `out`,
 //   3. quantizes that bf16 value into up to two operands: `rows`, 1x128 blocks
 //      along N (the a operand of fprop and dgrad, rows x N), and `cols`, 1x128
 //      blocks along M of the transpose (the operands of wgrad, N x rows).
@@ -25,7 +27,7 @@
 // the column sums of that bf16 value into an fp32 [N]: the bias gradient of
 // the linear layer whose output gradient it is, without reading the [M, N]
 // matrix again and without writing it (`out`) for a bias_backward to read.
-// The bits are those of gpt_kernels.h's bias_backward over the bf16 value:
+// The bits are those of column_sums.h's bias_backward over the bf16 value:
 // each tile sums its 128 rows in bias_backward's order into the same scratch
 // layout, and a small second kernel (bias_backward_finish) adds the tiles'
 // partial sums in its order.
@@ -70,7 +72,7 @@ struct LayerNormArgs {
 
 // Where act_quantize adds the column sums: dst[n] += sum over the M rows of
 // the op's bf16 value (the one quantized), bit for bit bias_backward(dst,
-// scratch, that value, M, N). scratch is bias_backward's (gpt_kernels.h's
+// scratch, that value, M, N). scratch is bias_backward's (column_sums.h's
 // colsum_scratch_floats(M, N) floats, 16-byte aligned; its partial sums are
 // overwritten, its counters not used). Built only for the calls the GPT makes:
 // op Identity or GeluGrad, no bias, both operands (rows and cols).

@@ -12,8 +12,8 @@
 //   the steps   forward, forward_into, forward_logits, logits_last, backward:
 //               the engine hooks around each layer, the work between two
 //               hook calls run as one graph segment (stream_graphs.h), the
-//               loss (GPT-2's fused classifier and mean_loss), and when each
-//               may be called (State).
+//               loss (the fused classifier and mean_loss, classifier.h), and
+//               when each may be called (State).
 //
 // A model writes only its own parts: its parameter indices, the arena's
 // layout, the body of each forward and backward stage, and its init. Stage s
@@ -36,9 +36,9 @@
 #include "formats/codec.h"
 #include "formats/cuda/bf16_cuda.h"
 #include "models/cuda/attention.h"
+#include "models/cuda/classifier.h"  // classifier, mean_loss: every GPU model's loss
 #include "models/cuda/gemm.h"
 #include "models/cuda/stream_graphs.h"
-#include "models/gpt2/cuda/gpt_kernels.h"  // classifier, mean_loss: every GPU model's loss
 #include "models/model.h"
 #include "util/check.h"
 #include "util/cuda_check.h"

@@ -27,6 +27,7 @@
 #include <memory>
 #include <vector>
 
+#include "models/cuda/column_sums.h"
 #include "models/cuda/fp8_linear.h"
 #include "models/cuda/lm_cuda.h"
 #include "models/gpt2/cuda/gpt_kernels.h"

@@ -6,6 +6,7 @@
 #include "util/cuda_check.h"
 #include "util/cuda_launch.h"
 #include "formats/codec.h"
+#include "models/cuda/bf16_vectors.cuh"
 #include "models/cuda/layernorm_value.cuh"
 
 #include <initializer_list>
@@ -63,53 +64,10 @@ __global__ void wte_backward_kernel(float* dwte, const uint16_t* dx, const int32
 
 // ---------------------------------------------------------------- vectors
 
-// W consecutive bf16 values (W = 8: one 16-byte access; the callers check the
-// alignment): read raw (load_raw), converted to floats (unpack), both at once
-// (load), and back (store). The split lets a thread issue several loads before
-// it waits for the first.
-template <int W>
-struct RawBf16 {
-  uint16_t h[W];
-};
-template <>
-struct RawBf16<8> {
-  uint4 u;
-};
-template <int W>
-__device__ __forceinline__ RawBf16<W> load_raw(const uint16_t* p) {
-  RawBf16<W> r;
-  if constexpr (W == 8) r.u = *reinterpret_cast<const uint4*>(p);
-  else
-#pragma unroll
-    for (int i = 0; i < W; ++i) r.h[i] = p[i];
-  return r;
-}
-template <int W>
-__device__ __forceinline__ void unpack(const RawBf16<W>& r, float (&f)[W]) {
-  const uint16_t* h;
-  if constexpr (W == 8) h = reinterpret_cast<const uint16_t*>(&r.u);
-  else h = r.h;
-#pragma unroll
-  for (int i = 0; i < W; ++i) f[i] = codec::bf16_to_f32(h[i]);
-}
-
-template <int W>
-__device__ __forceinline__ void load(const uint16_t* p, float (&f)[W]) {
-  unpack(load_raw<W>(p), f);
-}
-template <int W>
-__device__ __forceinline__ void store(uint16_t* p, const float (&f)[W]) {
-  if constexpr (W == 8) {
-    uint4 u;
-    uint16_t* h = reinterpret_cast<uint16_t*>(&u);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) h[i] = bf(f[i]);
-    *reinterpret_cast<uint4*>(p) = u;
-  } else {
-#pragma unroll
-    for (int i = 0; i < W; ++i) p[i] = bf(f[i]);
-  }
-}
+// W consecutive bf16 values as floats, and back (load, store; W = 8: one
+// 16-byte access, the callers check the alignment): models/cuda/bf16_vectors.cuh.
+using device::load;
+using device::store;
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
@@ -221,271 +179,6 @@ __global__ void layernorm_backward_kernel(uint16_t* dinp, bool accumulate, const
   }
 }
 
-// ---------------------------------------------------------------- column sums
-
-// One kernel: a block takes 256 columns (8 per lane, one 16-byte access per
-// row) of one chunk of kColsumRows rows; warp w adds rows w, w+8, ... of the
-// chunk in order; the 8 warp sums are added in warp order into the chunk's
-// partial sum ([3][chunks][N] after the counters in scratch). The last block
-// of a column range to finish (a counter per range) adds the chunks' partial
-// sums in a fixed order (add_chunk_partials) into the destination and resets
-// the counter. Which block is last does not change the order of any addition:
-// the bits are fixed.
-// With ln (mean != null): a = sum dout * norm(inp), b = sum dout (LayerNorm dw,
-// db); otherwise a = sum dout (bias). With `also` (LayerNorm only), a third sum
-// c = sum also, in exactly the order a is summed without ln: the bits of a
-// separate bias_backward over `also`, without its launch and its tail.
-struct ColsumOut {
-  float* a;
-  float* b;  // nullptr: one sum
-  ColumnSum c;  // c.dst nullptr: none
-};
-
-// The last phase of the column sums, by the 256 threads of the block of
-// column range blockIdx.x: out += the chunks' partial sums in `partial`
-// ([3][chunks][N], one set per sum), spread over the block as phase one spread
-// the rows: warp w adds chunks w, w+8, ... in order (lane: 8 columns, two
-// 16-byte reads per chunk), then each column adds the 8 warp sums in warp
-// order. The warp sums meet in sa (sb, sc: for out.b and out.c, and may be
-// null without them). colsum_kernel's last block runs it, and
-// chunk_sums_kernel alone over partial sums act_quantize wrote: one order,
-// so one set of bits.
-__device__ void add_chunk_partials(const ColsumOut& out, const float* partial, int chunks, int N,
-                                   float (*sa)[kColsumCols], float (*sb)[kColsumCols], float (*sc)[kColsumCols]) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int n0 = blockIdx.x * kColsumCols + lane * 8;
-  const auto add_chunk = [&](float* acc, int set, int k) {  // acc += partial sums of set `set`, chunk k
-    const float4* p = reinterpret_cast<const float4*>(partial + (int64_t(set) * chunks + k) * N + n0);
-    const float4 v0 = __ldcg(p), v1 = __ldcg(p + 1);
-    acc[0] += v0.x, acc[1] += v0.y, acc[2] += v0.z, acc[3] += v0.w;
-    acc[4] += v1.x, acc[5] += v1.y, acc[6] += v1.z, acc[7] += v1.w;
-  };
-  float a[8] = {}, b[8] = {}, e[8] = {};
-  if (n0 < N) {
-#pragma unroll 4
-    for (int k = warp; k < chunks; k += 8) {
-      add_chunk(a, 0, k);
-      if (out.b) add_chunk(b, 1, k);
-      if (out.c.dst) add_chunk(e, 2, k);
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    sa[warp][lane * 8 + i] = a[i];
-    if (out.b) sb[warp][lane * 8 + i] = b[i];
-    if (out.c.dst) sc[warp][lane * 8 + i] = e[i];
-  }
-  __syncthreads();
-  const int c = threadIdx.x, n = blockIdx.x * kColsumCols + c;  // one column per thread
-  if (n < N) {
-    float ta = 0.f, tb = 0.f, tc = 0.f;
-    for (int w = 0; w < 8; ++w) {
-      ta += sa[w][c];
-      if (out.b) tb += sb[w][c];
-      if (out.c.dst) tc += sc[w][c];
-    }
-    out.a[n] += ta;
-    if (out.b) out.b[n] += tb;
-    if (out.c.dst) out.c.dst[n] = out.c.accumulate ? out.c.dst[n] + tc : tc;
-  }
-}
-
-__global__ void colsum_kernel(ColsumOut out, float* scratch, const uint16_t* dout, const uint16_t* inp,
-                              const uint16_t* also, const float* mean, const float* rstd, int M, int N) {
-  __shared__ float sa[8][kColsumCols], sb[8][kColsumCols], sc[8][kColsumCols];
-  __shared__ bool last;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int n0 = blockIdx.x * kColsumCols + lane * 8;
-  const int chunk = blockIdx.y, chunks = gridDim.y;
-  const int r0 = chunk * kColsumRows, r1 = min(M, r0 + kColsumRows);
-  unsigned* counters = reinterpret_cast<unsigned*>(scratch);
-  float* partial = scratch + kColsumCounters;
-  float a[8] = {}, b[8] = {}, e[8] = {};
-  if (n0 < N) {
-#pragma unroll 4
-    for (int m = r0 + warp; m < r1; m += 8) {
-      float d[8];
-      load(dout + int64_t(m) * N + n0, d);
-      if (mean) {
-        float x[8];
-        load(inp + int64_t(m) * N + n0, x);
-        const float mu = mean[m], rs = rstd[m];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          a[i] += d[i] * ((x[i] - mu) * rs);
-          b[i] += d[i];
-        }
-        if (also) {
-          float y[8];
-          load(also + int64_t(m) * N + n0, y);
-#pragma unroll
-          for (int i = 0; i < 8; ++i) e[i] += y[i];
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) a[i] += d[i];
-      }
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    sa[warp][lane * 8 + i] = a[i];
-    sb[warp][lane * 8 + i] = b[i];
-    sc[warp][lane * 8 + i] = e[i];
-  }
-  __syncthreads();
-  const int c = threadIdx.x, n = blockIdx.x * kColsumCols + c;  // one column per thread from here
-  if (n < N) {
-    float ta = 0.f, tb = 0.f, tc = 0.f;
-    for (int w = 0; w < 8; ++w) {
-      ta += sa[w][c];
-      tb += sb[w][c];
-      tc += sc[w][c];
-    }
-    partial[int64_t(chunk) * N + n] = ta;
-    partial[(int64_t(chunks) + chunk) * N + n] = tb;
-    partial[(2 * int64_t(chunks) + chunk) * N + n] = tc;
-  }
-  __threadfence();  // the partial sums are visible before the counter says so
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(&counters[blockIdx.x], 1u) == unsigned(chunks - 1);
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  add_chunk_partials(out, partial, chunks, N, sa, sb, sc);
-  if (threadIdx.x == 0) counters[blockIdx.x] = 0;
-}
-
-// The blocks of columns (a counter each) of column sums over N columns.
-int colsum_blocks(int N) {
-  MXDP_CHECK(N <= kColsumMaxCols, "column sums over N=", N, " columns: more than ", kColsumMaxCols,
-             " are not supported");
-  return (N + kColsumCols - 1) / kColsumCols;
-}
-int colsum_chunks(int M) { return (M + kColsumRows - 1) / kColsumRows; }
-
-void colsums(const ColsumOut& out, float* scratch, const uint16_t* dout, const uint16_t* inp, const uint16_t* also,
-             const float* mean, const float* rstd, int M, int N, cudaStream_t s) {
-  MXDP_CHECK(N % 8 == 0 && aligned16(dout) && (!inp || aligned16(inp)) && (!also || aligned16(also)) &&
-                 aligned16(scratch),
-             "column sums need N % 8 == 0 and 16-byte aligned rows and scratch, got N=", N);
-  MXDP_CHECK(!also || mean, "internal: a third column sum only beside the LayerNorm sums");
-  colsum_kernel<<<dim3(colsum_blocks(N), colsum_chunks(M)), 256, 0, s>>>(out, scratch, dout, inp, also, mean, rstd,
-                                                                          M, N);
-  MXDP_CUDA_CHECK_LAUNCH();
-}
-
-// bias_backward's last phase on its own (see add_chunk_partials).
-__global__ void chunk_sums_kernel(float* dbias, const float* partial, int chunks, int N) {
-  __shared__ float sa[8][kColsumCols];
-  add_chunk_partials({dbias, nullptr, {}}, partial, chunks, N, sa, nullptr, nullptr);
-}
-
-// ---------------------------------------------------------------- classifier
-
-struct MaxSum {
-  float m, s;
-};
-// Commutative (bitwise): max is symmetric and the two products are added once.
-__device__ __forceinline__ MaxSum combine(MaxSum a, MaxSum b) {
-  const float m = fmaxf(a.m, b.m);
-  if (m == -INFINITY) return {m, 0.f};
-  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
-}
-
-constexpr int kClsThreads = 512;
-constexpr int kClsUnroll = 4;  // accesses each thread has in flight
-
-// A thread's accesses of a row below `limit` logits, k = tid, tid + kClsThreads,
-// ... in that order, kClsUnroll of them loaded before the first is converted:
-// fn(k, f) gets access k's W logits as floats.
-template <int W, class Fn>
-__device__ __forceinline__ void for_each_access(const uint16_t* z, int limit, Fn&& fn) {
-  for (int k0 = threadIdx.x; k0 * W < limit; k0 += kClsUnroll * kClsThreads) {
-    RawBf16<W> r[kClsUnroll];
-#pragma unroll
-    for (int u = 0; u < kClsUnroll; ++u)
-      if (const int k = k0 + u * kClsThreads; k * W < limit) r[u] = load_raw<W>(z + k * W);
-#pragma unroll
-    for (int u = 0; u < kClsUnroll; ++u) {
-      const int k = k0 + u * kClsThreads;
-      if (k * W >= limit) break;
-      float f[W];
-      unpack(r[u], f);
-      fn(k, f);
-    }
-  }
-}
-
-// One block per row, W logits per access (W = 8 when Vp % 8 == 0). Each
-// thread keeps a running max and a sum rescaled when the max grows (one exp
-// per logit, one more per access at most), then the block combines them in a
-// fixed tree. for_each_access visits a thread's accesses in a fixed order, so
-// the sums do not depend on the unroll.
-// Pass two reads the row again: keeping the row (100 KB at GPT-2's vocab) in
-// shared memory between the passes was slower (docs/gpu.md), and so was a grid
-// of only as many blocks as rows fit in L2, each looping over rows (so that
-// pass two would read from L2): 6.57 ms against 4.36 at Qwen2.5's vocab.
-template <int W>
-__global__ void classifier_kernel(uint16_t* logits, float* losses, const int32_t* targets, int V, int Vp,
-                                  float grad_scale, bool write_grad) {
-  __shared__ MaxSum warps[kClsThreads / 32];
-  __shared__ float lse_sh;
-  const int64_t row = blockIdx.x;
-  uint16_t* z = logits + row * Vp;
-  float mx = -INFINITY, sum = 0.f;
-  for_each_access<W>(z, V, [&](int k, float (&f)[W]) {
-    float cm = -INFINITY;  // the access's max first, so the sum rescales at most once per access
-#pragma unroll
-    for (int i = 0; i < W; ++i) cm = k * W + i < V ? fmaxf(cm, f[i]) : cm;
-    if (cm > mx) {
-      sum *= expf(mx - cm);
-      mx = cm;
-    }
-#pragma unroll
-    for (int i = 0; i < W; ++i) sum += k * W + i < V ? expf(f[i] - mx) : 0.f;
-  });
-  MaxSum acc{mx, sum};
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) {
-    MaxSum other{__shfl_xor_sync(0xffffffffu, acc.m, o), __shfl_xor_sync(0xffffffffu, acc.s, o)};
-    acc = combine(acc, other);
-  }
-  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = acc;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    MaxSum t = warps[0];
-    for (int w = 1; w < kClsThreads / 32; ++w) t = combine(t, warps[w]);
-    lse_sh = t.m + logf(t.s);
-    losses[row] = lse_sh - ld(z, targets[row]);
-  }
-  __syncthreads();
-  if (!write_grad) return;
-  const float lse = lse_sh;
-  const int target = targets[row];
-  for_each_access<W>(z, Vp, [&](int k, float (&f)[W]) {
-#pragma unroll
-    for (int i = 0; i < W; ++i) {
-      const int v = k * W + i;
-      f[i] = v < V ? (expf(f[i] - lse) - (v == target ? 1.f : 0.f)) * grad_scale : 0.f;
-    }
-    store(z + k * W, f);
-  });
-}
-
-__global__ void mean_loss_kernel(const float* x, int n, float* out) {
-  __shared__ double sh[1024];
-  double s = 0;
-  for (int i = threadIdx.x; i < n; i += 1024) s += double(x[i]);
-  sh[threadIdx.x] = s;
-  __syncthreads();
-  for (int w = 512; w > 0; w /= 2) {
-    if (int(threadIdx.x) < w) sh[threadIdx.x] += sh[threadIdx.x + w];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) *out = float(sh[0] / double(n));
-}
-
 // ---------------------------------------------------------------- elementwise
 
 __global__ void residual_add_kernel(uint16_t* y, const uint16_t* a, const uint16_t* b, int64_t n) {
@@ -539,22 +232,11 @@ void layernorm_backward(uint16_t* dinp, bool accumulate, float* dw, float* db, C
   check_rows(C, {dinp, dout, inp, w});
   layernorm_backward_kernel<<<(M + 7) / 8, 256, 0, s>>>(dinp, accumulate, dout, inp, w, mean, rstd, M, C);
   MXDP_CUDA_CHECK_LAUNCH();
-  colsums({dw, db, dinp_sum}, scratch, dout, inp, dinp_sum.dst ? dinp : nullptr, mean, rstd, M, C, s);
+  layernorm_column_sums(dw, db, dinp_sum, dinp, scratch, dout, inp, mean, rstd, M, C, s);
 }
 
 void residual_add(uint16_t* y, const uint16_t* a, const uint16_t* b, int64_t n, cudaStream_t s) {
   residual_add_kernel<<<grid_for(n, 256), 256, 0, s>>>(y, a, b, n);
-  MXDP_CUDA_CHECK_LAUNCH();
-}
-
-void bias_backward(float* dbias, float* scratch, const uint16_t* dout, int M, int N, cudaStream_t s) {
-  colsums({dbias, nullptr, {}}, scratch, dout, nullptr, nullptr, nullptr, nullptr, M, N, s);
-}
-
-void bias_backward_finish(float* dbias, const float* scratch, int M, int N, cudaStream_t s) {
-  MXDP_CHECK(N % 8 == 0 && aligned16(scratch),
-             "bias_backward_finish needs N % 8 == 0 and a 16-byte aligned scratch, got N=", N);
-  chunk_sums_kernel<<<colsum_blocks(N), 256, 0, s>>>(dbias, scratch + kColsumCounters, colsum_chunks(M), N);
   MXDP_CUDA_CHECK_LAUNCH();
 }
 
@@ -565,20 +247,6 @@ __global__ void add_kernel(float* y, const float* x, int n) {
 
 void add_into(float* y, const float* x, int n, cudaStream_t s) {
   add_kernel<<<(n + 255) / 256, 256, 0, s>>>(y, x, n);
-  MXDP_CUDA_CHECK_LAUNCH();
-}
-
-void classifier(uint16_t* logits, float* losses, const int32_t* targets, int M, int V, int Vp, float grad_scale,
-                bool write_grad, cudaStream_t s) {
-  if (Vp % 8 == 0 && aligned16(logits))
-    classifier_kernel<8><<<M, kClsThreads, 0, s>>>(logits, losses, targets, V, Vp, grad_scale, write_grad);
-  else
-    classifier_kernel<1><<<M, kClsThreads, 0, s>>>(logits, losses, targets, V, Vp, grad_scale, write_grad);
-  MXDP_CUDA_CHECK_LAUNCH();
-}
-
-void mean_loss(const float* x, int n, float* out, cudaStream_t s) {
-  mean_loss_kernel<<<1, 1024, 0, s>>>(x, n, out);
   MXDP_CUDA_CHECK_LAUNCH();
 }
 

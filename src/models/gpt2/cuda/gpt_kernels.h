@@ -1,4 +1,5 @@
-// The GPU GPT's own kernels (everything that is not a GEMM or attention), each
+// The GPU GPT's own kernels (everything that is not a GEMM, attention, the
+// column sums or the loss, which are shared: models/cuda/), each
 // the device twin of a CPU loop in gpt.cpp (gpt_cpu.h), which is its reference
 // in tests/gputest_gpt.cu. bf16 activations (uint16_t bits), fp32 arithmetic,
 // fp32 parameter gradients that ACCUMULATE (+=) into the engine's grad buffer.
@@ -7,7 +8,8 @@
 // order: a row's statistics in a fixed warp/block tree, parameter gradients as
 // per-chunk partial sums over fixed row ranges, added in chunk order by the
 // last block to finish (an integer counter says which; the order of the
-// additions does not depend on it).
+// additions does not depend on it): the shared column sums,
+// models/cuda/column_sums.h.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -15,29 +17,9 @@
 #include <cstdint>
 
 #include "formats/cuda/bf16_cuda.h"
+#include "models/cuda/column_sums.h"  // ColumnSum, the LayerNorm gradients' column sums
 
 namespace mxdp::cuda {
-
-// Rows per chunk of the column sums (bias and LayerNorm gradients).
-constexpr int kColsumRows = 128;
-// Columns per block of the column sums, and the counters at the start of the
-// scratch (one per block of columns), hence the widest matrix they sum.
-constexpr int kColsumCols = 256;
-constexpr int kColsumCounters = 1024;
-constexpr int kColsumMaxCols = kColsumCols * kColsumCounters;
-// Floats of scratch the column sums of an [M, N] matrix need: the counters and
-// two partial sums per column and chunk. It must be ZEROED once before its
-// first use (the kernels leave the counters zero again).
-inline int64_t colsum_scratch_floats(int64_t M, int64_t N) {
-  return kColsumCounters + 3 * ((M + kColsumRows - 1) / kColsumRows) * N;
-}
-
-// Where a kernel that sums columns writes one more column sum: dst[n] += sum
-// (accumulate) or dst[n] = sum; dst nullptr: no such sum.
-struct ColumnSum {
-  float* dst = nullptr;
-  bool accumulate = true;
-};
 
 // x[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]   (x, wte, wpe bf16; sum in fp32, one rounding)
 void encoder_forward(uint16_t* x, const int32_t* tokens, const uint16_t* wte, const uint16_t* wpe, int B, int T, int C,
@@ -73,27 +55,10 @@ void layernorm_backward(uint16_t* dinp, bool accumulate, float* dw, float* db, C
                         const float* rstd, int M, int C, cudaStream_t s);
 // y = bf16(a + b), n elements.
 void residual_add(uint16_t* y, const uint16_t* a, const uint16_t* b, int64_t n, cudaStream_t s);
-// dbias[n] += sum over m (fixed chunks) of dout[m, n]; scratch as above.
-void bias_backward(float* dbias, float* scratch, const uint16_t* dout, int M, int N, cudaStream_t s);
-// bias_backward's second half, for a kernel that computed its first: dbias[n]
-// += the chunks' partial sums already in scratch (chunk k's, the sum over rows
-// [k * kColsumRows, (k + 1) * kColsumRows) of M, at scratch[kColsumCounters +
-// k * N + n]), added in bias_backward's order. Partial sums made in its order
-// too (act_quantize's column sums, models/cuda/fp8_linear.h) give its bits.
-void bias_backward_finish(float* dbias, const float* scratch, int M, int N, cudaStream_t s);
 // y[i] += x[i], n floats.
 void add_into(float* y, const float* x, int n, cudaStream_t s);
 
-// Cross-entropy over the first V of Vp logits per row (bf16 [M, Vp]).
-// losses[m] = logsumexp(z) - z[target]. With write_grad, the logits are
-// overwritten IN PLACE by dlogits = (softmax - onehot(target)) * grad_scale on
-// [0, V) and 0 on the padding [V, Vp).
-void classifier(uint16_t* logits, float* losses, const int32_t* targets, int M, int V, int Vp, float grad_scale,
-                bool write_grad, cudaStream_t s);
-// *out = float(sum / n): the sum of x[0..n) in double, in a fixed tree (one
-// block), divided in double and rounded once (the CPU model's mean loss).
-void mean_loss(const float* x, int n, float* out, cudaStream_t s);
-
+// classifier, mean_loss (the loss): models/cuda/classifier.h.
 // f32_to_bf16 / bf16_to_f32 (n elements): formats/cuda/bf16_cuda.h.
 
 }  // namespace mxdp::cuda

@@ -15,8 +15,9 @@
 //   gu   = hn2 @ Wgate_up^T           kept
 //   act  = silu(gate) * up            kept (down's weight gradient reads it)
 //   resid[l+1] = mid + act @ Wdown^T ; next RMSNorm             (fused)
-// Head: logits = RMSNorm(resid[L]) @ head^T, then GPT-2's fused classifier
-// turns the logits into per-row losses and, in place, into dlogits.
+// Head: logits = RMSNorm(resid[L]) @ head^T, then the shared fused classifier
+// (models/cuda/classifier.h) turns the logits into per-row losses and, in
+// place, into dlogits.
 //
 // Hooks: before_layer(l+1) is called before the fused residual+RMSNorm kernel
 // that first reads block l's attn_norm.w; after_layer_backward(L) as soon as
@@ -27,8 +28,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "models/cuda/column_sums.h"  // bias_backward, colsum_scratch_floats, kColsumCounters
 #include "models/cuda/lm_cuda.h"
-#include "models/gpt2/cuda/gpt_kernels.h"  // bias_backward, colsum_scratch_floats
 #include "models/llama/cuda/llama_kernels.h"
 #include "util/check.h"
 #include "util/cuda_check.h"

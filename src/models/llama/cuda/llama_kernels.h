@@ -1,7 +1,7 @@
-// The GPU Llama's own kernels (everything that is not a GEMM, attention or
-// the classifier, which are shared: models/cuda/, and GPT-2's classifier and
-// mean loss in models/gpt2/cuda/gpt_kernels.h), each the device twin of a CPU
-// loop in llama_cpu.h / llama.cpp, its reference in tests/gputest_llama.cu.
+// The GPU Llama's own kernels (everything that is not a GEMM, attention, the
+// column sums or the classifier and mean loss, which are shared: models/cuda/),
+// each the device twin of a CPU loop in llama_cpu.h / llama.cpp, its
+// reference in tests/gputest_llama.cu.
 // bf16 activations (uint16_t bits), fp32 arithmetic, fp32 parameter
 // gradients that ACCUMULATE (+=) into the engine's grad buffer.
 //

@@ -1,0 +1,205 @@
+// Kernels behind column_sums.h: one kernel for the column sums (colsum_kernel,
+// bias_backward and layernorm_column_sums) and one for bias_backward's second
+// half on its own (chunk_sums_kernel, bias_backward_finish), which share their
+// last phase (add_chunk_partials), so they share its bits. Moved here from
+// gpt_kernels.cu unchanged (the same expressions in the same order, the same
+// launch shapes).
+#include "models/cuda/column_sums.h"
+
+#include "formats/codec.h"
+#include "util/check.h"
+#include "util/cuda_check.h"
+
+namespace mxdp::cuda {
+
+namespace {
+
+// 8 consecutive bf16 values as floats, read in one 16-byte access (the callers
+// check the alignment).
+__device__ __forceinline__ void load(const uint16_t* p, float (&f)[8]) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(&u);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) f[i] = codec::bf16_to_f32(h[i]);
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// One kernel: a block takes 256 columns (8 per lane, one 16-byte access per
+// row) of one chunk of kColsumRows rows; warp w adds rows w, w+8, ... of the
+// chunk in order; the 8 warp sums are added in warp order into the chunk's
+// partial sum ([3][chunks][N] after the counters in scratch). The last block
+// of a column range to finish (a counter per range) adds the chunks' partial
+// sums in a fixed order (add_chunk_partials) into the destination and resets
+// the counter. Which block is last does not change the order of any addition:
+// the bits are fixed.
+// With ln (mean != null): a = sum dout * norm(inp), b = sum dout (LayerNorm dw,
+// db); otherwise a = sum dout (bias). With `also` (LayerNorm only), a third sum
+// c = sum also, in exactly the order a is summed without ln: the bits of a
+// separate bias_backward over `also`, without its launch and its tail.
+struct ColsumOut {
+  float* a;
+  float* b;  // nullptr: one sum
+  ColumnSum c;  // c.dst nullptr: none
+};
+
+// The last phase of the column sums, by the 256 threads of the block of
+// column range blockIdx.x: out += the chunks' partial sums in `partial`
+// ([3][chunks][N], one set per sum), spread over the block as phase one spread
+// the rows: warp w adds chunks w, w+8, ... in order (lane: 8 columns, two
+// 16-byte reads per chunk), then each column adds the 8 warp sums in warp
+// order. The warp sums meet in sa (sb, sc: for out.b and out.c, and may be
+// null without them). colsum_kernel's last block runs it, and
+// chunk_sums_kernel alone over partial sums act_quantize wrote: one order,
+// so one set of bits.
+__device__ void add_chunk_partials(const ColsumOut& out, const float* partial, int chunks, int N,
+                                   float (*sa)[kColsumCols], float (*sb)[kColsumCols], float (*sc)[kColsumCols]) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int n0 = blockIdx.x * kColsumCols + lane * 8;
+  const auto add_chunk = [&](float* acc, int set, int k) {  // acc += partial sums of set `set`, chunk k
+    const float4* p = reinterpret_cast<const float4*>(partial + (int64_t(set) * chunks + k) * N + n0);
+    const float4 v0 = __ldcg(p), v1 = __ldcg(p + 1);
+    acc[0] += v0.x, acc[1] += v0.y, acc[2] += v0.z, acc[3] += v0.w;
+    acc[4] += v1.x, acc[5] += v1.y, acc[6] += v1.z, acc[7] += v1.w;
+  };
+  float a[8] = {}, b[8] = {}, e[8] = {};
+  if (n0 < N) {
+#pragma unroll 4
+    for (int k = warp; k < chunks; k += 8) {
+      add_chunk(a, 0, k);
+      if (out.b) add_chunk(b, 1, k);
+      if (out.c.dst) add_chunk(e, 2, k);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    sa[warp][lane * 8 + i] = a[i];
+    if (out.b) sb[warp][lane * 8 + i] = b[i];
+    if (out.c.dst) sc[warp][lane * 8 + i] = e[i];
+  }
+  __syncthreads();
+  const int c = threadIdx.x, n = blockIdx.x * kColsumCols + c;  // one column per thread
+  if (n < N) {
+    float ta = 0.f, tb = 0.f, tc = 0.f;
+    for (int w = 0; w < 8; ++w) {
+      ta += sa[w][c];
+      if (out.b) tb += sb[w][c];
+      if (out.c.dst) tc += sc[w][c];
+    }
+    out.a[n] += ta;
+    if (out.b) out.b[n] += tb;
+    if (out.c.dst) out.c.dst[n] = out.c.accumulate ? out.c.dst[n] + tc : tc;
+  }
+}
+
+__global__ void colsum_kernel(ColsumOut out, float* scratch, const uint16_t* dout, const uint16_t* inp,
+                              const uint16_t* also, const float* mean, const float* rstd, int M, int N) {
+  __shared__ float sa[8][kColsumCols], sb[8][kColsumCols], sc[8][kColsumCols];
+  __shared__ bool last;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int n0 = blockIdx.x * kColsumCols + lane * 8;
+  const int chunk = blockIdx.y, chunks = gridDim.y;
+  const int r0 = chunk * kColsumRows, r1 = min(M, r0 + kColsumRows);
+  unsigned* counters = reinterpret_cast<unsigned*>(scratch);
+  float* partial = scratch + kColsumCounters;
+  float a[8] = {}, b[8] = {}, e[8] = {};
+  if (n0 < N) {
+#pragma unroll 4
+    for (int m = r0 + warp; m < r1; m += 8) {
+      float d[8];
+      load(dout + int64_t(m) * N + n0, d);
+      if (mean) {
+        float x[8];
+        load(inp + int64_t(m) * N + n0, x);
+        const float mu = mean[m], rs = rstd[m];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          a[i] += d[i] * ((x[i] - mu) * rs);
+          b[i] += d[i];
+        }
+        if (also) {
+          float y[8];
+          load(also + int64_t(m) * N + n0, y);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) e[i] += y[i];
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) a[i] += d[i];
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    sa[warp][lane * 8 + i] = a[i];
+    sb[warp][lane * 8 + i] = b[i];
+    sc[warp][lane * 8 + i] = e[i];
+  }
+  __syncthreads();
+  const int c = threadIdx.x, n = blockIdx.x * kColsumCols + c;  // one column per thread from here
+  if (n < N) {
+    float ta = 0.f, tb = 0.f, tc = 0.f;
+    for (int w = 0; w < 8; ++w) {
+      ta += sa[w][c];
+      tb += sb[w][c];
+      tc += sc[w][c];
+    }
+    partial[int64_t(chunk) * N + n] = ta;
+    partial[(int64_t(chunks) + chunk) * N + n] = tb;
+    partial[(2 * int64_t(chunks) + chunk) * N + n] = tc;
+  }
+  __threadfence();  // the partial sums are visible before the counter says so
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&counters[blockIdx.x], 1u) == unsigned(chunks - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  add_chunk_partials(out, partial, chunks, N, sa, sb, sc);
+  if (threadIdx.x == 0) counters[blockIdx.x] = 0;
+}
+
+// The blocks of columns (a counter each) of column sums over N columns.
+int colsum_blocks(int N) {
+  MXDP_CHECK(N <= kColsumMaxCols, "column sums over N=", N, " columns: more than ", kColsumMaxCols,
+             " are not supported");
+  return (N + kColsumCols - 1) / kColsumCols;
+}
+int colsum_chunks(int M) { return (M + kColsumRows - 1) / kColsumRows; }
+
+void colsums(const ColsumOut& out, float* scratch, const uint16_t* dout, const uint16_t* inp, const uint16_t* also,
+             const float* mean, const float* rstd, int M, int N, cudaStream_t s) {
+  MXDP_CHECK(N % 8 == 0 && aligned16(dout) && (!inp || aligned16(inp)) && (!also || aligned16(also)) &&
+                 aligned16(scratch),
+             "column sums need N % 8 == 0 and 16-byte aligned rows and scratch, got N=", N);
+  MXDP_CHECK(!also || mean, "internal: a third column sum only beside the LayerNorm sums");
+  colsum_kernel<<<dim3(colsum_blocks(N), colsum_chunks(M)), 256, 0, s>>>(out, scratch, dout, inp, also, mean, rstd,
+                                                                          M, N);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+// bias_backward's last phase on its own (see add_chunk_partials).
+__global__ void chunk_sums_kernel(float* dbias, const float* partial, int chunks, int N) {
+  __shared__ float sa[8][kColsumCols];
+  add_chunk_partials({dbias, nullptr, {}}, partial, chunks, N, sa, nullptr, nullptr);
+}
+
+}  // namespace
+
+void bias_backward(float* dbias, float* scratch, const uint16_t* dout, int M, int N, cudaStream_t s) {
+  colsums({dbias, nullptr, {}}, scratch, dout, nullptr, nullptr, nullptr, nullptr, M, N, s);
+}
+
+void bias_backward_finish(float* dbias, const float* scratch, int M, int N, cudaStream_t s) {
+  MXDP_CHECK(N % 8 == 0 && aligned16(scratch),
+             "bias_backward_finish needs N % 8 == 0 and a 16-byte aligned scratch, got N=", N);
+  chunk_sums_kernel<<<colsum_blocks(N), 256, 0, s>>>(dbias, scratch + kColsumCounters, colsum_chunks(M), N);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+void layernorm_column_sums(float* dw, float* db, ColumnSum also_sum, const uint16_t* also, float* scratch,
+                           const uint16_t* dout, const uint16_t* inp, const float* mean, const float* rstd, int M,
+                           int C, cudaStream_t s) {
+  colsums({dw, db, also_sum}, scratch, dout, inp, also_sum.dst ? also : nullptr, mean, rstd, M, C, s);
+}
+
+}  // namespace mxdp::cuda

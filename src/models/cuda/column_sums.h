@@ -1,0 +1,62 @@
+// Column sums of bf16 [M, N] matrices into fp32 [N] on the GPU, shared by the
+// GPU models: the bias gradients (GPT-2's linear layers, Llama's qkv bias, and
+// act_quantize's sums under FP8 compute, models/cuda/fp8_linear.h) and
+// LayerNorm's weight and bias gradients (GPT-2's layernorm_backward,
+// models/gpt2/cuda/gpt_kernels.h). bf16 inputs (uint16_t bits), fp32
+// arithmetic, destinations that ACCUMULATE (+=) unless a ColumnSum says not.
+//
+// Determinism: no floating-point atomics. A column's sum is made of per-chunk
+// partial sums over fixed ranges of kColsumRows rows, added in chunk order by
+// the last block of its column range to finish (an integer counter in the
+// scratch says which; the order of the additions does not depend on it), so
+// the bits are fixed. The one order is spelled out in column_sums.cu.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace mxdp::cuda {
+
+// Rows per chunk of the column sums (bias and LayerNorm gradients).
+constexpr int kColsumRows = 128;
+// Columns per block of the column sums, and the counters at the start of the
+// scratch (one per block of columns), hence the widest matrix they sum.
+constexpr int kColsumCols = 256;
+constexpr int kColsumCounters = 1024;
+constexpr int kColsumMaxCols = kColsumCols * kColsumCounters;
+// Floats of scratch the column sums of an [M, N] matrix need: the counters and
+// two partial sums per column and chunk. It must be ZEROED once before its
+// first use (the kernels leave the counters zero again).
+inline int64_t colsum_scratch_floats(int64_t M, int64_t N) {
+  return kColsumCounters + 3 * ((M + kColsumRows - 1) / kColsumRows) * N;
+}
+
+// Where a kernel that sums columns writes one more column sum: dst[n] += sum
+// (accumulate) or dst[n] = sum; dst nullptr: no such sum.
+struct ColumnSum {
+  float* dst = nullptr;
+  bool accumulate = true;
+};
+
+// dbias[n] += sum over m (fixed chunks) of dout[m, n]. N % 8 == 0, dout and
+// scratch 16-byte aligned; scratch of colsum_scratch_floats(M, N) floats,
+// zeroed before its first use.
+void bias_backward(float* dbias, float* scratch, const uint16_t* dout, int M, int N, cudaStream_t s);
+// bias_backward's second half, for a kernel that computed its first: dbias[n]
+// += the chunks' partial sums already in scratch (chunk k's, the sum over rows
+// [k * kColsumRows, (k + 1) * kColsumRows) of M, at scratch[kColsumCounters +
+// k * N + n]), added in bias_backward's order. Partial sums made in its order
+// too (act_quantize's column sums, models/cuda/fp8_linear.h) give its bits.
+void bias_backward_finish(float* dbias, const float* scratch, int M, int N, cudaStream_t s);
+// LayerNorm's parameter gradients, in one launch: dw[c] += sum over m of
+// dout[m, c] * norm(inp)[m, c] (norm: (inp - mean[m]) * rstd[m], the forward's
+// statistics, not null) and db[c] += sum over m of dout[m, c]. also_sum: also
+// the column sums of `also` [M, C] (read only when also_sum.dst is set), the
+// same bits as bias_backward over it. Requirements and scratch as
+// bias_backward's (inp and also 16-byte aligned too).
+void layernorm_column_sums(float* dw, float* db, ColumnSum also_sum, const uint16_t* also, float* scratch,
+                           const uint16_t* dout, const uint16_t* inp, const float* mean, const float* rstd, int M,
+                           int C, cudaStream_t s);
+
+}  // namespace mxdp::cuda
