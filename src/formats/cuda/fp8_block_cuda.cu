@@ -164,8 +164,10 @@ __global__ void transpose_bytes(const uint8_t* __restrict__ in, int64_t rows, in
 // (The first version had lane l write output rows 4 l .. 4 l + 3 at 16 input
 // rows a warp: each 16-byte store half of a different sector, the other half
 // written by another warp; 0.37 of copy bandwidth on an H200.)
+// 8 CTAs an SM (2048 threads, 128 KB of shared tiles) need 32 registers, which
+// ptxas reaches without spills when asked; left alone it takes 40 (6 CTAs).
 __device__ __forceinline__ int tile_swizzle(int r) { return (r >> 2) & 28; }
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 8)
     transpose_tile(const uint8_t* __restrict__ in, const float* __restrict__ s, int64_t rows, int64_t cols,
                    uint8_t* __restrict__ out, float* __restrict__ st) {
   constexpr int kWords = kFp8Tile / 4;
