@@ -61,9 +61,13 @@ void expect_bits(const std::vector<float>& a, const std::vector<float>& b, const
 }
 
 // Whole and partial tiles; {320, 1600} is 12.5 tiles wide (gpt2-1558m's
-// d_model), {144, 208} ends mid-tile both ways in multiples of 16.
-const int64_t kShapes[][2] = {{1, 1},    {128, 128}, {200, 300},  {256, 768}, {768, 3072},
-                              {129, 1},  {3, 4000},  {320, 1600}, {144, 208}};
+// d_model) and {1600, 320} 12.5 tiles tall (13 tile rows), {144, 208} ends
+// mid-tile both ways in multiples of 16 (rows % 32 == 16: W^T's rows start
+// mid-sector), {16, 16} and {112, 48} are one partial tile (in the vectorized
+// transpose 4 lanes of one warp store, and 3 warps with 7 of 8 16-row blocks),
+// {384, 176} 3 tile rows.
+const int64_t kShapes[][2] = {{1, 1},     {128, 128}, {200, 300}, {256, 768}, {768, 3072}, {129, 1},  {3, 4000},
+                              {320, 1600}, {1600, 320}, {144, 208}, {16, 16},   {112, 48},   {384, 176}};
 
 TEST(GpuFp8b128, QuantizeDequantizeTransposeMatchTheCpu) {
   if (!gputest::have_gpu()) GTEST_SKIP() << "no CUDA device";

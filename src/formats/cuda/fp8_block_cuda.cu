@@ -7,10 +7,12 @@
 // behind one test of the scale's range, encodes with the hardware conversion
 // (equal to the integer codec for all 2^32 inputs: gputest_quant) and stores
 // 4 codes at once; transpose_tile moves 16 codes a load and a store through a
-// 128x128 shared tile. The scalar kernels are the first, written for clarity:
-// one element a thread, codec.h's integer encoder and an IEEE division
-// (-prec-div=true, no fast math). They take any shape and alignment, so they
-// are the fallback, and the tests compare both with the CPU (gputest_fp8_format).
+// 128x128 shared tile (8 lanes a store instruction fill 128 bytes of a W^T
+// row) and writes the tile's transposed scale in the same launch. The scalar
+// kernels are the first, written for clarity: one element a thread, codec.h's
+// integer encoder and an IEEE division (-prec-div=true, no fast math). They
+// take any shape and alignment, so they are the fallback, and the tests
+// compare both with the CPU (gputest_fp8_format).
 #include "formats/cuda/fp8_block_cuda.h"
 
 #include <cuda_runtime.h>
@@ -140,36 +142,58 @@ __global__ void transpose_bytes(const uint8_t* __restrict__ in, int64_t rows, in
 }
 
 // out (cols x rows) = in (rows x cols)^T, bytes, one 128x128 tile a CTA of
-// 256 threads. Needs rows and cols multiples of 16 and both pointers 16-byte
-// aligned: every 16-byte chunk of a row is then inside or outside the matrix.
+// 256 threads; thread 0 also puts the tile's scale at its place in W^T's
+// scales (s: gridDim.y x gridDim.x tiles, st: gridDim.x x gridDim.y). Needs
+// rows and cols multiples of 16 and both code pointers 16-byte aligned: every
+// 16-byte chunk of a row is then inside or outside the matrix.
+// Shared tile: word column wc (input columns 4 wc .. 4 wc + 3) of tile row r
+// sits at t[r][wc ^ sw(r)], sw(r) = tile_swizzle(r) = 4 ((r / 16) % 8): an XOR
+// of whole 16-byte chunks, so each row still holds its 8 chunks, permuted.
 // Load: thread t takes chunk t % 8 of rows t / 8 + 32 p (p < 4), one 16-byte
-// load each, into t[row][32 words] (a quarter-warp's 16-byte stores cover the
-// 32 banks once). Store: warp w, lane l takes input rows 16 w .. 16 w + 15 of
-// word column l (input columns 4 l .. 4 l + 3): 16 word loads (the warp reads
-// one tile row's 32 consecutive words each time), 4x4 byte transposes, and one
-// 16-byte store to each of output rows 4 l .. 4 l + 3.
-__global__ void __launch_bounds__(kThreads)
-    transpose_tile(const uint8_t* __restrict__ in, int64_t rows, int64_t cols, uint8_t* __restrict__ out) {
+// load each (a warp reads 4 whole 128-byte lines); a quarter-warp's 16-byte
+// shared stores are one row's 8 chunks, so they cover the 32 banks once.
+// Store: warp w, lane l = 4 h + k (h < 8, k < 4) takes word column
+// wc = 4 w + k of input rows 16 h .. 16 h + 15: 16 word loads, 4x4 byte
+// transposes, and one 16-byte store to each of output rows 4 wc .. 4 wc + 3,
+// at bytes 16 h .. 16 h + 15 of the tile's 128. So in each store instruction
+// the 8 lanes of one k write 128 consecutive bytes of one output row (whole
+// 32-byte sectors when rows % 32 == 0, one whole line when rows % 128 == 0),
+// 4 rows a warp. Shared reads: rows 16 h .. 16 h + 15 have sw = 4 h, so lane
+// (h, k) reads word (4 w + k) ^ 4 h = 4 (w ^ h) + k: the warp covers the 32
+// banks once.
+// (The first version had lane l write output rows 4 l .. 4 l + 3 at 16 input
+// rows a warp: each 16-byte store half of a different sector, the other half
+// written by another warp; 0.37 of copy bandwidth on an H200.)
+// 8 CTAs an SM (2048 threads, 128 KB of shared tiles) need 32 registers, which
+// ptxas reaches without spills when asked; left alone it takes 40 (6 CTAs).
+__device__ __forceinline__ int tile_swizzle(int r) { return (r >> 2) & 28; }
+__global__ void __launch_bounds__(kThreads, 8)
+    transpose_tile(const uint8_t* __restrict__ in, const float* __restrict__ s, int64_t rows, int64_t cols,
+                   uint8_t* __restrict__ out, float* __restrict__ st) {
   constexpr int kWords = kFp8Tile / 4;
   __shared__ uint32_t t[kFp8Tile][kWords];
+  if (threadIdx.x == 0)
+    st[int64_t(blockIdx.x) * gridDim.y + blockIdx.y] = s[int64_t(blockIdx.y) * gridDim.x + blockIdx.x];
   const int64_t r0 = int64_t(blockIdx.y) * kFp8Tile, c0 = int64_t(blockIdx.x) * kFp8Tile;
   const int chunk = threadIdx.x & 7;
 #pragma unroll
   for (int p = 0; p < kFp8Tile / (kThreads / 8); ++p) {
     const int r = int(threadIdx.x >> 3) + (kThreads / 8) * p;
     uint4 v = make_uint4(0, 0, 0, 0);
-    if (r0 + r < rows && c0 + 16 * chunk < cols) v = *reinterpret_cast<const uint4*>(in + (r0 + r) * cols + c0 + 16 * chunk);
-    *reinterpret_cast<uint4*>(&t[r][4 * chunk]) = v;
+    if (r0 + r < rows && c0 + 16 * chunk < cols)
+      v = *reinterpret_cast<const uint4*>(in + (r0 + r) * cols + c0 + 16 * chunk);
+    *reinterpret_cast<uint4*>(&t[r][(4 * chunk) ^ tile_swizzle(r)]) = v;
   }
   __syncthreads();
-  const int lane = threadIdx.x & 31, rb = 16 * int(threadIdx.x >> 5);
-  if (c0 + 4 * lane >= cols || r0 + rb >= rows) return;
-  uint32_t o[4][4];  // o[j][g]: output row 4 lane + j, input rows rb + 4 g .. + 3
+  const int lane = threadIdx.x & 31, h = lane >> 2, wc = 4 * int(threadIdx.x >> 5) + (lane & 3), rb = 16 * h;
+  if (c0 + 4 * wc >= cols || r0 + rb >= rows) return;
+  const int pc = wc ^ tile_swizzle(rb);  // where rows rb .. rb + 15 keep word column wc
+  uint32_t o[4][4];                      // o[j][g]: output row 4 wc + j, input rows rb + 4 g .. + 3
 #pragma unroll
   for (int g = 0; g < 4; ++g) {
-    const uint32_t a = t[rb + 4 * g][lane], b = t[rb + 4 * g + 1][lane], c = t[rb + 4 * g + 2][lane],
-                   d = t[rb + 4 * g + 3][lane];
-    // Byte j of a, b, c, d (input column 4 lane + j of four rows) into word j.
+    const uint32_t a = t[rb + 4 * g][pc], b = t[rb + 4 * g + 1][pc], c = t[rb + 4 * g + 2][pc],
+                   d = t[rb + 4 * g + 3][pc];
+    // Byte j of a, b, c, d (input column 4 wc + j of four rows) into word j.
     const uint32_t ab_lo = __byte_perm(a, b, 0x5140), ab_hi = __byte_perm(a, b, 0x7362);  // a0 b0 a1 b1 / a2 b2 a3 b3
     const uint32_t cd_lo = __byte_perm(c, d, 0x5140), cd_hi = __byte_perm(c, d, 0x7362);
     o[0][g] = __byte_perm(ab_lo, cd_lo, 0x5410);  // a0 b0 c0 d0
@@ -179,7 +203,8 @@ __global__ void __launch_bounds__(kThreads)
   }
 #pragma unroll
   for (int j = 0; j < 4; ++j)
-    *reinterpret_cast<uint4*>(out + (c0 + 4 * lane + j) * rows + r0 + rb) = make_uint4(o[j][0], o[j][1], o[j][2], o[j][3]);
+    *reinterpret_cast<uint4*>(out + (c0 + 4 * wc + j) * rows + r0 + rb) =
+        make_uint4(o[j][0], o[j][1], o[j][2], o[j][3]);
 }
 
 __global__ void transpose_scales(const float* __restrict__ s, int64_t tr, int64_t tc, float* __restrict__ st) {
@@ -275,20 +300,21 @@ void fp8b128_transpose(const uint8_t* codes, const float* scales, int64_t rows, 
   check_args(rows, cols, codes, scales, codes_t, "fp8b128_transpose");
   MXDP_CHECK(rows * cols == 0 || scales_t, "fp8b128_transpose: null pointer");
   if (rows * cols == 0) return;
+  const int64_t tr = fp8b128_scale_rows(rows), tc = fp8b128_scale_cols(cols);
   if (kernel == Fp8b128Kernel::Vectorized && rows % 16 == 0 && cols % 16 == 0 && aligned(codes, 16) &&
       aligned(codes_t, 16)) {
-    const int64_t gy = ceil_div(rows, kFp8Tile);
-    MXDP_CHECK(gy <= 65535, "fp8b128_transpose: ", rows, " rows is too many for one launch");
-    transpose_tile<<<dim3(unsigned(ceil_div(cols, kFp8Tile)), unsigned(gy)), kThreads, 0, stream>>>(codes, rows, cols,
-                                                                                                     codes_t);
-  } else {
-    const int64_t gy = ceil_div(rows, 32);
-    MXDP_CHECK(gy <= 65535, "fp8b128_transpose: ", rows, " rows is too many for one launch");
-    transpose_bytes<<<dim3(unsigned(ceil_div(cols, 32)), unsigned(gy)), dim3(32, 8), 0, stream>>>(codes, rows, cols,
-                                                                                                    codes_t);
+    // One CTA a tile: the codes and the tile's scale in one launch.
+    MXDP_CHECK(tr <= 65535, "fp8b128_transpose: ", rows, " rows is too many for one launch");
+    transpose_tile<<<dim3(unsigned(tc), unsigned(tr)), kThreads, 0, stream>>>(codes, scales, rows, cols, codes_t,
+                                                                              scales_t);
+    MXDP_CUDA_CHECK_LAUNCH();
+    return;
   }
+  const int64_t gy = ceil_div(rows, 32);
+  MXDP_CHECK(gy <= 65535, "fp8b128_transpose: ", rows, " rows is too many for one launch");
+  transpose_bytes<<<dim3(unsigned(ceil_div(cols, 32)), unsigned(gy)), dim3(32, 8), 0, stream>>>(codes, rows, cols,
+                                                                                                  codes_t);
   MXDP_CUDA_CHECK_LAUNCH();
-  const int64_t tr = fp8b128_scale_rows(rows), tc = fp8b128_scale_cols(cols);
   transpose_scales<<<grid_for(tr * tc), kThreads, 0, stream>>>(scales, tr, tc, scales_t);
   MXDP_CUDA_CHECK_LAUNCH();
 }

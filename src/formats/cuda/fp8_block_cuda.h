@@ -39,9 +39,10 @@ namespace detail {
 // The kernel behind fp8b128_quantize and fp8b128_transpose. Vectorized (what
 // the public functions take wherever it applies): 16-byte loads, a tile's
 // values kept in registers between its amax and its encode, 4 codes a store;
-// the transpose in 128x128 tiles, 16 codes a load and a store. It needs cols
-// a multiple of 4 and x 16-byte, codes 4-byte aligned (quantize), rows and
-// cols multiples of 16 and both code pointers 16-byte aligned (transpose).
+// the transpose in 128x128 tiles, 16 codes a load and a store, the scales in
+// the same launch. It needs cols a multiple of 4 and x 16-byte, codes 4-byte
+// aligned (quantize), rows and cols multiples of 16 and both code pointers
+// 16-byte aligned (transpose).
 // Scalar: one element a thread, any shape and alignment (the fallback, and
 // the first kernels, kept for the tests and benchmarks to compare against).
 enum class Fp8b128Kernel : uint8_t { Vectorized, Scalar };
