@@ -201,104 +201,143 @@ __device__ __forceinline__ void write_tile_sums(float (*ws)[kTile], float* parti
   partial[int64_t(blockIdx.y) * N + n0 + c] = t;
 }
 
+constexpr int kPasses = kTile * 16 / kThreads;  // phase 1: the tile rows a thread visits (16 threads a row)
+static_assert(kPasses == 8, "the rows operand reduces 8 passes' amaxes at once");
+// The tile row of a thread's pass: 16 threads a row, kThreads / 16 rows a pass.
+// (The loads and the rows operand keep their sum m0 + pass * (kThreads / 16) +
+// (threadIdx.x >> 4) in that order: grouped as m0 + pass_row, ptxas schedules
+// them differently.)
+__device__ __forceinline__ int pass_row(int pass) { return pass * (kThreads / 16) + (threadIdx.x >> 4); }
+
+// A thread's registers in phase 1: its passes' chunks of x (then their bf16
+// results), the GELU gradient's pre-activation, the LayerNorm's row statistics,
+// and its 8 columns' bias and LayerNorm weight and bias. An array the op does
+// not read has one element and is never touched.
+template <ActOp kOp>
+struct PassInputs {
+  static constexpr bool kAux = kOp == ActOp::GeluGrad, kLn = kOp == ActOp::LayerNorm;
+  uint4 raw[kPasses], aux[kAux ? kPasses : 1];
+  float mean[kLn ? kPasses : 1], rstd[kLn ? kPasses : 1];
+  float b[8], lw[8], lb[8];  // an absent chunk's (column beyond N) are loaded from column n0 and unused
+};
+
+// Phase 1's loads, all issued before any is used (a thread has its reads in
+// flight at once): every pass's chunks and row statistics, then the columns'.
+template <ActOp kOp, bool kBias>
+__device__ __forceinline__ void load_tile_inputs(PassInputs<kOp>& in, const ActQuant& q, int M, int N, int m0, int n0,
+                                                 int c, bool present) {
+  constexpr bool kLn = PassInputs<kOp>::kLn;
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int m = m0 + pass * (kThreads / 16) + (threadIdx.x >> 4);
+    const int64_t at = int64_t(m) * N + n0 + c;
+    const bool inside = present && m < M;
+    in.raw[pass] = inside ? *reinterpret_cast<const uint4*>(q.x + at) : make_uint4(0, 0, 0, 0);
+    if constexpr (kOp == ActOp::GeluGrad)
+      in.aux[pass] = inside ? *reinterpret_cast<const uint4*>(q.aux + at) : make_uint4(0, 0, 0, 0);
+    if constexpr (kLn) {
+      in.mean[pass] = inside ? q.ln.mean[m] : 0.f;
+      in.rstd[pass] = inside ? q.ln.rstd[m] : 0.f;
+    }
+  }
+  if constexpr (kBias) load8(q.bias + n0 + (present ? c : 0), in.b);
+  if constexpr (kLn) {
+    load8(q.ln.w + n0 + (present ? c : 0), in.lw);
+    load8(q.ln.b + n0 + (present ? c : 0), in.lb);
+  }
+}
+
+// One pass of phase 1: bias and op on the thread's chunk, rounded to bf16 (the
+// bits back in in.raw[pass], stored to biased and out where asked); returns
+// the amax of its 8 values.
+template <ActOp kOp, bool kBias>
+__device__ __forceinline__ float op_and_amax(PassInputs<kOp>& in, const ActQuant& q, int pass, int M, int N, int m0,
+                                             int n0, int c, bool present) {
+  const int m = m0 + pass_row(pass);
+  const int64_t at = int64_t(m) * N + n0 + c;
+  float v[8];
+  unpack8(in.raw[pass], v);
+  if (present && m < M) {
+    if constexpr (kBias) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] += in.b[i];
+      in.raw[pass] = round8(v);
+      if (q.biased) *reinterpret_cast<uint4*>(q.biased + at) = in.raw[pass];
+    }
+    if constexpr (kOp == ActOp::Gelu) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = gelu_tanh(v[i]);
+      in.raw[pass] = round8(v);
+    } else if constexpr (kOp == ActOp::GeluGrad) {
+      float a[8];
+      unpack8(in.aux[pass], a);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] *= gelu_grad(a[i]);
+      in.raw[pass] = round8(v);
+    } else if constexpr (kOp == ActOp::LayerNorm) {
+      // The LayerNorm kernel's element (the same function), and its rounding:
+      // round8 gives codec::bf16_from_f32's bits, as its store does.
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        v[i] = device::layernorm_value(v[i], in.mean[pass], in.rstd[pass], in.lw[i], in.lb[i]);
+      in.raw[pass] = round8(v);
+    }
+    if (kOp != ActOp::Identity && q.out) *reinterpret_cast<uint4*>(q.out + at) = in.raw[pass];
+  }
+  float am = 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) am = amax_fold(am, v[i]);
+  return am;
+}
+
+// The rows operand: the 16 lanes of a tile row hold its 8 passes' partial
+// amaxes; lane seg ends with pass seg / 2's and computes its scale and divisor
+// once, then every pass's chunk is divided and encoded, 8 codes a thread.
+__device__ __forceinline__ void rows_phase(const uint4 (&raw)[kPasses], const float (&am)[kPasses], const Fp8Slot& rows,
+                                           int m0, int n0, int c, int seg, int N, int Mp, bool present) {
+  const float s = codec::fp8_block_scale(max8_transposed<16>(am), Fp8Kind::E4M3);
+  if ((seg & 1) == 0) rows.scales[int64_t(blockIdx.x) * Mp + m0 + (seg / 2) * (kThreads / 16) + (threadIdx.x >> 4)] = s;
+  const codec::BlockDivisor mine = codec::block_divisor(s);
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int m = m0 + pass * (kThreads / 16) + (threadIdx.x >> 4);
+    float v[8];
+    unpack8(raw[pass], v);
+    block_div_n<8>(v, divisor_of<16>(mine, pass));  // every lane: the shuffles need the whole group
+    if (present)
+      *reinterpret_cast<uint2*>(rows.codes + int64_t(m) * N + n0 + c) = make_uint2(encode4(v), encode4(v + 4));
+  }
+}
+
+// The algorithm of the top of the file: phase 1 (loads, then bias, op and amax
+// pass by pass, the bf16 chunks staged for the cols operand), the rows operand,
+// then phase 2 (the cols operand, and the column sums beside it).
 template <ActOp kOp, bool kBias, bool kRows, bool kCols, bool kSum>
 __global__ void __launch_bounds__(kThreads) act_quantize_kernel(ActQuant q, int M, int N, int Mp) {
-  constexpr int kPasses = kTile * 16 / kThreads;  // rows of the tile a thread visits
-  static_assert(kPasses == 8, "the rows operand reduces 8 passes' amaxes at once");
   static_assert(!kSum || kCols, "the column sums read the tile the cols operand stages");
   __shared__ uint4 tile[kCols ? kTile * kChunks : 1];
   __shared__ float ws[kSum ? kSumWarps : 1][kTile];
   const int n0 = blockIdx.x * kTile, m0 = blockIdx.y * kTile;
   const int seg = threadIdx.x & 15, c = seg * 8;  // the thread's 8 columns, the same in every pass
   const bool present = n0 + c < N;                // its chunk is inside the matrix (N % 8 == 0)
-  // Every load first (x, the pre-activation for the GELU gradient, the rows'
-  // LayerNorm statistics), so that a thread has all its reads in flight at once.
-  constexpr bool kLn = kOp == ActOp::LayerNorm;
-  uint4 raw[kPasses], raw_aux[kOp == ActOp::GeluGrad ? kPasses : 1];
-  float mean[kLn ? kPasses : 1], rstd[kLn ? kPasses : 1];
+  PassInputs<kOp> in;
+  load_tile_inputs<kOp, kBias>(in, q, M, N, m0, n0, c, present);  // phase 1: every read in flight first
+  float am[kPasses];                                               // each pass's amax over the thread's 8
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
-    const int m = m0 + pass * (kThreads / 16) + (threadIdx.x >> 4);
-    const int64_t at = int64_t(m) * N + n0 + c;
-    const bool in = present && m < M;
-    raw[pass] = in ? *reinterpret_cast<const uint4*>(q.x + at) : make_uint4(0, 0, 0, 0);
-    if constexpr (kOp == ActOp::GeluGrad)
-      raw_aux[pass] = in ? *reinterpret_cast<const uint4*>(q.aux + at) : make_uint4(0, 0, 0, 0);
-    if constexpr (kLn) {
-      mean[pass] = in ? q.ln.mean[m] : 0.f;
-      rstd[pass] = in ? q.ln.rstd[m] : 0.f;
-    }
+    am[pass] = op_and_amax<kOp, kBias>(in, q, pass, M, N, m0, n0, c, present);  // bias, op, bf16 rounding
+    if constexpr (kCols) tile[chunk_at(pass_row(pass), seg)] = in.raw[pass];     // staged for phase 2
   }
-  float b[8], lw[8], lb[8];  // an absent chunk's (column beyond N) are loaded from column n0 and unused
-  if constexpr (kBias) load8(q.bias + n0 + (present ? c : 0), b);
-  if constexpr (kLn) {
-    load8(q.ln.w + n0 + (present ? c : 0), lw);
-    load8(q.ln.b + n0 + (present ? c : 0), lb);
-  }
-  // Pass by pass: bias and op, the bf16 results (bits) and their amax over the thread's 8.
-  float am[kPasses];
-#pragma unroll
-  for (int pass = 0; pass < kPasses; ++pass) {
-    const int r = pass * (kThreads / 16) + (threadIdx.x >> 4);
-    const int m = m0 + r;
-    const int64_t at = int64_t(m) * N + n0 + c;
-    float v[8];
-    unpack8(raw[pass], v);
-    if (present && m < M) {
-      if constexpr (kBias) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) v[i] += b[i];
-        raw[pass] = round8(v);
-        if (q.biased) *reinterpret_cast<uint4*>(q.biased + at) = raw[pass];
-      }
-      if constexpr (kOp == ActOp::Gelu) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) v[i] = gelu_tanh(v[i]);
-        raw[pass] = round8(v);
-      } else if constexpr (kOp == ActOp::GeluGrad) {
-        float a[8];
-        unpack8(raw_aux[pass], a);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) v[i] *= gelu_grad(a[i]);
-        raw[pass] = round8(v);
-      } else if constexpr (kLn) {
-        // The LayerNorm kernel's element (the same function), and its rounding:
-        // round8 gives codec::bf16_from_f32's bits, as its store does.
-#pragma unroll
-        for (int i = 0; i < 8; ++i) v[i] = device::layernorm_value(v[i], mean[pass], rstd[pass], lw[i], lb[i]);
-        raw[pass] = round8(v);
-      }
-      if (kOp != ActOp::Identity && q.out) *reinterpret_cast<uint4*>(q.out + at) = raw[pass];
-    }
-    am[pass] = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) am[pass] = amax_fold(am[pass], v[i]);
-    if constexpr (kCols) tile[chunk_at(r, seg)] = raw[pass];
-  }
-  if constexpr (kRows) {
-    // The 16 lanes of a tile row hold its 8 passes' partial amaxes; lane seg ends
-    // with pass seg / 2's, and its scale and divisor are computed once.
-    const float s = codec::fp8_block_scale(max8_transposed<16>(am), Fp8Kind::E4M3);
-    if ((seg & 1) == 0) q.rows.scales[int64_t(blockIdx.x) * Mp + m0 + (seg / 2) * (kThreads / 16) + (threadIdx.x >> 4)] = s;
-    const codec::BlockDivisor mine = codec::block_divisor(s);
-#pragma unroll
-    for (int pass = 0; pass < kPasses; ++pass) {
-      const int m = m0 + pass * (kThreads / 16) + (threadIdx.x >> 4);
-      float v[8];
-      unpack8(raw[pass], v);
-      block_div_n<8>(v, divisor_of<16>(mine, pass));  // every lane: the shuffles need the whole group
-      if (present)
-        *reinterpret_cast<uint2*>(q.rows.codes + int64_t(m) * N + n0 + c) = make_uint2(encode4(v), encode4(v + 4));
-    }
-  }
+  if constexpr (kRows) rows_phase(in.raw, am, q.rows, m0, n0, c, seg, N, Mp, present);  // the rows operand
   if constexpr (kCols) {
     __syncthreads();
+    // The column sums' warp sums, then phase 2: the cols operand, both from the staged tile.
     if constexpr (kSum) warp_sums_phase(tile, ws, min(kTile, M - m0), min(kChunks, (N - n0) / 8));
     cols_phase(tile, q.cols, m0, n0, N, Mp);
   }
   if constexpr (kSum) {
     __syncthreads();
-    write_tile_sums(ws, q.sums.scratch + kColsumCounters, n0, N);
+    write_tile_sums(ws, q.sums.scratch + kColsumCounters, n0, N);  // the tile's partial column sums
   }
 }
 
