@@ -1,10 +1,11 @@
 // W consecutive bf16 values (uint16_t bits) as floats, shared by the GPT's
-// kernels (models/gpt2/cuda/gpt_kernels.cu) and the fused classifier
-// (classifier.cu). W = 8: one 16-byte access (the callers check the
-// alignment); otherwise W 2-byte accesses. Read raw (load_raw), converted to
-// floats (unpack), both at once (load), and back, rounded to bf16 with the
-// codec's rounding (store). The split lets a thread issue several loads before
-// it waits for the first. Moved here from gpt_kernels.cu unchanged.
+// kernels (models/gpt2/cuda/gpt_kernels.cu), the fused classifier
+// (classifier.cu), the column sums (column_sums.cu) and the Llama's kernels
+// (models/llama/cuda/llama_kernels.cu). W = 8: one 16-byte access (the callers
+// check the alignment); otherwise W 2-byte accesses. Read raw (load_raw),
+// converted to floats (unpack), both at once (load), and back, rounded to bf16
+// with the codec's rounding (store). The split lets a thread issue several
+// loads before it waits for the first. Moved here from gpt_kernels.cu unchanged.
 #pragma once
 
 #include <cstdint>

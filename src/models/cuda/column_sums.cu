@@ -6,7 +6,7 @@
 // launch shapes).
 #include "models/cuda/column_sums.h"
 
-#include "formats/codec.h"
+#include "models/cuda/bf16_vectors.cuh"
 #include "util/check.h"
 #include "util/cuda_check.h"
 
@@ -14,14 +14,9 @@ namespace mxdp::cuda {
 
 namespace {
 
-// 8 consecutive bf16 values as floats, read in one 16-byte access (the callers
-// check the alignment).
-__device__ __forceinline__ void load(const uint16_t* p, float (&f)[8]) {
-  const uint4 u = *reinterpret_cast<const uint4*>(p);
-  const uint16_t* h = reinterpret_cast<const uint16_t*>(&u);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) f[i] = codec::bf16_to_f32(h[i]);
-}
+// 8 consecutive bf16 values as floats, read in one 16-byte access (load<8>; the
+// callers check the alignment): models/cuda/bf16_vectors.cuh.
+using device::load;
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 

@@ -5,6 +5,7 @@
 #include <initializer_list>
 
 #include "formats/codec.h"
+#include "models/cuda/bf16_vectors.cuh"
 #include "util/check.h"
 #include "util/cuda_check.h"
 #include "util/cuda_launch.h"
@@ -23,20 +24,10 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// 8 consecutive bf16 values: one 16-byte access.
-__device__ __forceinline__ void load8(const uint16_t* p, float (&f)[8]) {
-  const uint4 u = *reinterpret_cast<const uint4*>(p);
-  const uint16_t* h = reinterpret_cast<const uint16_t*>(&u);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) f[i] = codec::bf16_to_f32(h[i]);
-}
-__device__ __forceinline__ void store8(uint16_t* p, const float (&f)[8]) {
-  uint4 u;
-  uint16_t* h = reinterpret_cast<uint16_t*>(&u);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) h[i] = bf(f[i]);
-  *reinterpret_cast<uint4*>(p) = u;
-}
+// 8 consecutive bf16 values in one 16-byte access (load<8>, store<8>; the
+// callers check the alignment): models/cuda/bf16_vectors.cuh.
+using device::load;
+using device::store;
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
@@ -81,11 +72,11 @@ __device__ __forceinline__ void rms_row(uint16_t* out, float* rstd, const uint16
   const float r = 1.f / sqrtf(warp_sum(ss) / float(C) + eps);
   for (int k = lane; k < chunks; k += 32) {
     float f[8], g[8];
-    load8(x + 8 * k, f);
-    load8(w + 8 * k, g);
+    load(x + 8 * k, f);
+    load(w + 8 * k, g);
 #pragma unroll
     for (int i = 0; i < 8; ++i) f[i] = g[i] * (f[i] * r);
-    store8(out + 8 * k, f);
+    store(out + 8 * k, f);
   }
   if (lane == 0) rstd[m] = r;
 }
@@ -98,7 +89,7 @@ __global__ void rmsnorm_forward_kernel(uint16_t* out, float* rstd, const uint16_
   float ss = 0.f;
   for (int k = threadIdx.x % 32; k < C / 8; k += 32) {
     float f[8];
-    load8(x + 8 * k, f);
+    load(x + 8 * k, f);
 #pragma unroll
     for (int i = 0; i < 8; ++i) ss += f[i] * f[i];
   }
@@ -112,14 +103,14 @@ __global__ void residual_rmsnorm_forward_kernel(uint16_t* res, uint16_t* out, fl
   float ss = 0.f;
   for (int k = threadIdx.x % 32; k < C / 8; k += 32) {
     float f[8], g[8];
-    load8(a + m * C + 8 * k, f);
-    load8(b + m * C + 8 * k, g);
+    load(a + m * C + 8 * k, f);
+    load(b + m * C + 8 * k, g);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       f[i] = codec::bf16_to_f32(bf(f[i] + g[i]));  // the statistics see the stored (rounded) residual
       ss += f[i] * f[i];
     }
-    store8(res + m * C + 8 * k, f);
+    store(res + m * C + 8 * k, f);
   }
   rms_row(out + m * C, rstd, res + m * C, w, m, C, eps, ss);
 }
@@ -136,9 +127,9 @@ __global__ void rmsnorm_backward_kernel(uint16_t* dinp, bool accumulate, const u
   float dot = 0.f;
   for (int k = lane; k < chunks; k += 32) {
     float fx[8], fd[8], fw[8];
-    load8(x + 8 * k, fx);
-    load8(d + 8 * k, fd);
-    load8(w + 8 * k, fw);
+    load(x + 8 * k, fx);
+    load(d + 8 * k, fd);
+    load(w + 8 * k, fw);
 #pragma unroll
     for (int i = 0; i < 8; ++i) dot += (fw[i] * fd[i]) * (fx[i] * r);
   }
@@ -146,16 +137,16 @@ __global__ void rmsnorm_backward_kernel(uint16_t* dinp, bool accumulate, const u
   uint16_t* di = dinp + m * C;
   for (int k = lane; k < chunks; k += 32) {
     float fx[8], fd[8], fw[8], o[8];
-    load8(x + 8 * k, fx);
-    load8(d + 8 * k, fd);
-    load8(w + 8 * k, fw);
-    if (accumulate) load8(di + 8 * k, o);
+    load(x + 8 * k, fx);
+    load(d + 8 * k, fd);
+    load(w + 8 * k, fw);
+    if (accumulate) load(di + 8 * k, o);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const float g = (fw[i] * fd[i] - (fx[i] * r) * dot) * r;
       o[i] = accumulate ? o[i] + g : g;
     }
-    store8(di + 8 * k, o);
+    store(di + 8 * k, o);
   }
 }
 
@@ -177,8 +168,8 @@ __global__ void rmsnorm_dw_partial_kernel(float* partial, const uint16_t* dout, 
 #pragma unroll 4
     for (int m = r0 + warp; m < r1; m += 8) {
       float d[8], x[8];
-      load8(dout + int64_t(m) * C + n0, d);
-      load8(inp + int64_t(m) * C + n0, x);
+      load(dout + int64_t(m) * C + n0, d);
+      load(inp + int64_t(m) * C + n0, x);
       const float r = rstd[m];
 #pragma unroll
       for (int i = 0; i < 8; ++i) a[i] += d[i] * (x[i] * r);
@@ -253,8 +244,8 @@ __global__ void rope8_kernel(uint16_t* qkv, const float* cs, const float* sn, in
     const int64_t t = m % T;
     uint16_t* x = qkv + m * S + int64_t(h) * hd;
     float x1[8], x2[8], c[8], sr[8];
-    load8(x + i, x1);
-    load8(x + i + half, x2);
+    load(x + i, x1);
+    load(x + i + half, x2);
     *reinterpret_cast<float4*>(c) = *reinterpret_cast<const float4*>(cs + t * half + i);
     *reinterpret_cast<float4*>(c + 4) = *reinterpret_cast<const float4*>(cs + t * half + i + 4);
     *reinterpret_cast<float4*>(sr) = *reinterpret_cast<const float4*>(sn + t * half + i);
@@ -266,8 +257,8 @@ __global__ void rope8_kernel(uint16_t* qkv, const float* cs, const float* sn, in
       o1[e] = x1[e] * c[e] - x2[e] * s;
       o2[e] = x2[e] * c[e] + x1[e] * s;
     }
-    store8(x + i, o1);
-    store8(x + i + half, o2);
+    store(x + i, o1);
+    store(x + i + half, o2);
   }
 }
 
@@ -283,11 +274,11 @@ __global__ void swiglu_forward_kernel(uint16_t* out, const uint16_t* gu, int64_t
     const int64_t m = i / f8;
     const int k = int(i % f8);
     float g[8], u[8];
-    load8(gu + m * 2 * F + 8 * k, g);
-    load8(gu + m * 2 * F + F + 8 * k, u);
+    load(gu + m * 2 * F + 8 * k, g);
+    load(gu + m * 2 * F + F + 8 * k, u);
 #pragma unroll
     for (int e = 0; e < 8; ++e) g[e] = g[e] * sigmoid(g[e]) * u[e];
-    store8(out + m * F + 8 * k, g);
+    store(out + m * F + 8 * k, g);
   }
 }
 
@@ -298,9 +289,9 @@ __global__ void swiglu_backward_kernel(uint16_t* dgu, const uint16_t* dout, cons
     const int64_t m = i / f8;
     const int k = int(i % f8);
     float g[8], u[8], d[8], dg[8], du[8];
-    load8(gu + m * 2 * F + 8 * k, g);
-    load8(gu + m * 2 * F + F + 8 * k, u);
-    load8(dout + m * F + 8 * k, d);
+    load(gu + m * 2 * F + 8 * k, g);
+    load(gu + m * 2 * F + F + 8 * k, u);
+    load(dout + m * F + 8 * k, d);
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       const float s = sigmoid(g[e]);
@@ -308,8 +299,8 @@ __global__ void swiglu_backward_kernel(uint16_t* dgu, const uint16_t* dout, cons
       dg[e] = d[e] * u[e] * (s + silu * (1.f - s));
       du[e] = d[e] * silu;
     }
-    store8(dgu + m * 2 * F + 8 * k, dg);
-    store8(dgu + m * 2 * F + F + 8 * k, du);
+    store(dgu + m * 2 * F + 8 * k, dg);
+    store(dgu + m * 2 * F + F + 8 * k, du);
   }
 }
 
