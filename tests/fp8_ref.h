@@ -1,7 +1,8 @@
 // An independent reference for FP8 with fp32 block scales (docs/fp8.md,
 // "Format"), written from the definitions and sharing no code with
 // src/formats: E4M3/E5M2 values from the bit-field formula, round-to-nearest-
-// even by exact midpoint comparison in double, the scale as one fp32 division.
+// even by exact midpoint comparison in double; the fp8b128 tiles' scale as one
+// fp32 division, the 1x128 blocks' as a power of two found by search.
 #pragma once
 
 #include <algorithm>
@@ -46,6 +47,16 @@ inline float scale_of(float amax, bool e4m3) {
   if (s == 0.0f) s = 1.0f;
   return s;
 }
+// The 1x128 blocks' power-of-two scale: the smallest 2^e, e >= -126, with
+// amax / 2^e <= max, searched upwards in double; an Inf amax is taken as
+// FLT_MAX, a zero one gives 1.
+inline float pow2_scale_of(float amax, bool e4m3) {
+  if (amax == 0.0f) return 1.0f;
+  const double a = std::isinf(amax) ? double(FLT_MAX) : double(amax), mx = e4m3 ? 448.0 : 57344.0;
+  int e = -126;
+  while (a / std::ldexp(1.0, e) > mx) ++e;
+  return float(std::ldexp(1.0, e));
+}
 inline float block_amax(const std::vector<float>& v) {
   float a = 0.0f;
   for (float x : v)
@@ -76,7 +87,7 @@ inline void tiles(const std::vector<float>& x, int64_t rows, int64_t cols, std::
     }
 }
 
-// 1x128 blocks along rows; scales at kb * ld + r, ld = rows rounded up to 4, padding 0.
+// 1x128 blocks along rows, power-of-two scales at kb * ld + r, ld = rows rounded up to 4, padding 0.
 inline void rows_1x128(const std::vector<float>& x, int64_t rows, int64_t cols, bool e4m3,
                        std::vector<uint8_t>& codes, std::vector<float>& scales) {
   const int64_t ld = (rows + 3) / 4 * 4, nb = (cols + 127) / 128;
@@ -86,7 +97,7 @@ inline void rows_1x128(const std::vector<float>& x, int64_t rows, int64_t cols, 
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t c1 = std::min(cols, b * 128 + 128);
       std::vector<float> blk(x.begin() + r * cols + b * 128, x.begin() + r * cols + c1);
-      const float s = scale_of(block_amax(blk), e4m3);
+      const float s = pow2_scale_of(block_amax(blk), e4m3);
       scales[b * ld + r] = s;
       for (int64_t c = b * 128; c < c1; ++c) codes[r * cols + c] = encode(double(x[r * cols + c] / s), e4m3);
     }

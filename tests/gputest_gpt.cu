@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -363,8 +364,8 @@ void check_act_quantize(int N) {
   const int M = 300, Mp = 384;
   std::vector<float> x = randn(size_t(M) * N, 11, 2.f);  // bf16 values
   const std::vector<float> aux = randn(size_t(M) * N, 12), bias = randn(N, 13);
-  // Blocks whose scales leave codec::block_div's fast range (a row and a
-  // column scaled by 1e-30), an all-zero row (scale 1) and signed zeros.
+  // Blocks of tiny values (a row and a column scaled by 1e-30: scales near the
+  // 2^-126 floor of the power-of-two rule), an all-zero row (scale 1) and signed zeros.
   for (int n = 0; n < N; ++n) {
     x[size_t(5) * N + n] = bfr(x[size_t(5) * N + n] * 1e-30f);
     x[size_t(7) * N + n] = 0.f;
@@ -435,6 +436,52 @@ TEST(GpuGptKernels, Fp8ActQuantizeIsTheCpuQuantizerOfItsValues) {
   REQUIRE_GPU();
   check_act_quantize(256);
   check_act_quantize(208);
+}
+
+// NaN and infinity through act_quantize's bf16 rounding (bf16x8_rn: the
+// hardware conversion, the codec for 8 values whose sum is NaN): the biased
+// value bit for bit codec::bf16_from_f32(x + bias) where that is a number
+// (overflow to infinity included), NaN where it is NaN (x or bias NaN,
+// opposite infinities: the payload is the GPU adder's, not the host's); the
+// operand's codes and scales those of the CPU quantizer of those bf16 values.
+TEST(GpuGptKernels, Fp8ActQuantizeRoundsNaNAndInfinityAsTheCodec) {
+  REQUIRE_GPU();
+  Stream st;
+  const int M = 128, N = 128;
+  auto f = [](uint16_t h) { return std::bit_cast<float>(uint32_t(h) << 16); };
+  std::vector<float> x = randn(size_t(M) * N, 31, 3.f), bias = randn(N, 32);
+  const uint16_t specials[] = {0x7FC3, 0xFFA5, 0x7F81, 0x7F80, 0xFF80, 0x7F7F, 0xFF7F};
+  for (int m = 0; m < M; m += 3)  // one special in some chunks, a few in others, none in the rest
+    for (int k = 0; k <= m % 4; ++k) x[size_t(m) * N + (m * 7 + 19 * k) % N] = f(specials[(m + k) % 7]);
+  bias[5] = f(0x7F80);   // +inf: meets -inf in x (NaN)
+  bias[6] = f(0x7F7F);   // the largest bf16: overflows to +inf with large x
+  bias[7] = f(0x7FC1);   // a NaN bias
+  Bf16 dx(x), dbias(bias), biased(size_t(M) * N);
+  Dev<uint8_t> rc(size_t(M) * N);
+  F32 rs(size_t(fp8_1x128_scale_count(M, N)));
+  cuda::act_quantize({.x = dx.p, .bias = dbias.p, .biased = biased.p, .rows = {rc.p, rs.p}}, M, N, st.s);
+  MXDP_CUDA_CHECK(cudaStreamSynchronize(st.s));
+  const std::vector<float> got = biased.get();
+  int nans = 0;
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      const size_t i = size_t(m) * N + n;
+      const uint16_t want = codec::bf16_from_f32(x[i] + bias[n]);
+      if (codec::f32_isnan(f(want))) {
+        ++nans;
+        ASSERT_TRUE(std::isnan(got[i])) << "row " << m << " column " << n;
+      } else {
+        ASSERT_EQ(uint32_t(want) << 16, std::bit_cast<uint32_t>(got[i])) << "row " << m << " column " << n;
+      }
+    }
+  EXPECT_GT(nans, M);  // the NaN bias column alone gives M
+  std::vector<uint8_t> want_c(size_t(M) * N), got_c(want_c.size());
+  std::vector<float> want_s(size_t(fp8_1x128_scale_count(M, N)));
+  fp8_quantize_1x128(got.data(), M, N, Fp8Kind::E4M3, want_c.data(), want_s.data());
+  MXDP_CUDA_CHECK(cudaMemcpy(got_c.data(), rc.p, got_c.size(), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(got_c, want_c);
+  const std::vector<float> got_s = rs.get();
+  EXPECT_EQ(std::memcmp(got_s.data(), want_s.data(), want_s.size() * 4), 0);
 }
 
 // act_quantize as the GPT's FP8 path calls it (gpt_cuda.cu's forward_block_fp8 /

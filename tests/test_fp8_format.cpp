@@ -61,7 +61,43 @@ TEST(Fp8Codes, BlockScaleRule) {
   EXPECT_EQ(codec::fp8_block_scale(1e-44f, Fp8Kind::E4M3), 1.0f);  // amax / 448 underflows to 0
 }
 
-// codec::block_div, the activation kernels' division by a block scale,
+// codec::fp8_pow2_scale, the 1x128 blocks' scale, against its definition: a
+// power of two s (zero mantissa), amax / s <= max, and s / 2 too small
+// (amax / (s / 2) > max) unless s is the floor 2^-126; 1 for amax 0, FLT_MAX's
+// scale for Inf; 1 / s (fp8_pow2_reciprocal) exact, and x * (1 / s) the IEEE
+// x / s bit for bit. Every positive bf16 amax and random fp32 ones, both kinds.
+TEST(Fp8Codes, PowerOfTwoScaleIsTheSmallestThatFits) {
+  std::mt19937 g(9);
+  std::uniform_int_distribution<uint32_t> any(1, 0x7F7FFFFFu);
+  std::vector<float> amaxes;
+  for (uint32_t h = 1; h < 0x7F80; ++h) amaxes.push_back(codec::bf16_to_f32(uint16_t(h)));
+  for (int i = 0; i < 100000; ++i) amaxes.push_back(std::bit_cast<float>(any(g)));
+  for (float a : {448.0f, std::nextafter(448.0f, 0.0f), std::nextafter(448.0f, 1e9f), 57344.0f, FLT_MAX, 1e-45f})
+    amaxes.push_back(a);
+  std::uniform_int_distribution<uint32_t> xbits(0, 0xFFFFFFFFu);
+  for (Fp8Kind k : {Fp8Kind::E4M3, Fp8Kind::E5M2}) {
+    const double mx = k == Fp8Kind::E4M3 ? 448.0 : 57344.0;
+    for (float a : amaxes) {
+      const float s = codec::fp8_pow2_scale(a, k), r = codec::fp8_pow2_reciprocal(s);
+      ASSERT_EQ(bits(s) & 0x807FFFFFu, 0u) << a << ": " << s << " is not a positive normal power of two";
+      ASSERT_LE(double(a) / double(s), mx) << a;
+      if (s > 0x1p-126f) ASSERT_GT(double(a) / (double(s) / 2), mx) << a << ": " << s / 2 << " fits too";
+      ASSERT_EQ(double(s) * double(r), 1.0) << a;
+      const float x = std::bit_cast<float>(xbits(g));
+      if (!std::isnan(x)) ASSERT_EQ(bits(x * r), bits(x / s)) << x << " / " << s;
+    }
+    EXPECT_EQ(codec::fp8_pow2_scale(0.0f, k), 1.0f);
+    EXPECT_EQ(codec::fp8_pow2_scale(INFINITY, k), codec::fp8_pow2_scale(FLT_MAX, k));
+  }
+  EXPECT_EQ(codec::fp8_pow2_scale(448.0f, Fp8Kind::E4M3), 1.0f);
+  EXPECT_EQ(codec::fp8_pow2_scale(449.0f, Fp8Kind::E4M3), 2.0f);
+  EXPECT_EQ(codec::fp8_pow2_scale(1.0f, Fp8Kind::E4M3), 0x1p-8f);
+  EXPECT_EQ(codec::fp8_pow2_scale(1.0f, Fp8Kind::E5M2), 0x1p-15f);
+  EXPECT_EQ(codec::fp8_pow2_scale(0x1p-140f, Fp8Kind::E4M3), 0x1p-126f);
+  EXPECT_EQ(codec::fp8_pow2_scale(INFINITY, Fp8Kind::E4M3), 0x1p120f);
+}
+
+// codec::block_div, the fp8b128 weight quantizer's division by a tile scale,
 // against the IEEE division it replaces: bit for bit for every bf16 x within
 // 1024 s (NaN: NaN; below 2^-100 the FP8 codes of the quotient), over block
 // scales of random amaxes, random fp32 scales
@@ -280,20 +316,27 @@ TEST(Fp8Rows1x128, MatchesReference) {
 }
 
 TEST(Fp8Rows1x128, HandComputedScaleLayout) {
-  // 2 rows x 256 cols: 2 blocks a row; ld = 4. Row 0's blocks have amax 448
-  // (scale 1) and 896 (scale 2); row 1's 448 (scale 1) and 0 (scale 1).
-  std::vector<float> x(2 * 256, 0.0f);
+  // 3 rows x 256 cols: 2 blocks a row; ld = 4. Row 0's blocks have amax 448
+  // (scale 1) and 896 (scale 2); row 1's 448 (scale 1) and 0 (scale 1); row 2's
+  // 449 (scale 2: the next power of two) and 1 (scale 2^-8, 1 -> 256).
+  std::vector<float> x(3 * 256, 0.0f);
   x[5] = -448.0f;
   x[200] = 896.0f;
   x[256 + 3] = 448.0f;
+  x[512 + 7] = 449.0f;    // 224.5 -> 224 = 1.75 * 2^7: 0x76
+  x[512 + 130] = 1.0f;    // 256 = 2^8: 0x78
+  x[512 + 131] = -0.5f;   // -128: 0xF0
   std::vector<uint8_t> q(x.size());
   std::vector<float> s(8, -1.0f);
-  fp8_quantize_1x128(x.data(), 2, 256, Fp8Kind::E4M3, q.data(), s.data());
-  const float want[8] = {1.0f, 1.0f, 0.0f, 0.0f, 2.0f, 1.0f, 0.0f, 0.0f};
+  fp8_quantize_1x128(x.data(), 3, 256, Fp8Kind::E4M3, q.data(), s.data());
+  const float want[8] = {1.0f, 1.0f, 2.0f, 0.0f, 2.0f, 1.0f, 0x1p-8f, 0.0f};
   for (int i = 0; i < 8; ++i) EXPECT_EQ(s[i], want[i]) << i;
   EXPECT_EQ(q[5], 0xFE);
   EXPECT_EQ(q[200], 0x7E);
   EXPECT_EQ(q[256 + 3], 0x7E);
+  EXPECT_EQ(q[512 + 7], 0x76);
+  EXPECT_EQ(q[512 + 130], 0x78);
+  EXPECT_EQ(q[512 + 131], 0xF0);
 }
 
 TEST(Fp8FormatRow, TheRowAndItsLayoutRules) {

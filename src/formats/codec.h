@@ -246,6 +246,21 @@ MXDP_HD float fp8_block_scale(float amax, Fp8Kind k) {
 }
 MXDP_HD uint8_t fp8_block_encode(float x, float s, Fp8Kind k) { return fp8_from_f32(x / s, k); }
 
+// Power-of-two scales (the 1x128 blocks of activations and gradients, docs/fp8.md,
+// "Format"): s = 2^e, the smallest power of two with amax / s <= max (E4M3
+// 448 = 1.75 * 2^8, E5M2 57344 = 1.75 * 2^15), read off amax's exponent and
+// mantissa bits; e is at least -126, so s and 1/s are normal fp32 numbers
+// (an Inf amax gives 2^120 or 2^113), and a zero block gets 1. x / s is then
+// exact scaling, RN(x * (1 / s)) bit for bit: no division per element.
+MXDP_HD float fp8_pow2_scale(float amax, Fp8Kind k) {
+  const uint32_t b = f32_bits(amax) & 0x7FFFFFFFu;  // amax >= 0 and not NaN (every amax fold drops NaN)
+  if (b == 0) return 1.0f;
+  const int e = int(b >> 23) - 127 - (k == Fp8Kind::E4M3 ? 8 : 15) + ((b & 0x7FFFFFu) > 0x600000u ? 1 : 0);
+  return f32_from_bits(uint32_t((e < -126 ? -126 : e) + 127) << 23);
+}
+// 1 / s for a power-of-two s of fp8_pow2_scale (exact).
+MXDP_HD float fp8_pow2_reciprocal(float s) { return f32_from_bits((254u << 23) - (f32_bits(s) & 0x7F800000u)); }
+
 // x / s rounded exactly as the IEEE division above rounds it, in three fp32
 // operations per element after one division per block, for the kernels that
 // quantize activations (models/cuda/fp8_linear.cu). Markstein's correction:

@@ -29,7 +29,7 @@ void quantize_1x128(At at, int64_t rows, int64_t cols, Fp8Kind k, uint8_t* codes
       const int64_t c0 = b * kFp8Tile, c1 = std::min(cols, c0 + kFp8Tile);
       float a = 0.0f;
       for (int64_t c = c0; c < c1; ++c) a = codec::amax_fold(a, at(r, c));
-      const float s = codec::fp8_block_scale(a, k);
+      const float s = codec::fp8_pow2_scale(a, k);
       scales[b * ld + r] = s;
       for (int64_t c = c0; c < c1; ++c) codes[r * cols + c] = codec::fp8_block_encode(at(r, c), s, k);
     }

@@ -19,6 +19,18 @@ __device__ __forceinline__ uint32_t bf16x2_rn(float a, float b) {
   if (codec::f32_isnan(a + b)) w = uint32_t(codec::bf16_from_f32(a)) | (uint32_t(codec::bf16_from_f32(b)) << 16);
   return w;
 }
+// Eight values as four packed pairs, w[i] = bf16x2_rn(v[2i], v[2i + 1]) bit for
+// bit, with one NaN test for all eight: their sum is NaN when any of them is
+// (and when infinities of both signs meet, where the codec is right as well),
+// and then every pair takes the codec.
+__device__ __forceinline__ void bf16x8_rn(const float* v, uint32_t* w) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w[i]) : "f"(v[2 * i + 1]), "f"(v[2 * i]));
+  if (codec::f32_isnan(((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]))))
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      w[i] = uint32_t(codec::bf16_from_f32(v[2 * i])) | (uint32_t(codec::bf16_from_f32(v[2 * i + 1])) << 16);
+}
 // The two fp32 values of a packed pair (exact).
 __device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }

@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(kThreads)
     am = codec::amax_fold(am, v[j]);
   }
   am = warp_max(am);
-  const float s = codec::fp8_block_scale(am, k);
+  const float s = codec::fp8_pow2_scale(am, k);
   if (lane == 0) scales[b * ld + r] = s;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {

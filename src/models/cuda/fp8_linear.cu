@@ -7,17 +7,17 @@
 // and rstd and its 8 columns' weight and bias). For the rows operand the 16
 // lanes of a row reduce the 8 passes' amaxes at once (max8_transposed: each
 // lane ends with one pass's amax and computes that block's scale and
-// reciprocal, the only IEEE divisions of the phase), then encode pass by pass
-// with the divisor shuffled from its lane. For the cols operand the bf16 values
+// reciprocal), then encode pass by pass with the reciprocal shuffled from its
+// lane. For the cols operand the bf16 values
 // go to shared memory, one 16-byte chunk per thread and pass. Phase 2: each
 // warp takes 8 columns (one chunk column) at a time, each lane 4 consecutive
 // rows of them: the 8 column amaxes reduced at once the same way, per lane 4
 // codes as one 32-bit store, so a warp writes a column's 128 codes at once. The
 // tile is stored with chunk k of row r at k ^ ((r >> 2) & 7): both phases'
 // 16-byte accesses then hit 8 different bank groups per quarter-warp (no bank
-// conflicts). Divisions by a block scale are codec::block_div_fast (a product
-// and two FMAs an element) behind one test of the block's scale range
-// (block_div_n).
+// conflicts). The block scales are powers of two (codec::fp8_pow2_scale, read
+// off the amax's bits), so x / s is x * (1 / s) exactly: one multiply an
+// element, no division and no branch.
 //
 // Column sums (kSum, only beside kCols: they read the staged tile): after the
 // barrier that ends phase 1, thread t sums 2 columns of the tile (one 32-bit
@@ -82,9 +82,9 @@ using device::amax_fold;  // every fold here starts at 0 (see fp8_encode.cuh)
 // conversion): the packed chunk, and v replaced by the rounded values.
 __device__ __forceinline__ uint4 round8(float* v) {
   uint32_t w[4];
+  device::bf16x8_rn(v, w);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    w[i] = device::bf16x2_rn(v[2 * i], v[2 * i + 1]);
     v[2 * i] = device::bf16_lo(w[i]);
     v[2 * i + 1] = device::bf16_hi(w[i]);
   }
@@ -105,7 +105,6 @@ __device__ __forceinline__ float half_of(const uint4& v, int i) {
   return i & 1 ? device::bf16_hi(w) : device::bf16_lo(w);
 }
 
-using device::block_div_n;
 __device__ __forceinline__ uint32_t encode4(const float* q) {
   return device::encode4<Fp8Kind::E4M3, device::kEnc>(q[0], q[1], q[2], q[3]);
 }
@@ -132,12 +131,16 @@ __device__ __forceinline__ float max8_transposed(const float (&a)[8]) {
   for (int o = kWidth / 16; o > 0; o /= 2) z = fmaxf(z, __shfl_xor_sync(0xFFFFFFFFu, z, o));
   return z;
 }
-// Block i's divisor, from the lane of the group that computed it (lane i * kWidth / 8).
+// Block i's 1 / s, from the lane of the group that computed it (lane i * kWidth / 8).
 template <int kWidth>
-__device__ __forceinline__ codec::BlockDivisor divisor_of(const codec::BlockDivisor& mine, int i) {
-  const float s = __shfl_sync(0xFFFFFFFFu, mine.s, i * (kWidth / 8), kWidth);
-  const float r = __shfl_sync(0xFFFFFFFFu, mine.r, i * (kWidth / 8), kWidth);
-  return {s, r, r != 0.0f};  // block_divisor's r is 0 exactly when not fast
+__device__ __forceinline__ float reciprocal_of(float mine, int i) {
+  return __shfl_sync(0xFFFFFFFFu, mine, i * (kWidth / 8), kWidth);
+}
+// x / s for a power-of-two s, as x * (1 / s) (exact: the same bits).
+template <int kN>
+__device__ __forceinline__ void scale_n(float* q, float r) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) q[i] *= r;
 }
 
 // Phase 2: the cols operand of the tile from its bf16 values in shared memory.
@@ -158,15 +161,15 @@ __device__ __forceinline__ void cols_phase(const uint4* tile, const Fp8Slot& col
 #pragma unroll
       for (int j = 0; j < 4; ++j) am[i] = amax_fold(am[i], half_of(v[j], i));
     }
-    const float s = codec::fp8_block_scale(max8_transposed<32>(am), Fp8Kind::E4M3);  // column lane / 4's
+    const float s = codec::fp8_pow2_scale(max8_transposed<32>(am), Fp8Kind::E4M3);  // column lane / 4's
     if ((lane & 3) == 0) cols.scales[int64_t(m0 / kTile) * N + n0 + 8 * k + lane / 4] = s;
-    const codec::BlockDivisor mine = codec::block_divisor(s);
+    const float mine = codec::fp8_pow2_reciprocal(s);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       float q[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) q[j] = half_of(v[j], i);
-      block_div_n<4>(q, divisor_of<32>(mine, i));
+      scale_n<4>(q, reciprocal_of<32>(mine, i));
       *reinterpret_cast<uint32_t*>(cols.codes + int64_t(n0 + 8 * k + i) * Mp + m0 + 4 * lane) = encode4(q);
     }
   }
@@ -291,19 +294,19 @@ __device__ __forceinline__ float op_and_amax(PassInputs<kOp>& in, const ActQuant
 }
 
 // The rows operand: the 16 lanes of a tile row hold its 8 passes' partial
-// amaxes; lane seg ends with pass seg / 2's and computes its scale and divisor
-// once, then every pass's chunk is divided and encoded, 8 codes a thread.
+// amaxes; lane seg ends with pass seg / 2's and computes its scale and reciprocal
+// once, then every pass's chunk is scaled and encoded, 8 codes a thread.
 __device__ __forceinline__ void rows_phase(const uint4 (&raw)[kPasses], const float (&am)[kPasses], const Fp8Slot& rows,
                                            int m0, int n0, int c, int seg, int N, int Mp, bool present) {
-  const float s = codec::fp8_block_scale(max8_transposed<16>(am), Fp8Kind::E4M3);
+  const float s = codec::fp8_pow2_scale(max8_transposed<16>(am), Fp8Kind::E4M3);
   if ((seg & 1) == 0) rows.scales[int64_t(blockIdx.x) * Mp + m0 + (seg / 2) * (kThreads / 16) + (threadIdx.x >> 4)] = s;
-  const codec::BlockDivisor mine = codec::block_divisor(s);
+  const float mine = codec::fp8_pow2_reciprocal(s);
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
     const int m = m0 + pass * (kThreads / 16) + (threadIdx.x >> 4);
     float v[8];
     unpack8(raw[pass], v);
-    block_div_n<8>(v, divisor_of<16>(mine, pass));  // every lane: the shuffles need the whole group
+    scale_n<8>(v, reciprocal_of<16>(mine, pass));  // every lane: the shuffle needs the whole group
     if (present)
       *reinterpret_cast<uint2*>(rows.codes + int64_t(m) * N + n0 + c) = make_uint2(encode4(v), encode4(v + 4));
   }
