@@ -501,14 +501,17 @@ TEST(GpuGptKernels, Fp8ActQuantizeInPlaceAsTheGptCallsIt) {
     cuda::ActOp op;
     bool bias, rows, cols, out;  // out: the op's values written over x
   };
+  // The GPT's calls without their column sums (those: the ColumnSums test
+  // below) and the LayerNorm op (Fp8LayerNormOperandsWithoutTheLayerNormOutput);
+  // the last two are variants the GPT made before (out in place: the GELU
+  // gradient's bf16 output, now never written).
   const Call calls[] = {
-      {"rows (ln1, atty, ln2)", cuda::ActOp::Identity, false, true, false, false},
-      {"bias + gelu + rows, biased in place (fc)", cuda::ActOp::Gelu, true, true, false, false},
+      {"rows + cols (atty; the output gradients)", cuda::ActOp::Identity, false, true, true, false},
+      {"bias + gelu + rows + cols, biased in place (fc)", cuda::ActOp::Gelu, true, true, true, false},
       {"bias in place (fprop without the bias epilogue)", cuda::ActOp::Identity, true, false, false, false},
-      {"rows + cols (output gradients)", cuda::ActOp::Identity, false, true, true, false},
-      {"gelu + cols (gelu(pre)^T)", cuda::ActOp::Gelu, false, false, true, false},
-      {"dgelu + rows + cols, out in place (fc's dY)", cuda::ActOp::GeluGrad, false, true, true, true},
-      {"cols (the inputs' transposes)", cuda::ActOp::Identity, false, false, true, false},
+      {"dgelu + rows + cols (fc's dY)", cuda::ActOp::GeluGrad, false, true, true, false},
+      {"dgelu + rows + cols, out in place", cuda::ActOp::GeluGrad, false, true, true, true},
+      {"bias + gelu + rows, biased in place", cuda::ActOp::Gelu, true, true, false, false},
   };
   const auto bits = [](const Bf16& b) {
     std::vector<uint16_t> h(b.n);
@@ -938,35 +941,36 @@ struct Fp8Hooks final : ModelHooks {
 // percent on the weight gradients).
 TEST(GpuGpt, Fp8ComputeMatchesTheCpuFp8Gpt) {
   REQUIRE_GPU();
-  for (int d_model : {128, 192})
-  for (auto [B, T] : {std::pair{3, 37}, std::pair{4, 64}}) {
-    SCOPED_TRACE("d_model " + std::to_string(d_model));
-    const GptConfig cfg{.vocab = 250, .padded_vocab = 256, .max_seq = 64, .n_layer = 2, .n_head = d_model / 64,
-                        .d_model = d_model};
-    Pair m(cfg);
-    m.cpu.set_fp8_compute(true);
-    m.gpu->set_fp8_compute(true);
-    ASSERT_TRUE(m.gpu->reads_fp8_weights());
-    const Fp8Weights fw(m.cpu);
-    std::vector<int32_t> in, tgt;
-    make_tokens(cfg, B, T, 300 + B, in, tgt);
-    const Batch batch{in.data(), tgt.data(), B, T};
-    HostHooks hc0(m.cpu.params());
-    DevHooks hg0(m.cpu.params());
-    Fp8Hooks hc(hc0, fw, false), hg(hg0, fw, true);
-    const float lc = m.cpu.forward(batch, hc), lg = m.gpu->forward(batch, hg);
-    EXPECT_NEAR(lg, lc, 1e-2 * lc) << "loss B=" << B << " T=" << T;
-    m.cpu.backward(hc);
-    m.gpu->backward(hg);
-    for (int p = 0; p < int(m.cpu.params().size()); ++p) {
-      const double e = rel_err(hg0.get(p), hc0.g[size_t(p)]);
-      EXPECT_LT(e, 8e-2) << m.cpu.params()[size_t(p)].name << " B=" << B << " T=" << T;
-      if (m.cpu.params()[size_t(p)].fp8_linear) std::printf("  %-14s B=%d T=%d: gradient rel. error %.4f\n",
-                                                           m.cpu.params()[size_t(p)].name.c_str(), B, T, e);
+  for (int d_model : {128, 192}) {
+    for (auto [B, T] : {std::pair{3, 37}, std::pair{4, 64}}) {
+      SCOPED_TRACE("d_model " + std::to_string(d_model));
+      const GptConfig cfg{.vocab = 250, .padded_vocab = 256, .max_seq = 64, .n_layer = 2, .n_head = d_model / 64,
+                          .d_model = d_model};
+      Pair m(cfg);
+      m.cpu.set_fp8_compute(true);
+      m.gpu->set_fp8_compute(true);
+      ASSERT_TRUE(m.gpu->reads_fp8_weights());
+      const Fp8Weights fw(m.cpu);
+      std::vector<int32_t> in, tgt;
+      make_tokens(cfg, B, T, 300 + B, in, tgt);
+      const Batch batch{in.data(), tgt.data(), B, T};
+      HostHooks hc0(m.cpu.params());
+      DevHooks hg0(m.cpu.params());
+      Fp8Hooks hc(hc0, fw, false), hg(hg0, fw, true);
+      const float lc = m.cpu.forward(batch, hc), lg = m.gpu->forward(batch, hg);
+      EXPECT_NEAR(lg, lc, 1e-2 * lc) << "loss B=" << B << " T=" << T;
+      m.cpu.backward(hc);
+      m.gpu->backward(hg);
+      for (int p = 0; p < int(m.cpu.params().size()); ++p) {
+        const double e = rel_err(hg0.get(p), hc0.g[size_t(p)]);
+        EXPECT_LT(e, 8e-2) << m.cpu.params()[size_t(p)].name << " B=" << B << " T=" << T;
+        if (m.cpu.params()[size_t(p)].fp8_linear) std::printf("  %-14s B=%d T=%d: gradient rel. error %.4f\n",
+                                                             m.cpu.params()[size_t(p)].name.c_str(), B, T, e);
+      }
+      // The FP8 linears have no bf16 copy on the GPU.
+      for (int p = 0; p < int(m.cpu.params().size()); ++p)
+        if (m.cpu.params()[size_t(p)].fp8_linear) EXPECT_THROW(m.gpu->compute_weights(p), Error);
     }
-    // The FP8 linears have no bf16 copy on the GPU.
-    for (int p = 0; p < int(m.cpu.params().size()); ++p)
-      if (m.cpu.params()[size_t(p)].fp8_linear) EXPECT_THROW(m.gpu->compute_weights(p), Error);
   }
 }
 

@@ -155,8 +155,7 @@ __global__ void colsum_kernel(ColsumOut out, float* scratch, const uint16_t* dou
 
 // The blocks of columns (a counter each) of column sums over N columns.
 int colsum_blocks(int N) {
-  MXDP_CHECK(N <= kColsumMaxCols, "column sums over N=", N, " columns: more than ", kColsumMaxCols,
-             " are not supported");
+  check_colsum_width(N);
   return (N + kColsumCols - 1) / kColsumCols;
 }
 int colsum_chunks(int M) { return (M + kColsumRows - 1) / kColsumRows; }
@@ -179,6 +178,11 @@ __global__ void chunk_sums_kernel(float* dbias, const float* partial, int chunks
 }
 
 }  // namespace
+
+void check_colsum_width(int N) {
+  MXDP_CHECK(N <= kColsumMaxCols, "column sums over N=", N, " columns: more than ", kColsumMaxCols,
+             " are not supported");
+}
 
 void bias_backward(float* dbias, float* scratch, const uint16_t* dout, int M, int N, cudaStream_t s) {
   colsums({dbias, nullptr, {}}, scratch, dout, nullptr, nullptr, nullptr, nullptr, M, N, s);

@@ -25,6 +25,10 @@ constexpr int kColsumRows = 128;
 constexpr int kColsumCols = 256;
 constexpr int kColsumCounters = 1024;
 constexpr int kColsumMaxCols = kColsumCols * kColsumCounters;
+// Refuses (mxdp::Error) column sums over more than kColsumMaxCols columns:
+// the one width check, which a kernel that writes the partial sums itself
+// (act_quantize's) makes before its launch.
+void check_colsum_width(int N);
 // Floats of scratch the column sums of an [M, N] matrix need: the counters and
 // two partial sums per column and chunk. It must be ZEROED once before its
 // first use (the kernels leave the counters zero again).

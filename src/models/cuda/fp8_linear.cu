@@ -371,14 +371,38 @@ void launch(const ActQuant& q, int M, int N, int Mp, cudaStream_t s) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// The calls with column sums: the GPT's output gradients of fc (through the
-// GELU gradient) and qkv. Only these two variants are compiled.
+// The variants act_quantize compiles, one launcher each: the ops without
+// column sums (with or without a bias, any operands); the LayerNorm op (the
+// GPT's ln1 and ln2 operands: both operands, no bias, no sums); the column
+// sums (the GPT's output gradients of fc and qkv: identity or GELU gradient,
+// no bias, both operands). Each checks what its variant needs.
+template <bool kBias>
+void launch_op(const ActQuant& q, int M, int N, int Mp, cudaStream_t s) {
+  switch (q.op) {
+    case ActOp::Identity: return launch<ActOp::Identity, kBias>(q, M, N, Mp, s);
+    case ActOp::Gelu: return launch<ActOp::Gelu, kBias>(q, M, N, Mp, s);
+    case ActOp::GeluGrad: return launch<ActOp::GeluGrad, kBias>(q, M, N, Mp, s);
+    case ActOp::LayerNorm: break;  // launch_layernorm
+  }
+  MXDP_CHECK(false, "internal: act_quantize's op ", int(q.op), " has no variant without column sums");
+}
+
+void launch_layernorm(const ActQuant& q, int M, int N, int Mp, cudaStream_t s) {
+  MXDP_CHECK(q.ln.mean && q.ln.rstd,
+             "act_quantize: the LayerNorm op needs the mean and rstd its forward kernel wrote for each row");
+  MXDP_CHECK(q.ln.w && q.ln.b && aligned16(q.ln.w) && aligned16(q.ln.b),
+             "act_quantize: the LayerNorm op needs the LayerNorm's weight and bias, 16-byte aligned");
+  MXDP_CHECK(!q.bias && q.rows.codes && q.cols.codes,
+             "act_quantize: the LayerNorm op is built only to make both operands (rows and cols), without a bias");
+  MXDP_CHECK(!q.sums.dst, "act_quantize: the LayerNorm op is built without column sums");
+  launch_one<ActOp::LayerNorm, false, true, true>(q, M, N, Mp, s);
+}
+
 void launch_with_sums(const ActQuant& q, int M, int N, int Mp, cudaStream_t s) {
   MXDP_CHECK(q.sums.scratch && aligned16(q.sums.scratch),
              "act_quantize: the column sums need bias_backward's scratch (colsum_scratch_floats(M, N) floats), "
              "16-byte aligned");
-  MXDP_CHECK(N <= kColsumMaxCols, "act_quantize: column sums over ", N, " columns: more than ", kColsumMaxCols,
-             " are not supported");
+  check_colsum_width(N);  // before the kernel writes its partial sums
   MXDP_CHECK(!q.bias && q.rows.codes && q.cols.codes && (q.op == ActOp::Identity || q.op == ActOp::GeluGrad),
              "act_quantize: the column sums are built only with the identity or GELU-gradient op, no bias, and both "
              "operands (rows and cols), as the GPT's output gradients make them");
@@ -398,37 +422,10 @@ void act_quantize(const ActQuant& q, int M, int N, cudaStream_t s) {
   MXDP_CHECK(q.op != ActOp::GeluGrad || (q.aux && aligned16(q.aux)), "act_quantize: the GELU gradient needs aux");
   MXDP_CHECK(!q.bias || aligned16(q.bias), "act_quantize: bias must be 16-byte aligned");
   MXDP_CHECK((!q.rows.codes || q.rows.scales) && (!q.cols.codes || q.cols.scales), "act_quantize: codes without scales");
-  if (q.op == ActOp::LayerNorm) {
-    MXDP_CHECK(q.ln.mean && q.ln.rstd,
-               "act_quantize: the LayerNorm op needs the mean and rstd its forward kernel wrote for each row");
-    MXDP_CHECK(q.ln.w && q.ln.b && aligned16(q.ln.w) && aligned16(q.ln.b),
-               "act_quantize: the LayerNorm op needs the LayerNorm's weight and bias, 16-byte aligned");
-    // The one variant the GPT uses (its ln1 and ln2 operands): no other is compiled.
-    MXDP_CHECK(!q.bias && q.rows.codes && q.cols.codes,
-               "act_quantize: the LayerNorm op is built only to make both operands (rows and cols), without a bias");
-    MXDP_CHECK(!q.sums.dst, "act_quantize: the LayerNorm op is built without column sums");
-    launch_one<ActOp::LayerNorm, false, true, true>(q, M, N, int(Mp), s);
-    return;
-  }
-  if (q.sums.dst) {
-    launch_with_sums(q, M, N, int(Mp), s);
-    return;
-  }
-  if (q.bias) {
-    switch (q.op) {
-      case ActOp::Identity: launch<ActOp::Identity, true>(q, M, N, int(Mp), s); break;
-      case ActOp::Gelu: launch<ActOp::Gelu, true>(q, M, N, int(Mp), s); break;
-      case ActOp::GeluGrad: launch<ActOp::GeluGrad, true>(q, M, N, int(Mp), s); break;
-      case ActOp::LayerNorm: break;  // above
-    }
-  } else {
-    switch (q.op) {
-      case ActOp::Identity: launch<ActOp::Identity, false>(q, M, N, int(Mp), s); break;
-      case ActOp::Gelu: launch<ActOp::Gelu, false>(q, M, N, int(Mp), s); break;
-      case ActOp::GeluGrad: launch<ActOp::GeluGrad, false>(q, M, N, int(Mp), s); break;
-      case ActOp::LayerNorm: break;  // above
-    }
-  }
+  if (q.op == ActOp::LayerNorm) launch_layernorm(q, M, N, int(Mp), s);
+  else if (q.sums.dst) launch_with_sums(q, M, N, int(Mp), s);
+  else if (q.bias) launch_op<true>(q, M, N, int(Mp), s);
+  else launch_op<false>(q, M, N, int(Mp), s);
 }
 
 // ---- Fp8Linear ------------------------------------------------------------------
