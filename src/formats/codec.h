@@ -233,8 +233,8 @@ MXDP_HD float nvfp4_dequant(uint8_t nibble, uint8_t s_b, float s_dec) {
   return canonical_nan((e2m1_to_f32(nibble) * e4m3_to_f32(s_b)) * s_dec);
 }
 
-// ---- FP8 with fp32 block scales (fp8b128 tiles, 1x128 blocks) ----------------
-// docs/fp8.md, "Format". s = amax / max (one IEEE division; E4M3 max 448,
+// ---- FP8 with fp32 block scales (fp8b128 tiles; 1x128 blocks: power-of-two) ----
+// docs/fp8.md, "Format". fp8b128's tiles: s = amax / max (one IEEE division; E4M3 max 448,
 // E5M2 57344); an Inf amax gives FLT_MAX, and s = 0 (a zero or all-NaN block,
 // or amax below 448 * 2^-150) becomes 1. code = fp8(x / s), RNE, saturating;
 // value = fp8 * s (what cuBLASLt's VEC128_32F / BLK128x128_32F scales multiply).
@@ -262,8 +262,10 @@ MXDP_HD float fp8_pow2_scale(float amax, Fp8Kind k) {
 MXDP_HD float fp8_pow2_reciprocal(float s) { return f32_from_bits((254u << 23) - (f32_bits(s) & 0x7F800000u)); }
 
 // x / s rounded exactly as the IEEE division above rounds it, in three fp32
-// operations per element after one division per block, for the kernels that
-// quantize activations (models/cuda/fp8_linear.cu). Markstein's correction:
+// operations per element after one division per block, for the kernel that
+// quantizes fp8b128 weight tiles (formats/cuda/fp8_block_cuda.cu's
+// tile_quant_vec; the activations' power-of-two scales need none of this).
+// Markstein's correction:
 // with r = RN(1/s) and q0 = RN(x * r) (within an ulp of x / s), the residual
 // e = x - q0 * s is exact in one fused multiply-add and RN(q0 + e * r) is
 // RN(x / s). The sign comes from x, so -0 and -tiny stay negative. Exact

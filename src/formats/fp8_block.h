@@ -1,7 +1,7 @@
 // FP8 with fp32 block scales, the operands of cuBLASLt's block-scaled FP8
 // GEMMs on Hopper (docs/fp8.md): the CPU reference. The CUDA kernels in
 // cuda/fp8_block_cuda.h compute the same bits (both call codec.h's
-// fp8_block_scale / fp8_block_encode / fp8_block_dequant).
+// fp8_block_scale or fp8_pow2_scale, fp8_block_encode, fp8_block_dequant).
 //
 // fp8b128 (weights, a row of formats/format.h): E4M3 codes of a rows x cols
 // row-major matrix, one fp32 scale per 128x128 tile (partial tiles at the
@@ -16,7 +16,9 @@
 //
 // 1x128 blocks (activations and gradients): 128 consecutive elements along a
 // row of a rows x cols row-major matrix (K = cols, the contraction dimension
-// of the GEMM that reads it), E4M3 or E5M2 codes, one fp32 scale per block.
+// of the GEMM that reads it), E4M3 or E5M2 codes, one fp32 scale per block:
+// a power of two, codec::fp8_pow2_scale (the smallest with amax / s <= the
+// kind's max), so that encoding is exact scaling.
 //   codes  : rows x cols bytes, row-major.
 //   scales : the GEMM layout (cuBLASLt VEC128_32F): ceil(cols/128) x ld fp32
 //            with ld = rows rounded up to 4, row-major, i.e. scale(r, kb) at
