@@ -81,10 +81,14 @@ TEST(Fp8Codes, PowerOfTwoScaleIsTheSmallestThatFits) {
       const float s = codec::fp8_pow2_scale(a, k), r = codec::fp8_pow2_reciprocal(s);
       ASSERT_EQ(bits(s) & 0x807FFFFFu, 0u) << a << ": " << s << " is not a positive normal power of two";
       ASSERT_LE(double(a) / double(s), mx) << a;
-      if (s > 0x1p-126f) ASSERT_GT(double(a) / (double(s) / 2), mx) << a << ": " << s / 2 << " fits too";
+      if (s > 0x1p-126f) {
+        ASSERT_GT(double(a) / (double(s) / 2), mx) << a << ": " << s / 2 << " fits too";
+      }
       ASSERT_EQ(double(s) * double(r), 1.0) << a;
       const float x = std::bit_cast<float>(xbits(g));
-      if (!std::isnan(x)) ASSERT_EQ(bits(x * r), bits(x / s)) << x << " / " << s;
+      if (!std::isnan(x)) {
+        ASSERT_EQ(bits(x * r), bits(x / s)) << x << " / " << s;
+      }
     }
     EXPECT_EQ(codec::fp8_pow2_scale(0.0f, k), 1.0f);
     EXPECT_EQ(codec::fp8_pow2_scale(INFINITY, k), codec::fp8_pow2_scale(FLT_MAX, k));
