@@ -8,8 +8,8 @@
 // lanes of a row reduce the 8 passes' amaxes at once (max8_transposed: each
 // lane ends with one pass's amax and computes that block's scale and
 // reciprocal), then encode pass by pass with the reciprocal shuffled from its
-// lane. For the cols operand the bf16 values
-// go to shared memory, one 16-byte chunk per thread and pass. Phase 2: each
+// lane. For the cols operand the bf16 values go to shared memory, one 16-byte
+// chunk per thread and pass. Phase 2: each
 // warp takes 8 columns (one chunk column) at a time, each lane 4 consecutive
 // rows of them: the 8 column amaxes reduced at once the same way, per lane 4
 // codes as one 32-bit store, so a warp writes a column's 128 codes at once. The
