@@ -5,7 +5,9 @@
 # Needs a CUDA build (build/bench/gpubench_gpt; MXDP_BUILD_DIR to use another) and python3 with torch.
 # STEPS (default 30) timed steps per system; MODES (default "eager compile") the PyTorch modes to run;
 # FLOAT8 (default none; "tensorwise", "rowwise" or both) adds torchao float8 training under
-# torch.compile for each recipe named (needs torchao: on a machine without network, carry its wheel).
+# torch.compile for each recipe named (needs torchao: on a machine without network, carry its wheel);
+# FLOAT8_MODE (default compile; compile-blocks compiles each block on its own, torchtitan's regional
+# compile, which a 48-layer model needs to compile in minutes) the mode of those rows.
 # Issue 22's same-run table at one size:
 #   FLOAT8=tensorwise MODES=compile bash bench/compare_torch.sh gpt2-774m 8 1024 bf16,fp8b128+fp8
 set -euo pipefail
@@ -26,7 +28,8 @@ torch_row() {
 }
 for mode in ${MODES:-eager compile}; do torch_row "pytorch-$mode" "out of memory?" --mode "$mode"; done
 for recipe in ${FLOAT8:-}; do
-  torch_row "pytorch-compile-float8-$recipe" "torchao missing, or out of memory?" --mode compile --float8 "$recipe"
+  fmode=${FLOAT8_MODE:-compile}
+  torch_row "pytorch-$fmode-float8-$recipe" "torchao missing, or out of memory?" --mode "$fmode" --float8 "$recipe"
 done
 python3 - "$LOG" <<'PY'
 import json, sys

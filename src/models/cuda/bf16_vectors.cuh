@@ -4,13 +4,14 @@
 // (models/llama/cuda/llama_kernels.cu). W = 8: one 16-byte access (the callers
 // check the alignment); otherwise W 2-byte accesses. Read raw (load_raw),
 // converted to floats (unpack), both at once (load), and back, rounded to bf16
-// with the codec's rounding (store). The split lets a thread issue several
+// with the codec's rounding (store; 8 at once through bf16x8_rn, the same bits). The split lets a thread issue several
 // loads before it waits for the first. Moved here from gpt_kernels.cu unchanged.
 #pragma once
 
 #include <cstdint>
 
 #include "formats/codec.h"
+#include "formats/cuda/bf16_pack.cuh"
 
 namespace mxdp::cuda::device {
 
@@ -47,10 +48,8 @@ __device__ __forceinline__ void load(const uint16_t* p, float (&f)[W]) {
 template <int W>
 __device__ __forceinline__ void store(uint16_t* p, const float (&f)[W]) {
   if constexpr (W == 8) {
-    uint4 u;
-    uint16_t* h = reinterpret_cast<uint16_t*>(&u);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) h[i] = codec::bf16_from_f32(f[i]);
+    uint4 u;  // the hardware's paired rounding, the codec's bits (bf16x8_rn)
+    bf16x8_rn(f, reinterpret_cast<uint32_t*>(&u));
     *reinterpret_cast<uint4*>(p) = u;
   } else {
 #pragma unroll
