@@ -16,6 +16,7 @@ MODEL=${1:-gpt2-124m} B=${2:-16} T=${3:-1024} FORMATS=${4:-bf16,mxfp8,nvfp4}
 BIN=${MXDP_BUILD_DIR:-build}/bench/gpubench_gpt
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
 LOG=$(mktemp)
+trap 'rm -f "$LOG" "$LOG.err"' EXIT
 STEPS=${STEPS:-30}
 "$BIN" "$MODEL" "$B" "$T" "$STEPS" "$FORMATS" | tee -a "$LOG"
 # One PyTorch row: its system name and why it may fail (for the table when it
@@ -23,8 +24,11 @@ STEPS=${STEPS:-30}
 torch_row() {
   local name=$1 why=$2
   shift 2
-  python3 bench/torch_gpt.py --model "$MODEL" --batch "$B" --seq "$T" --steps "$STEPS" --warmup 5 "$@" 2>/dev/null \
-    | tail -1 | tee -a "$LOG" || echo "{\"system\": \"$name\", \"error\": \"failed ($why)\"}" | tee -a "$LOG"
+  if ! python3 bench/torch_gpt.py --model "$MODEL" --batch "$B" --seq "$T" --steps "$STEPS" --warmup 5 "$@" \
+      2>"$LOG.err" | tail -1 | tee -a "$LOG"; then
+    echo "{\"system\": \"$name\", \"error\": \"failed ($why)\"}" | tee -a "$LOG"
+    tail -5 "$LOG.err" >&2  # why, in PyTorch's words
+  fi
 }
 for mode in ${MODES:-eager compile}; do torch_row "pytorch-$mode" "out of memory?" --mode "$mode"; done
 for recipe in ${FLOAT8:-}; do
