@@ -8,10 +8,15 @@
 #
 #   bash scripts/fp8_convergence.sh [build dir=build]
 #   env: RUNS (runs/fp8_convergence), STEPS (2000), MODELS ("gpt2-124m:16 gpt2-350m:8"
-#        as model:batch), CORPORA ("kjv stdlib")
+#        as model:batch), CORPORA ("kjv stdlib"; also sitepkgs), TRAIN_ARGS (more
+#        options for both runs of every pair, e.g. "--lr 6e-4 --min-lr 6e-5")
 # Corpora: kjv = the shipped data/kjv.txt (2.3 MB, byte tokens); stdlib = the
-# Python standard library's .py sources concatenated (tens of MB of real text,
-# on any machine with python3: the GPU machine has no network).
+# Python standard library's .py sources concatenated (about 10 MB of real text,
+# on any machine with python3: the GPU machine has no network); sitepkgs = the
+# .py sources of every installed Python package (site-packages, tests left out,
+# at most SITEPKGS_MB, default 256): on the GPU machine, whose Python holds
+# PyTorch, JAX, transformers and more, a corpus of a few hundred MB, so that a
+# run of a few thousand steps sees each token about once.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 B=${1:-build}
@@ -44,7 +49,30 @@ print(f"stdlib corpus: {total / 1e6:.1f} MB from {root}", file=sys.stderr)
 EOF
       fi
       echo "$f" ;;
-    *) echo "unknown corpus $1 (kjv, stdlib)" >&2; exit 2 ;;
+    sitepkgs)
+      local f="$OUT/sitepkgs.txt"
+      if [ ! -s "$f" ]; then
+        python3 - "$f" "${SITEPKGS_MB:-256}" <<'EOF'
+import pathlib, sys, sysconfig
+roots = sorted({sysconfig.get_paths()[k] for k in ("purelib", "platlib")})
+cap, total, files = int(sys.argv[2]) << 20, 0, 0
+with open(sys.argv[1], "wb") as out:
+    for root in roots:
+        for p in sorted(pathlib.Path(root).rglob("*.py")):
+            if {"test", "tests", "testing"} & set(p.parts):
+                continue
+            b = p.read_bytes()
+            out.write(b + b"\n")
+            total, files = total + len(b) + 1, files + 1
+            if total > cap:
+                break
+        if total > cap:
+            break
+print(f"sitepkgs corpus: {total / 1e6:.1f} MB from {files} files under {', '.join(roots)}", file=sys.stderr)
+EOF
+      fi
+      echo "$f" ;;
+    *) echo "unknown corpus $1 (kjv, stdlib, sitepkgs)" >&2; exit 2 ;;
   esac
 }
 
@@ -61,6 +89,7 @@ for mb in $MODELS; do
       "$B/mxdp" train --device cuda --model "$model" --data "$data" --batch-size "$batch" --seq-len 1024 \
         --steps "$STEPS" --eval-every 250 --eval-batches 16 --sample-tokens 0 --progress lines --log-every 250 \
         --save-dir "$OUT/$name/ckpt" --save-every 0 --start-over --metrics "$OUT/$name/metrics.jsonl" "${args[@]}" \
+        ${TRAIN_ARGS:-} \
         >"$OUT/$name.log" 2>&1 || { echo "FAILED: $name (log: $OUT/$name.log)"; tail -5 "$OUT/$name.log"; exit 1; }
       grep -E "^done:" "$OUT/$name.log" || true
     done
