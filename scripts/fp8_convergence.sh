@@ -9,7 +9,11 @@
 #   bash scripts/fp8_convergence.sh [build dir=build]
 #   env: RUNS (runs/fp8_convergence), STEPS (2000), MODELS ("gpt2-124m:16 gpt2-350m:8"
 #        as model:batch), CORPORA ("kjv stdlib"; also sitepkgs), TRAIN_ARGS (more
-#        options for both runs of every pair, e.g. "--lr 6e-4 --min-lr 6e-5")
+#        options for both runs of every pair, e.g. "--lr 6e-4 --min-lr 6e-5"), SEEDS (e.g.
+#        "1 2 3": a pair per seed, then FP8's ratio over the seeds beside bf16's own spread
+#        from seed to seed; default: one pair at mxdp's default seed), DEVICE (cuda), SEQ
+#        (1024), EVAL_EVERY (250). On the CPU, as a check of the script itself:
+#        DEVICE=cpu SEQ=128 MODELS="tiny:8" CORPORA=kjv STEPS=40 EVAL_EVERY=20 SEEDS="1 2"
 # Corpora: kjv = the shipped data/kjv.txt (2.3 MB, byte tokens); stdlib = the
 # Python standard library's .py sources concatenated (about 10 MB of real text,
 # on any machine with python3: the GPU machine has no network); sitepkgs = the
@@ -24,6 +28,7 @@ OUT=${RUNS:-runs/fp8_convergence}
 STEPS=${STEPS:-2000}
 MODELS=${MODELS:-"gpt2-124m:16 gpt2-350m:8"}
 CORPORA=${CORPORA:-"kjv stdlib"}
+DEVICE=${DEVICE:-cuda} SEQ=${SEQ:-1024} EVAL_EVERY=${EVAL_EVERY:-250}
 mkdir -p "$OUT"
 
 corpus_file() {
@@ -78,25 +83,28 @@ EOF
 
 summary="$OUT/summary.txt"
 : >"$summary"
-for mb in $MODELS; do
-  model=${mb%%:*} batch=${mb##*:}
-  for corpus in $CORPORA; do
-    data=$(corpus_file "$corpus")
-    for v in bf16 fp8; do
-      name="$model-$corpus-$v"
-      args=(--weight-format bf16)
-      [ "$v" = fp8 ] && args=(--weight-format fp8b128 --compute-dtype fp8)
-      "$B/mxdp" train --device cuda --model "$model" --data "$data" --batch-size "$batch" --seq-len 1024 \
-        --steps "$STEPS" --eval-every 250 --eval-batches 16 --sample-tokens 0 --progress lines --log-every 250 \
-        --save-dir "$OUT/$name/ckpt" --save-every 0 --start-over --metrics "$OUT/$name/metrics.jsonl" "${args[@]}" \
-        ${TRAIN_ARGS:-} \
-        >"$OUT/$name.log" 2>&1 || { echo "FAILED: $name (log: $OUT/$name.log)"; tail -5 "$OUT/$name.log"; exit 1; }
-      grep -E "^done:" "$OUT/$name.log" || true
-    done
-    "$B/mxdp" plot --metrics "$OUT/$model-$corpus-bf16/metrics.jsonl" "$OUT/$model-$corpus-fp8/metrics.jsonl" \
-      --label bf16 --label fp8 --title "$model on $corpus: bf16 vs FP8 compute" --output "$OUT/$model-$corpus.svg" || true
-    python3 - "$OUT/$model-$corpus-bf16/metrics.jsonl" "$OUT/$model-$corpus-fp8/metrics.jsonl" "$model $corpus" \
-      >>"$summary" <<'EOF'
+
+# One pair (bf16, then FP8) of a model, batch, corpus and seed ("default": mxdp's), plotted and summed up.
+run_pair() {
+  local model=$1 batch=$2 corpus=$3 data=$4 seed=$5 tag=$1-$3 v name
+  local seed_args=()
+  if [ "$seed" != default ]; then tag=$model-$corpus-s$seed; seed_args=(--seed "$seed"); fi
+  for v in bf16 fp8; do
+    name="$tag-$v"
+    local args=(--weight-format bf16)
+    [ "$v" = fp8 ] && args=(--weight-format fp8b128 --compute-dtype fp8)
+    "$B/mxdp" train --device "$DEVICE" --model "$model" --data "$data" --batch-size "$batch" --seq-len "$SEQ" \
+      --steps "$STEPS" --eval-every "$EVAL_EVERY" --eval-batches 16 --sample-tokens 0 --progress lines \
+      --log-every "$EVAL_EVERY" --save-dir "$OUT/$name/ckpt" --save-every 0 --start-over \
+      --metrics "$OUT/$name/metrics.jsonl" "${args[@]}" "${seed_args[@]}" ${TRAIN_ARGS:-} \
+      >"$OUT/$name.log" 2>&1 || { echo "FAILED: $name (log: $OUT/$name.log)"; tail -5 "$OUT/$name.log"; exit 1; }
+    grep -E "^done:" "$OUT/$name.log" || true
+  done
+  "$B/mxdp" plot --metrics "$OUT/$tag-bf16/metrics.jsonl" "$OUT/$tag-fp8/metrics.jsonl" \
+    --label bf16 --label fp8 --title "$model on $corpus: bf16 vs FP8 compute" --output "$OUT/$tag.svg" || true
+  local what="$model $corpus"
+  [ "$seed" != default ] && what="$what seed $seed"
+  python3 - "$OUT/$tag-bf16/metrics.jsonl" "$OUT/$tag-fp8/metrics.jsonl" "$what" >>"$summary" <<'EOF'
 import json, sys
 def read(path):
     train, ev = {}, {}
@@ -121,6 +129,28 @@ def spike(losses, window=20, after=200):
 print(f"{sys.argv[3]}: final eval bf16 {eb:.4f}, fp8 {ef:.4f}, fp8/bf16 {ef / eb:.4f} "
       f"({(ef / eb - 1) * 100:+.2f}%); largest spike bf16 {spike(tb) * 100:.1f}%, fp8 {spike(tf) * 100:.1f}%")
 EOF
-    tail -1 "$summary"
+  tail -1 "$summary"
+}
+
+# Several seeds of one model and corpus: FP8's ratio over them beside bf16's own spread from seed to seed.
+seed_summary() {
+  python3 - "$summary" "$1" >>"$summary" <<'EOF'
+import re, sys
+pairs = [tuple(map(float, m.groups())) for line in open(sys.argv[1]) if line.startswith(sys.argv[2] + " seed ")
+         for m in [re.search(r"final eval bf16 ([0-9.]+), fp8 ([0-9.]+)", line)] if m]
+r = [f / b for b, f in pairs]
+b = [b for b, _ in pairs]
+print(f"{sys.argv[2]}, {len(pairs)} seeds: fp8/bf16 mean {sum(r) / len(r):.4f} (min {min(r):.4f}, max {max(r):.4f}); "
+      f"bf16 eval from seed to seed {min(b):.4f}-{max(b):.4f} ({(max(b) / min(b) - 1) * 100:.2f}% apart)")
+EOF
+  tail -1 "$summary"
+}
+
+for mb in $MODELS; do
+  model=${mb%%:*} batch=${mb##*:}
+  for corpus in $CORPORA; do
+    data=$(corpus_file "$corpus")
+    for seed in ${SEEDS:-default}; do run_pair "$model" "$batch" "$corpus" "$data" "$seed"; done
+    if [ "$(echo ${SEEDS:-default} | wc -w)" -gt 1 ]; then seed_summary "$model $corpus"; fi
   done
 done
