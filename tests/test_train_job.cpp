@@ -30,6 +30,7 @@
 #include "data/data.h"
 #include "io/checkpoint.h"
 #include "mpi_session.h"
+#include "tiny_train_fixture.h"
 #include "tmpdir_util.h"
 #include "train/trainer.h"
 
@@ -139,20 +140,9 @@ bool wait_for_train_lines(const std::string& path, size_t n) {
   return false;
 }
 
-class TrainJob : public ::testing::Test {
+class TrainJob : public mt::TinyTrainTest {
  protected:
-  void SetUp() override {
-    std::string text;
-    for (int i = 0; i < 300; ++i) text += "In the beginning God created the heaven and the earth. " + std::to_string(i) + "\n";
-    mt::write_file(d / "corpus.txt", text);
-    mxdp::prepare(d / "corpus.txt", d / "data", 0.1, nullptr);
-    common = std::string(kTiny) + " --data " + quote(d / "data");
-  }
-  mt::RunResult train(const std::string& args, const std::string& log) {
-    return mt::run_mxdp("train " + common + " " + args, d / log);
-  }
-  mt::TempDir d;
-  std::string common;
+  TrainJob() : TinyTrainTest(kTiny) {}
 };
 
 }  // namespace
@@ -300,9 +290,7 @@ TEST_F(TrainJob, OutOfRangeOptionsAreRefused) {
 
 // Item 8: --eval-every 0 never evaluates, so a val.bin too small for a batch is fine.
 TEST_F(TrainJob, NoEvalNeedsNoValidationBatch) {
-  std::string text;
-  for (int i = 0; i < 300; ++i) text += "In the beginning God created the heaven and the earth. " + std::to_string(i) + "\n";
-  mt::write_file(d / "small_val.txt", text);
+  mt::write_file(d / "small_val.txt", mt::numbered_corpus());
   mxdp::prepare(d / "small_val.txt", d / "sv", 0.0005, nullptr);  // val.bin: ~8 tokens < 2 x 17
   ASSERT_LT(mxdp::TokenDataset((fs::path(d / "sv") / "val.bin").string()).size(), 34u);
   auto r = mt::run_mxdp("train " + std::string(kTiny) + " --data " + quote(d / "sv") + " --steps 2 --eval-every 0",

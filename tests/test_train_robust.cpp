@@ -20,6 +20,7 @@
 
 #include "data/data.h"
 #include "mpi_session.h"
+#include "tiny_train_fixture.h"
 #include "tmpdir_util.h"
 
 namespace {
@@ -39,20 +40,9 @@ const char* kTiny =
     "--model tiny --n-layer 1 --d-model 32 --seq-len 16 --batch-size 2 --eval-batches 1 --sample-tokens 0 "
     "--threads 1 --progress lines --log-every 1";
 
-class TrainRobust : public ::testing::Test {
+class TrainRobust : public mt::TinyTrainTest {
  protected:
-  void SetUp() override {
-    std::string text;
-    for (int i = 0; i < 300; ++i) text += "In the beginning God created the heaven and the earth. " + std::to_string(i) + "\n";
-    mt::write_file(d / "corpus.txt", text);
-    mxdp::prepare(d / "corpus.txt", d / "data", 0.1, nullptr);
-    common = std::string(kTiny) + " --data " + quote(d / "data");
-  }
-  mt::RunResult train(const std::string& args, const std::string& log) {
-    return mt::run_mxdp("train " + common + " " + args, d / log);
-  }
-  mt::TempDir d;
-  std::string common;
+  TrainRobust() : TinyTrainTest(kTiny) {}
 };
 
 struct Metric {

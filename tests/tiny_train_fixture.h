@@ -1,0 +1,43 @@
+// What the `mxdp train` job tests share (test_train_job.cpp, test_train_robust.cpp):
+// a small corpus of numbered lines, prepared into byte-token shards in a temp
+// directory, and `mxdp train` run on it with a test's tiny-model flags.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+
+#include "data/data.h"
+#include "tmpdir_util.h"
+
+namespace mxdp::testing {
+
+// `lines` numbered lines of Genesis 1:1: real text whose every line differs.
+inline std::string numbered_corpus(int lines = 300) {
+  std::string text;
+  for (int i = 0; i < lines; ++i) text += "In the beginning God created the heaven and the earth. " + std::to_string(i) + "\n";
+  return text;
+}
+
+// A fixture: the corpus prepared into d/data (val_fraction 0.1), and train() runs
+// `mxdp train <flags> --data d/data <args>` with its output in d/<log>.
+class TinyTrainTest : public ::testing::Test {
+ protected:
+  explicit TinyTrainTest(std::string flags) : flags_(std::move(flags)) {}
+  void SetUp() override {
+    write_file(d / "corpus.txt", numbered_corpus());
+    mxdp::prepare(d / "corpus.txt", d / "data", 0.1, nullptr);
+    common = flags_ + " --data " + quote(d / "data");
+  }
+  RunResult train(const std::string& args, const std::string& log) {
+    return run_mxdp("train " + common + " " + args, d / log);
+  }
+  TempDir d;
+  std::string common;  // the flags and --data, for tests that build their own command line
+
+ private:
+  std::string flags_;
+};
+
+}  // namespace mxdp::testing
