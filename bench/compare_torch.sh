@@ -23,11 +23,12 @@ LOG=$(mktemp)
 trap 'rm -f "$LOG" "$LOG.err"' EXIT
 STEPS=${STEPS:-30}
 # A system's process, under scripts/gpu_clocks.py where nvidia-smi exists (CLOCKS=0: bare).
+clocked=0
+if [ "${CLOCKS:-1}" != 0 ] && command -v nvidia-smi >/dev/null; then clocked=1; fi
 clocks() {
-  if [ "${CLOCKS:-1}" != 0 ] && command -v nvidia-smi >/dev/null; then python3 scripts/gpu_clocks.py -- "$@"
-  else "$@"; fi
+  if [ "$clocked" = 1 ]; then python3 scripts/gpu_clocks.py -- "$@"; else "$@"; fi
 }
-if [ "${CLOCKS:-1}" != 0 ] && command -v nvidia-smi >/dev/null; then
+if [ "$clocked" = 1 ]; then
   for f in ${FORMATS//,/ }; do clocks "$BIN" "$MODEL" "$B" "$T" "$STEPS" "$f" | tee -a "$LOG"; done
 else
   "$BIN" "$MODEL" "$B" "$T" "$STEPS" "$FORMATS" | tee -a "$LOG"

@@ -83,8 +83,8 @@ def main():
     smi = shutil.which("nvidia-smi")
     if smi is None:
         rc = subprocess.call(cmd)
-        print(json.dumps({"what": "gpu_clocks", "label": a.label, "samples": 0, "busy_samples": 0,
-                          "note": "nvidia-smi not found: no clock figures"}), flush=True)
+        print(json.dumps(dict(summarize([], a.busy, a.label), note="nvidia-smi not found: no clock figures")),
+              flush=True)
         return rc
     sampler = subprocess.Popen([smi, "-i", a.gpu, f"--query-gpu={FIELDS}", "--format=csv,noheader,nounits",
                                 "-lms", str(a.interval_ms)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
