@@ -31,52 +31,37 @@ CORPORA=${CORPORA:-"kjv stdlib"}
 DEVICE=${DEVICE:-cuda} SEQ=${SEQ:-1024} EVAL_EVERY=${EVAL_EVERY:-250}
 mkdir -p "$OUT"
 
+# The .py files under some of sysconfig's paths (keys, comma-separated), in
+# sorted order, concatenated into file (once) until past cap_mb; a file with a
+# path part in `skip` (comma-separated) is left out.
+#   py_corpus name file cap_mb skip keys
+py_corpus() {
+  [ -s "$2" ] && return 0
+  python3 - "$@" <<'EOF'
+import itertools, pathlib, sys, sysconfig
+name, path, cap_mb, skip, keys = sys.argv[1:6]
+roots = sorted({sysconfig.get_paths()[k] for k in keys.split(",")})
+skip, cap, total, files = set(skip.split(",")), int(cap_mb) << 20, 0, 0
+with open(path, "wb") as out:
+    for p in itertools.chain.from_iterable(sorted(pathlib.Path(r).rglob("*.py")) for r in roots):
+        if skip & set(p.parts):
+            continue
+        b = p.read_bytes()
+        out.write(b + b"\n")
+        total, files = total + len(b) + 1, files + 1
+        if total > cap:
+            break
+print(f"{name} corpus: {total / 1e6:.1f} MB from {files} files under {', '.join(roots)}", file=sys.stderr)
+EOF
+}
+
 corpus_file() {
   case $1 in
     kjv) echo data/kjv.txt ;;
-    stdlib)
-      local f="$OUT/stdlib.txt"
-      if [ ! -s "$f" ]; then
-        python3 - "$f" <<'EOF'
-import pathlib, sys, sysconfig
-root = pathlib.Path(sysconfig.get_paths()["stdlib"])
-out, total = open(sys.argv[1], "wb"), 0
-for p in sorted(root.rglob("*.py")):
-    if "site-packages" in p.parts or "test" in p.parts:
-        continue
-    b = p.read_bytes()
-    out.write(b + b"\n")
-    total += len(b) + 1
-    if total > 48 << 20:
-        break
-out.close()
-print(f"stdlib corpus: {total / 1e6:.1f} MB from {root}", file=sys.stderr)
-EOF
-      fi
-      echo "$f" ;;
+    stdlib) py_corpus stdlib "$OUT/stdlib.txt" 48 site-packages,test stdlib; echo "$OUT/stdlib.txt" ;;
     sitepkgs)
-      local f="$OUT/sitepkgs.txt"
-      if [ ! -s "$f" ]; then
-        python3 - "$f" "${SITEPKGS_MB:-256}" <<'EOF'
-import pathlib, sys, sysconfig
-roots = sorted({sysconfig.get_paths()[k] for k in ("purelib", "platlib")})
-cap, total, files = int(sys.argv[2]) << 20, 0, 0
-with open(sys.argv[1], "wb") as out:
-    for root in roots:
-        for p in sorted(pathlib.Path(root).rglob("*.py")):
-            if {"test", "tests", "testing"} & set(p.parts):
-                continue
-            b = p.read_bytes()
-            out.write(b + b"\n")
-            total, files = total + len(b) + 1, files + 1
-            if total > cap:
-                break
-        if total > cap:
-            break
-print(f"sitepkgs corpus: {total / 1e6:.1f} MB from {files} files under {', '.join(roots)}", file=sys.stderr)
-EOF
-      fi
-      echo "$f" ;;
+      py_corpus sitepkgs "$OUT/sitepkgs.txt" "${SITEPKGS_MB:-256}" test,tests,testing purelib,platlib
+      echo "$OUT/sitepkgs.txt" ;;
     *) echo "unknown corpus $1 (kjv, stdlib, sitepkgs)" >&2; exit 2 ;;
   esac
 }
