@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "data/data.h"
+#include "train/schedule.h"
 #include "mpi_session.h"
 #include "tiny_train_fixture.h"
 #include "tmpdir_util.h"
@@ -438,4 +439,73 @@ TEST_F(TrainRobust, SampleCountsAreBounded) {
     EXPECT_LT(r.exit_code, 128) << bad << " crashed: " << r.output;
     EXPECT_TRUE(mt::contains(r.output, std::string(bad).substr(0, std::string(bad).find(' ')))) << bad << ": " << r.output;
   }
+}
+
+// The default peak learning rate follows the model's width: GPT-3's rates
+// (Brown et al. 2020, table 2.1, typed in here from the paper: d_model and
+// peak lr of its eight models), 3e-3 (the tiny models' rate) up to d_model 256.
+TEST(DefaultLearningRate, IsGpt3sRateForTheWidth) {
+  const std::pair<int, double> gpt3[] = {{768, 6.0e-4},  {1024, 3.0e-4}, {1536, 2.5e-4}, {2048, 2.0e-4},
+                                         {2560, 1.6e-4}, {4096, 1.2e-4}, {5140, 1.0e-4}, {12288, 0.6e-4}};
+  for (auto [width, lr] : gpt3) EXPECT_DOUBLE_EQ(mxdp::default_peak_lr(width), lr) << "d_model " << width;
+  // Between GPT-3's widths: the rate of the next wider one.
+  EXPECT_DOUBLE_EQ(mxdp::default_peak_lr(576), 6.0e-4);   // smollm2-135m
+  EXPECT_DOUBLE_EQ(mxdp::default_peak_lr(896), 3.0e-4);   // qwen2.5-0.5b
+  EXPECT_DOUBLE_EQ(mxdp::default_peak_lr(1280), 2.5e-4);  // gpt2-774m
+  EXPECT_DOUBLE_EQ(mxdp::default_peak_lr(1600), 2.0e-4);  // gpt2-1558m
+  EXPECT_DOUBLE_EQ(mxdp::default_peak_lr(20000), 0.6e-4);
+  for (int small : {1, 32, 64, 256}) EXPECT_DOUBLE_EQ(mxdp::default_peak_lr(small), 3e-3) << small;
+  EXPECT_DOUBLE_EQ(mxdp::default_peak_lr(257), 6.0e-4);
+  EXPECT_THROW(mxdp::default_peak_lr(0), std::exception);
+}
+
+// `mxdp train` without --lr peaks at the width's rate and decays to a tenth of
+// it, says so in its header and records it; --lr alone sets the peak and the
+// floor follows it; a resumed run without --lr keeps its checkpoint's rate.
+TEST_F(TrainRobust, TheDefaultLearningRateFollowsTheWidth) {
+  auto schedule_of = [](const std::string& metrics_path) {
+    for (const Metric& m : metrics(metrics_path))
+      if (m.kind == "config") return m.line.at("schedule");
+    return json();
+  };
+  const std::string data = " --data " + quote(d / "data");
+  const std::string wide = "train --model tiny --n-layer 1 --n-head 4 --d-model 768 --vocab 256 --seq-len 8 "
+                           "--batch-size 1 --eval-every 0 --sample-tokens 0 --threads 1 --warmup-steps 1 --steps 2";
+  auto w = mt::run_mxdp(wide + data + " --metrics " + quote(d / "w.jsonl"), d / "w.log");
+  ASSERT_EQ(w.exit_code, 0) << w.output;
+  EXPECT_TRUE(mt::contains(w.output, "default for d_model 768")) << w.output;
+  json s = schedule_of(d / "w.jsonl");
+  EXPECT_DOUBLE_EQ(s.value("lr", 0.0), 6e-4) << s.dump();
+  EXPECT_DOUBLE_EQ(s.value("min_lr", 0.0), 6e-5) << s.dump();
+  int peaks = 0;
+  for (const Metric& m : metrics(d / "w.jsonl")) {
+    if (m.kind != "train" || m.lr != 6e-4) continue;
+    ++peaks;  // step 1 ends the one-step warmup at the peak
+    EXPECT_EQ(m.step, 1);
+  }
+  EXPECT_EQ(peaks, 1);
+
+  auto tiny = train("--steps 2 --eval-every 0 --metrics " + quote(d / "t.jsonl"), "t.log");
+  ASSERT_EQ(tiny.exit_code, 0) << tiny.output;
+  s = schedule_of(d / "t.jsonl");
+  EXPECT_DOUBLE_EQ(s.value("lr", 0.0), 3e-3) << s.dump();
+  EXPECT_DOUBLE_EQ(s.value("min_lr", 0.0), 3e-4) << s.dump();
+
+  auto given = train("--steps 2 --eval-every 0 --lr 1e-3 --save-dir " + quote(d / "ck") + " --metrics " +
+                         quote(d / "g.jsonl"),
+                     "g.log");
+  ASSERT_EQ(given.exit_code, 0) << given.output;
+  EXPECT_FALSE(mt::contains(given.output, "default for d_model")) << given.output;
+  s = schedule_of(d / "g.jsonl");
+  EXPECT_DOUBLE_EQ(s.value("lr", 0.0), 1e-3) << s.dump();
+  EXPECT_DOUBLE_EQ(s.value("min_lr", 0.0), 1e-4) << s.dump();
+
+  auto resumed = train("--steps 3 --eval-every 0 --load " + quote(d / "ck") + " --metrics " + quote(d / "r.jsonl"),
+                       "r.log");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_FALSE(mt::contains(resumed.output, "default for d_model")) << resumed.output;
+  s = schedule_of(d / "r.jsonl");
+  EXPECT_EQ(s.value("source", ""), "checkpoint") << s.dump();
+  EXPECT_DOUBLE_EQ(s.value("lr", 0.0), 1e-3) << s.dump();
+  EXPECT_DOUBLE_EQ(s.value("min_lr", 0.0), 1e-4) << s.dump();
 }

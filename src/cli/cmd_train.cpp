@@ -80,8 +80,7 @@ void add_train_command(CLI::App& app, Runner& run) {
   c.steps = 1200;
   c.seq_len = 128;
   c.eval_every = 100;
-  c.dp.lr = 3e-3;
-  c.dp.min_lr = 3e-4;
+  c.lr_follows_model = true;  // --lr / --min-lr not given: by the model's width (train/schedule.h)
   c.dp.warmup_steps = 20;
   CLI::App* cmd = app.add_subcommand("train", "Train a GPT with data parallelism (run under mpirun for several ranks)");
   cmd->option_defaults()->always_capture_default();
@@ -152,8 +151,12 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_option("--comm-timeout", c.comm_timeout, "Seconds a collective may take before the job aborts")->group(core);
 
   auto optg = "Optimizer";
-  cmd->add_option("--lr", c.dp.lr, "Peak learning rate")->group(optg);
-  cmd->add_option("--min-lr", c.dp.min_lr, "Learning rate at the end of the cosine decay")->group(optg);
+  cmd->add_option("--lr", c.dp.lr,
+                  "Peak learning rate (default: by the model's width: 3e-3 up to d_model 256, then GPT-3's rates, "
+                  "6e-4 at 768, 3e-4 at 1024, 2.5e-4 to 1536, 2e-4 to 2048, ...)")
+      ->default_str("by model")->group(optg);
+  cmd->add_option("--min-lr", c.dp.min_lr, "Learning rate at the end of the cosine decay")
+      ->default_str("lr / 10")->group(optg);
   cmd->add_option("--warmup-steps", c.dp.warmup_steps, "Linear warmup steps")->group(optg);
   cmd->add_option("--lr-decay-steps", c.dp.lr_decay_steps, "Cosine decay ends here (-1 = --steps, 0 = no decay)")->group(optg);
   cmd->add_option("--weight-decay", c.dp.weight_decay, "Decoupled weight decay (never on 1-D params)")->group(optg);

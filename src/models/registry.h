@@ -62,6 +62,7 @@ struct ModelSpec {
   int (*vocab)(const ModelConfig& c) = nullptr;    // real vocabulary
   int (*max_seq)(const ModelConfig& c) = nullptr;  // longest sequence
   int (*n_layer)(const ModelConfig& c) = nullptr;  // blocks (for messages)
+  int (*d_model)(const ModelConfig& c) = nullptr;  // width (the default learning rate follows it)
   // The model on the CPU (fp32, host memory), and on the current GPU computing
   // on `stream` (a cudaStream_t); build_cuda is null where this mxdp was built
   // without CUDA and cuDNN.
@@ -81,7 +82,7 @@ struct ModelSpec {
 
 // For an architecture's spec.cpp: `spec` with the entries that follow from
 // its config type filled in (num_parameters, param_specs, vocab, max_seq,
-// n_layer, build_cpu). config_of maps a ModelConfig to the architecture's
+// n_layer, d_model, build_cpu). config_of maps a ModelConfig to the architecture's
 // config (validated, as ModelSpec's functions need), params_of lists a
 // config's parameters, CpuModel is built from a config.
 template <auto config_of, auto params_of, class CpuModel>
@@ -95,6 +96,7 @@ ModelSpec with_config_entries(ModelSpec spec) {
   spec.vocab = [](const ModelConfig& c) { return config_of(c).vocab; };
   spec.max_seq = [](const ModelConfig& c) { return config_of(c).max_seq; };
   spec.n_layer = [](const ModelConfig& c) { return config_of(c).n_layer; };
+  spec.d_model = [](const ModelConfig& c) { return config_of(c).d_model; };
   spec.build_cpu = [](const ModelConfig& c) -> std::unique_ptr<LanguageModel> {
     return std::make_unique<CpuModel>(config_of(c));
   };

@@ -1,6 +1,7 @@
 #include "train/schedule.h"
 
 #include <algorithm>
+#include <iterator>
 #include <fmt/format.h>
 
 #include "util/check.h"
@@ -32,6 +33,20 @@ std::string Schedule::describe(int64_t first, int64_t last) const {
 int64_t Schedule::decay_end(int64_t steps) const {
   if (lr_decay_steps >= 0) return lr_decay_steps;
   return steps > warmup_steps ? steps : 0;  // within the warmup the decay end changes nothing
+}
+
+double default_peak_lr(int d_model) {
+  MXDP_CHECK(d_model >= 1, "default_peak_lr: d_model must be >= 1, got ", d_model);
+  if (d_model <= 256) return 3e-3;
+  struct Row {
+    int d_model;
+    double lr;
+  };
+  static constexpr Row gpt3[] = {{768, 6e-4},  {1024, 3e-4}, {1536, 2.5e-4}, {2048, 2e-4},
+                                 {2560, 1.6e-4}, {4096, 1.2e-4}, {5140, 1e-4},   {12288, 6e-5}};
+  for (const Row& r : gpt3)
+    if (d_model <= r.d_model) return r.lr;
+  return gpt3[std::size(gpt3) - 1].lr;
 }
 
 Schedule schedule_from(const json& s, const std::string& what) {

@@ -24,6 +24,14 @@ struct Schedule {
   int64_t decay_end(int64_t steps) const;
 };
 
+// The peak learning rate `mxdp train` uses when --lr is not given, by the
+// model's width: 3e-3 up to d_model 256 (the tiny models' rate), above that
+// the rate GPT-3 trained its narrowest model at least as wide with (Brown et
+// al. 2020, table 2.1: 6e-4 at d_model 768, 3e-4 at 1024, 2.5e-4 at 1536,
+// 2e-4 at 2048, 1.6e-4 at 2560, 1.2e-4 at 4096, 1e-4 at 5140, 6e-5 at 12288
+// and beyond). docs/gpt.md, "The default learning rate", has the measurements.
+double default_peak_lr(int d_model);
+
 // A schedule recorded in a checkpoint's extra, checked (`what` names the checkpoint).
 Schedule schedule_from(const nlohmann::json& s, const std::string& what);
 

@@ -337,8 +337,9 @@ void Trainer::read_resume_point() {
 void Trainer::resolve_schedule() {
   DpOptions& o = cfg_.dp;
   Schedule cli;
-  cli.lr = o.lr;
-  cli.min_lr = o.min_lr;
+  const TrainConfig::ScheduleGiven& g = cfg_.schedule_given;
+  cli.lr = cfg_.lr_follows_model && !g.lr ? default_peak_lr(mc_.spec().d_model(mc_)) : o.lr;
+  cli.min_lr = cfg_.lr_follows_model && !g.min_lr ? cli.lr / 10 : o.min_lr;
   cli.warmup_steps = o.warmup_steps;
   // The default (-1) ends the cosine at --steps; a run that ends inside the
   // warmup records it as not fixed yet (-1), so that a longer resumed run
@@ -354,7 +355,6 @@ void Trainer::resolve_schedule() {
     // Megatron's rule: a schedule option given on the command line must agree
     // with the checkpoint's; what is not given continues the checkpoint's.
     schedule_ = schedule_from(ckpt_extra_["schedule"], load_path_);
-    const TrainConfig::ScheduleGiven& g = cfg_.schedule_given;
     // Not fixed yet by the checkpoint's run: this run's --lr-decay-steps (or --steps) fixes it.
     if (schedule_.lr_decay_steps < 0) schedule_.lr_decay_steps = cli.lr_decay_steps;
     std::string diff;
@@ -460,7 +460,10 @@ void Trainer::print_header() {
                            : schedule_.source == "override"
                                ? "from the command line (--override-schedule: the checkpoint's is replaced)"
                                : "from the command line";
-  line("schedule", from + ": " + schedule_.describe(start_step_ + 1, cfg_.steps));
+  std::string lr_from;  // where the peak lr came from, when no --lr set it
+  if (schedule_.source != "checkpoint" && cfg_.lr_follows_model && !cfg_.schedule_given.lr)
+    lr_from = ::fmt::format(" (the peak lr is the default for d_model {}; --lr sets another)", mc_.spec().d_model(mc_));
+  line("schedule", from + ": " + schedule_.describe(start_step_ + 1, cfg_.steps) + lr_from);
   line("eval_every", ::fmt::format("{} ({} batches, {} pass{}{})", cfg_.eval_every, cfg_.eval_batches, cfg_.eval_passes,
                                    cfg_.eval_passes > 1 ? "es" : "", cfg_.eval_first ? ", also before the first step" : ""));
   line("save", cfg_.save_dir.empty()  ? "off"

@@ -59,6 +59,11 @@ struct TrainConfig {
     bool lr = false, min_lr = false, warmup_steps = false, lr_decay_steps = false;
   } schedule_given;
   bool override_schedule = false;
+  // `mxdp train`'s defaults: a schedule whose lr was not given (schedule_given)
+  // peaks at default_peak_lr(the model's d_model), and one whose min_lr was not
+  // given decays to a tenth of its peak. Off (dp.lr and dp.min_lr as they are)
+  // for a TrainConfig built in code.
+  bool lr_follows_model = false;
   // eval
   int64_t eval_every = 50;  // 0 = never (a last eval runs at the end unless 0)
   int eval_batches = 8;
