@@ -1,6 +1,7 @@
 #include "train/schedule.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <iterator>
 #include <fmt/format.h>
 
@@ -47,6 +48,10 @@ double default_peak_lr(int d_model) {
   for (const Row& r : gpt3)
     if (d_model <= r.d_model) return r.lr;
   return gpt3[std::size(gpt3) - 1].lr;
+}
+
+double default_min_lr(double peak_lr) {
+  return std::strtod(::fmt::format("{:.15g}", peak_lr / 10).c_str(), nullptr);
 }
 
 Schedule schedule_from(const json& s, const std::string& what) {

@@ -31,6 +31,10 @@ struct Schedule {
 // 2e-4 at 2048, 1.6e-4 at 2560, 1.2e-4 at 4096, 1e-4 at 5140, 6e-5 at 12288
 // and beyond). docs/gpt.md, "The default learning rate", has the measurements.
 double default_peak_lr(int d_model);
+// The floor of the cosine when --min-lr is not given: a tenth of the peak as
+// written in decimal (15 digits), so that 3e-3 gives the double 3e-4 is, not
+// 3e-3 / 10, which is another double (0.00030000000000000003).
+double default_min_lr(double peak_lr);
 
 // A schedule recorded in a checkpoint's extra, checked (`what` names the checkpoint).
 Schedule schedule_from(const nlohmann::json& s, const std::string& what);

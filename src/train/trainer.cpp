@@ -339,7 +339,7 @@ void Trainer::resolve_schedule() {
   Schedule cli;
   const TrainConfig::ScheduleGiven& g = cfg_.schedule_given;
   cli.lr = cfg_.lr_follows_model && !g.lr ? default_peak_lr(mc_.spec().d_model(mc_)) : o.lr;
-  cli.min_lr = cfg_.lr_follows_model && !g.min_lr ? cli.lr / 10 : o.min_lr;
+  cli.min_lr = cfg_.lr_follows_model && !g.min_lr ? default_min_lr(cli.lr) : o.min_lr;
   cli.warmup_steps = o.warmup_steps;
   // The default (-1) ends the cosine at --steps; a run that ends inside the
   // warmup records it as not fixed yet (-1), so that a longer resumed run
