@@ -66,8 +66,9 @@ corpus_file() {
   esac
 }
 
-summary="$OUT/summary.txt"
+summary="$OUT/summary.txt" pairs="$OUT/pairs.tsv"  # pairs: what, bf16 and FP8 final eval, full precision
 : >"$summary"
+: >"$pairs"
 
 # One pair (bf16, then FP8) of a model, batch, corpus and seed ("default": mxdp's), plotted and summed up.
 run_pair() {
@@ -89,7 +90,7 @@ run_pair() {
     --label bf16 --label fp8 --title "$model on $corpus: bf16 vs FP8 compute" --output "$OUT/$tag.svg" || true
   local what="$model $corpus"
   [ "$seed" != default ] && what="$what seed $seed"
-  python3 - "$OUT/$tag-bf16/metrics.jsonl" "$OUT/$tag-fp8/metrics.jsonl" "$what" >>"$summary" <<'EOF'
+  python3 - "$OUT/$tag-bf16/metrics.jsonl" "$OUT/$tag-fp8/metrics.jsonl" "$what" "$pairs" >>"$summary" <<'EOF'
 import json, sys
 def read(path):
     train, ev = {}, {}
@@ -113,16 +114,18 @@ def spike(losses, window=20, after=200):
 (tb, eb), (tf, ef) = read(sys.argv[1]), read(sys.argv[2])
 print(f"{sys.argv[3]}: final eval bf16 {eb:.4f}, fp8 {ef:.4f}, fp8/bf16 {ef / eb:.4f} "
       f"({(ef / eb - 1) * 100:+.2f}%); largest spike bf16 {spike(tb) * 100:.1f}%, fp8 {spike(tf) * 100:.1f}%")
+with open(sys.argv[4], "a") as f:  # the final evals as the metrics hold them, for seed_summary
+    f.write(f"{sys.argv[3]}\t{eb!r}\t{ef!r}\n")
 EOF
   tail -1 "$summary"
 }
 
 # Several seeds of one model and corpus: FP8's ratio over them beside bf16's own spread from seed to seed.
 seed_summary() {
-  python3 - "$summary" "$1" >>"$summary" <<'EOF'
-import re, sys
-pairs = [tuple(map(float, m.groups())) for line in open(sys.argv[1]) if line.startswith(sys.argv[2] + " seed ")
-         for m in [re.search(r"final eval bf16 ([0-9.]+), fp8 ([0-9.]+)", line)] if m]
+  python3 - "$pairs" "$1" >>"$summary" <<'EOF'
+import sys
+pairs = [(float(b), float(f)) for what, b, f in (line.rstrip("\n").split("\t") for line in open(sys.argv[1]))
+         if what.startswith(sys.argv[2] + " seed ")]
 r = [f / b for b, f in pairs]
 b = [b for b, _ in pairs]
 print(f"{sys.argv[2]}, {len(pairs)} seeds: fp8/bf16 mean {sum(r) / len(r):.4f} (min {min(r):.4f}, max {max(r):.4f}); "

@@ -152,8 +152,8 @@ void add_train_command(CLI::App& app, Runner& run) {
 
   auto optg = "Optimizer";
   cmd->add_option("--lr", c.dp.lr,
-                  "Peak learning rate (default: by the model's width: 3e-3 up to d_model 256, then GPT-3's rates, "
-                  "6e-4 at 768, 3e-4 at 1024, 2.5e-4 to 1536, 2e-4 to 2048, ...)")
+                  "Peak learning rate (default: by the model's width: 3e-3 up to d_model 256, then GPT-3's for the width: "
+                  "6e-4 up to 768, 3e-4 up to 1024, 2.5e-4 up to 1536, 2e-4 up to 2048, ...)")
       ->default_str("by model")->group(optg);
   cmd->add_option("--min-lr", c.dp.min_lr, "Learning rate at the end of the cosine decay")
       ->default_str("lr / 10")->group(optg);
