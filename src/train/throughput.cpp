@@ -53,7 +53,8 @@ std::unique_ptr<StepTimer> make_cuda_step_timer(void*) {
 #endif
 
 void ThroughputMeter::add_step(double seconds) {
-  step_s_ = steps_ == 0 ? seconds : 0.9 * step_s_ + 0.1 * seconds;
+  // The first step seeds the average and the second replaces it (set-up is in the first).
+  step_s_ = steps_ <= 1 ? seconds : 0.9 * step_s_ + 0.1 * seconds;
   ++steps_;
 }
 

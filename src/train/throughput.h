@@ -41,7 +41,10 @@ std::unique_ptr<StepTimer> make_host_step_timer(HostClock clock);
 std::unique_ptr<StepTimer> make_cuda_step_timer(void* stream);
 
 // The rate and the time still to go, from measured costs: steps (smoothed),
-// evals and saves (the mean of those measured so far).
+// evals and saves (the mean of those measured so far). A run's first step
+// also pays its one-time set-up (on a GPU cuBLASLt's and cuDNN's plans, the
+// first allocations: tens of steady steps' time), so it counts only until a
+// second step is measured; until then there is no steady estimate (`steady`).
 class ThroughputMeter {
  public:
   explicit ThroughputMeter(double tokens_per_step) : tokens_per_step_(tokens_per_step) {}
@@ -51,6 +54,8 @@ class ThroughputMeter {
   // Tokens per second of a step of `seconds`, and of the smoothed step time.
   double rate(double seconds) const { return tokens_per_step_ / seconds; }
   double smoothed_rate() const { return tokens_per_step_ / step_s_; }
+  // A step after the first has been measured: the ETA rests on steady steps.
+  bool steady() const { return steps_ >= 2; }
   // Seconds the remaining work will take at the costs measured so far (an
   // eval or save not yet measured counts as 0).
   double eta(int64_t steps_left, int64_t evals_left, int64_t saves_left) const;

@@ -626,7 +626,8 @@ void Trainer::report_step(int64_t step, int64_t first, const StepResult& r, doub
                           r.grad_norm, skipped_total_));
   const std::string prog = ::fmt::format("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {} tok/s | ETA {}",
                                          step, cfg_.steps, r.loss, r.lr, r.grad_norm,
-                                         human_rate(meter_->smoothed_rate()), human_time(eta));
+                                         human_rate(meter_->smoothed_rate()),
+                                         meter_->steady() || step == cfg_.steps ? human_time(eta) : "--");
   if (!is_lead_) return;
   if (tty_) {
     std::printf("\r\033[K%s", prog.c_str());
