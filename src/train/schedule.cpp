@@ -17,16 +17,16 @@ json Schedule::to_json() const {
 }
 
 std::string Schedule::describe(int64_t first, int64_t last) const {
-  std::string d = warmup_steps > 0 ? ::fmt::format("linear warmup over {} steps to lr {:g}", warmup_steps, lr)
-                                   : ::fmt::format("lr {:g}", lr);
+  std::string d = warmup_steps > 0 ? ::fmt::format("linear warmup over {} steps to lr {}", warmup_steps, lr)
+                                   : ::fmt::format("lr {}", lr);
   if (lr_decay_steps < 0)
-    d += ::fmt::format(", cosine to {:g} at the last step of a run that passes the warmup (this run ends inside it)",
+    d += ::fmt::format(", cosine to {} at the last step of a run that passes the warmup (this run ends inside it)",
                        min_lr);
   else
-    d += lr_decay_steps > 0 ? ::fmt::format(", cosine to {:g} at step {}", min_lr, lr_decay_steps)
+    d += lr_decay_steps > 0 ? ::fmt::format(", cosine to {} at step {}", min_lr, lr_decay_steps)
                             : std::string(", constant after the warmup");
   if (lr_decay_steps > 0 && last > lr_decay_steps && first <= last)
-    d += ::fmt::format(" (steps {}-{} are past its end and run at min_lr {:g})", std::max(first, lr_decay_steps + 1),
+    d += ::fmt::format(" (steps {}-{} are past its end and run at min_lr {})", std::max(first, lr_decay_steps + 1),
                        last, min_lr);
   return d;
 }
