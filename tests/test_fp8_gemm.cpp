@@ -6,7 +6,9 @@
 // error per element <= 1e-5 of the row's magnitude.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <random>
 #include <vector>
 
@@ -105,6 +107,43 @@ TEST(Fp8GemmEmulated, LinearLayerGemms) {
     expect_close(dx, nt(rdy, fp8ref::transpose(rw, N, K), M, K, N), 0.0, "dgrad");
     fp8_wgrad_emulated(odyt, oxt, M, N, K, dw.data());
     expect_close(dw, nt(rdyt, rxt, N, K, M), 0.5, "wgrad");  // accumulated onto 0.5
+  }
+}
+
+// The emulated GEMM's fp32 bits are those of the plain loop (each output one
+// sum over k in order from 0, then added to the old value), over the same codes
+// dequantized here by the reference: 1x128 operands, whose power-of-two scales
+// make every dequantized value exact. Edge shapes (M, N not multiples of the
+// CPU GEMM's 6x8 tiles, K ending in a partial block), both accumulate modes.
+// (Summing k from the top instead gives other bits here: checked.)
+TEST(Fp8GemmEmulated, BitsAreThePlainLoops) {
+  const int64_t M = 37, N = 29, K = 300;
+  const auto x = input(M, K, 1.0f, 4), w = input(N, K, 0.05f, 5);
+  std::vector<uint8_t> qx(M * K), qw(N * K);
+  std::vector<float> sx(fp8_1x128_scale_count(M, K)), sw(fp8_1x128_scale_count(N, K));
+  fp8_quantize_1x128(x.data(), M, K, Fp8Kind::E4M3, qx.data(), sx.data());
+  fp8_quantize_1x128(w.data(), N, K, Fp8Kind::E4M3, qw.data(), sw.data());
+  auto deq = [&](const std::vector<uint8_t>& q, const std::vector<float>& s, int64_t rows) {
+    const int64_t ld = (rows + 3) / 4 * 4;
+    std::vector<float> y(rows * K);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < K; ++c) y[r * K + c] = fp8ref::dequant(q[r * K + c], s[c / 128 * ld + r], true);
+    return y;
+  };
+  const std::vector<float> a = deq(qx, sx, M), b = deq(qw, sw, N);
+  const std::vector<float> start = input(M, N, 1.0f, 6);
+  for (bool accumulate : {false, true}) {
+    std::vector<float> want = start, got = start;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        float acc = 0.0f;
+        for (int64_t k = 0; k < K; ++k) acc += a[i * K + k] * b[j * K + k];
+        want[i * N + j] = accumulate ? want[i * N + j] + acc : acc;
+      }
+    fp8_gemm_nt_emulated({qx.data(), sx.data()}, {qw.data(), sw.data()}, M, N, K, got.data(), accumulate);
+    for (int64_t e = 0; e < M * N; ++e)
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[e]), std::bit_cast<uint32_t>(want[e]))
+          << "accumulate " << accumulate << ", element " << e << ": " << got[e] << " vs " << want[e];
   }
 }
 

@@ -90,6 +90,12 @@ void matmul_forward(float* out, const float* inp, const float* W, const float* b
   gemm<false>(out, inp, wt.data(), bias, M, N, K, /*accumulate=*/false);
 }
 
+void gemm_nt(float* d, const float* A, const float* B, int M, int N, int K, bool accumulate, std::vector<float>& bt) {
+  if (bt.size() < size_t(N) * K) bt.resize(size_t(N) * K);
+  transpose(bt.data(), B, N, K);
+  gemm<false>(d, A, bt.data(), nullptr, M, N, K, accumulate);
+}
+
 // dst[n] += sum_m src[m*N + n], the sum over m in order, then added.
 void colsum_accumulate(float* dst, const float* src, int M, int N) {
   constexpr int NB = 64;

@@ -16,5 +16,9 @@ void matmul_backward(float* dinp, float* dW, float* dbias, const float* dout, co
                      int N, int K);
 // dst[n] += sum over m of src[m*N + n], the sum over m in order, then added.
 void colsum_accumulate(float* dst, const float* src, int M, int N);
+// d[M,N] = A[M,K] @ B[N,K]^T, or d += it when accumulate: each element one sum
+// over k in order from 0, then added to d (a plain triple loop's bits, at the
+// speed of matmul_forward's tiles). bt: scratch for B^T.
+void gemm_nt(float* d, const float* A, const float* B, int M, int N, int K, bool accumulate, std::vector<float>& bt);
 
 }  // namespace mxdp::cpu

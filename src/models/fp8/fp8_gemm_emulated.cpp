@@ -1,9 +1,11 @@
 #include "models/fp8/fp8_gemm_emulated.h"
 
+#include <cstdint>
 #include <vector>
 
 #include "formats/codec.h"
 #include "formats/fp8_block.h"
+#include "models/cpu/matmul.h"
 #include "util/check.h"
 
 namespace mxdp {
@@ -32,14 +34,11 @@ void fp8_gemm_nt_emulated(const Fp8Operand& a, const Fp8Operand& b, int64_t M, i
                           bool accumulate) {
   MXDP_CHECK(M > 0 && N > 0 && K > 0, "fp8 GEMM: M, N, K must be > 0, got ", M, ", ", N, ", ", K);
   MXDP_CHECK(d, "fp8 GEMM: null output");
+  MXDP_CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX, "fp8 GEMM: M, N, K must fit an int, got ", M, ", ",
+             N, ", ", K);
   const std::vector<float> A = dequantize(a, M, K), B = dequantize(b, N, K);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) {
-      float acc = 0.0f;
-      for (int64_t k = 0; k < K; ++k) acc += A[i * K + k] * B[j * K + k];
-      d[i * N + j] = accumulate ? d[i * N + j] + acc : acc;
-    }
+  std::vector<float> bt;
+  cpu::gemm_nt(d, A.data(), B.data(), int(M), int(N), int(K), accumulate, bt);
 }
 
 void fp8_fprop_emulated(const Fp8Operand& x, const Fp8Operand& w, int64_t M, int64_t N, int64_t K, float* y) {

@@ -5,7 +5,8 @@
 // test suites run the logic of FP8 compute (which operand is quantized how,
 // the transposed weight, the transposed activations of wgrad) without a GPU.
 // Numerically it is the exact product of the dequantized operands up to fp32
-// accumulation (k in order), not cuBLASLt's bits.
+// accumulation (each output one sum over k in order from 0: cpu::gemm_nt), not
+// cuBLASLt's bits.
 #pragma once
 
 #include <cstdint>
