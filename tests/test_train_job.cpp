@@ -143,6 +143,21 @@ bool wait_for_train_lines(const std::string& path, size_t n) {
 class TrainJob : public mt::TinyTrainTest {
  protected:
   TrainJob() : TinyTrainTest(kTiny) {}
+  // kTiny's model and sizes as a TrainConfig, for the tests that call train() in this process.
+  mxdp::TrainConfig tiny_in_code() const {
+    mxdp::TrainConfig c;
+    c.model = "tiny";
+    c.n_layer = 1;
+    c.d_model = 32;
+    c.seq_len = 16;
+    c.batch_size = 2;
+    c.eval_batches = 1;
+    c.sample_tokens = 0;
+    c.threads = 1;
+    c.progress = "lines";
+    c.data = d / "data";
+    return c;
+  }
 };
 
 }  // namespace
@@ -154,17 +169,7 @@ class TrainJob : public mt::TinyTrainTest {
 TEST_F(TrainJob, RateAndEtaAreTrueAroundEvalsAndSaves) {
   const double step_s = 0.05, eval_s = 0.4, save_s = 0.7;
   const int64_t steps = 12, eval_every = 4, save_every = 6;
-  mxdp::TrainConfig c;
-  c.model = "tiny";
-  c.n_layer = 1;
-  c.d_model = 32;
-  c.seq_len = 16;
-  c.batch_size = 2;
-  c.eval_batches = 1;
-  c.sample_tokens = 0;
-  c.threads = 1;
-  c.progress = "lines";
-  c.data = d / "data";
+  mxdp::TrainConfig c = tiny_in_code();
   c.steps = steps;
   c.eval_every = eval_every;
   c.save_every = save_every;
@@ -203,17 +208,8 @@ TEST_F(TrainJob, RateAndEtaAreTrueAroundEvalsAndSaves) {
 TEST_F(TrainJob, TheFirstStepsSetUpIsNotInTheEta) {
   const double first_s = 2.0, step_s = 0.05;
   const int64_t steps = 6;
-  mxdp::TrainConfig c;
-  c.model = "tiny";
-  c.n_layer = 1;
-  c.d_model = 32;
-  c.seq_len = 16;
-  c.batch_size = 2;
-  c.sample_tokens = 0;
-  c.threads = 1;
-  c.progress = "lines";
+  mxdp::TrainConfig c = tiny_in_code();
   c.log_every = 1;
-  c.data = d / "data";
   c.steps = steps;
   c.eval_every = 0;
   c.metrics = d / "m.jsonl";
