@@ -477,6 +477,7 @@ TEST_F(TrainRobust, TheDefaultLearningRateFollowsTheWidth) {
   json s = schedule_of(d / "w.jsonl");
   EXPECT_EQ(s.value("lr", 0.0), 6e-4) << s.dump();
   EXPECT_EQ(s.value("min_lr", 0.0), 6e-5) << s.dump();
+  EXPECT_EQ(s.value("lr_default_for_d_model", 0), 768) << s.dump();
   int steps = 0;
   for (const Metric& m : metrics(d / "w.jsonl")) {
     if (m.kind != "train") continue;
@@ -485,12 +486,22 @@ TEST_F(TrainRobust, TheDefaultLearningRateFollowsTheWidth) {
   }
   EXPECT_EQ(steps, 2);
 
-  auto tiny = train("--steps 2 --eval-every 0 --metrics " + quote(d / "t.jsonl"), "t.log");
+  auto tiny = train("--steps 2 --eval-every 0 --save-dir " + quote(d / "ckt") + " --metrics " + quote(d / "t.jsonl"),
+                    "t.log");
   ASSERT_EQ(tiny.exit_code, 0) << tiny.output;
   s = schedule_of(d / "t.jsonl");
   // The tiny model's schedule is the one before the default followed the width, to the bit.
   EXPECT_EQ(s.value("lr", 0.0), 3e-3) << s.dump();
   EXPECT_EQ(s.value("min_lr", 0.0), 3e-4) << s.dump();
+  EXPECT_EQ(s.value("lr_default_for_d_model", 0), 32) << s.dump();  // kTiny's --d-model
+  // Resumed, it continues the checkpoint's schedule and still says where its lr came from.
+  auto tiny_on = train("--steps 3 --eval-every 0 --load " + quote(d / "ckt") + " --metrics " + quote(d / "t2.jsonl"),
+                       "t2.log");
+  ASSERT_EQ(tiny_on.exit_code, 0) << tiny_on.output;
+  EXPECT_TRUE(mt::contains(tiny_on.output, "its peak lr was the default for d_model 32")) << tiny_on.output;
+  s = schedule_of(d / "t2.jsonl");
+  EXPECT_EQ(s.value("source", ""), "checkpoint") << s.dump();
+  EXPECT_EQ(s.value("lr_default_for_d_model", 0), 32) << s.dump();
 
   auto given = train("--steps 2 --eval-every 0 --lr 1e-3 --save-dir " + quote(d / "ck") + " --metrics " +
                          quote(d / "g.jsonl"),
@@ -500,6 +511,7 @@ TEST_F(TrainRobust, TheDefaultLearningRateFollowsTheWidth) {
   s = schedule_of(d / "g.jsonl");
   EXPECT_EQ(s.value("lr", 0.0), 1e-3) << s.dump();
   EXPECT_EQ(s.value("min_lr", 0.0), 1e-4) << s.dump();
+  EXPECT_FALSE(s.contains("lr_default_for_d_model")) << s.dump();
 
   auto resumed = train("--steps 3 --eval-every 0 --load " + quote(d / "ck") + " --metrics " + quote(d / "r.jsonl"),
                        "r.log");
@@ -509,4 +521,32 @@ TEST_F(TrainRobust, TheDefaultLearningRateFollowsTheWidth) {
   EXPECT_EQ(s.value("source", ""), "checkpoint") << s.dump();
   EXPECT_EQ(s.value("lr", 0.0), 1e-3) << s.dump();
   EXPECT_EQ(s.value("min_lr", 0.0), 1e-4) << s.dump();
+  EXPECT_FALSE(s.contains("lr_default_for_d_model")) << s.dump();
+}
+
+// A checkpoint's schedule records the width its default lr came from, and only
+// then; a value that is not a positive integer is refused with the path.
+TEST(DefaultLearningRate, CheckpointsRecordTheWidthOfADefaultLr) {
+  mxdp::Schedule s;
+  s.lr = 6e-4, s.min_lr = 6e-5, s.warmup_steps = 20, s.lr_decay_steps = 100, s.source = "command line";
+  EXPECT_FALSE(s.to_json().contains("lr_default_for_d_model"));
+  EXPECT_EQ(mxdp::schedule_from(s.to_json(), "ck").lr_default_for_d_model, 0);
+  s.lr_default_for_d_model = 768;
+  const json j = s.to_json();
+  EXPECT_EQ(j.value("lr_default_for_d_model", 0), 768);
+  const mxdp::Schedule r = mxdp::schedule_from(j, "ck");
+  EXPECT_EQ(r.lr_default_for_d_model, 768);
+  EXPECT_EQ(r.lr, 6e-4);
+  EXPECT_EQ(r.source, "checkpoint");
+  for (const json& bad : {json(-1), json(0), json("768"), json(1.5)}) {
+    json b = j;
+    b["lr_default_for_d_model"] = bad;
+    try {
+      mxdp::schedule_from(b, "ckpt/step_000100");
+      ADD_FAILURE() << "accepted " << bad.dump();
+    } catch (const std::exception& e) {
+      EXPECT_TRUE(mt::contains(e.what(), "ckpt/step_000100")) << e.what();
+      EXPECT_TRUE(mt::contains(e.what(), "lr_default_for_d_model")) << e.what();
+    }
+  }
 }

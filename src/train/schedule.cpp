@@ -1,6 +1,7 @@
 #include "train/schedule.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <iterator>
 #include <fmt/format.h>
@@ -12,8 +13,10 @@ namespace mxdp {
 using nlohmann::json;
 
 json Schedule::to_json() const {
-  return {{"source", source}, {"lr", lr}, {"min_lr", min_lr}, {"warmup_steps", warmup_steps},
-          {"lr_decay_steps", lr_decay_steps}};
+  json j = {{"source", source}, {"lr", lr}, {"min_lr", min_lr}, {"warmup_steps", warmup_steps},
+            {"lr_decay_steps", lr_decay_steps}};
+  if (lr_default_for_d_model > 0) j["lr_default_for_d_model"] = lr_default_for_d_model;
+  return j;
 }
 
 std::string Schedule::describe(int64_t first, int64_t last) const {
@@ -73,6 +76,12 @@ Schedule schedule_from(const json& s, const std::string& what) {
                  s["lr_decay_steps"].get<int64_t>() >= -1,
              what, ": the checkpoint's schedule has no integer \"lr_decay_steps\" >= -1");
   r.lr_decay_steps = s["lr_decay_steps"].get<int64_t>();
+  if (s.contains("lr_default_for_d_model")) {  // absent in checkpoints whose lr was given, or older ones
+    MXDP_CHECK(s["lr_default_for_d_model"].is_number_integer() && s["lr_default_for_d_model"].get<int64_t>() > 0 &&
+                   s["lr_default_for_d_model"].get<int64_t>() <= INT32_MAX,
+               what, ": the checkpoint's schedule has a \"lr_default_for_d_model\" that is not a positive integer");
+    r.lr_default_for_d_model = int(s["lr_default_for_d_model"].get<int64_t>());
+  }
   r.source = "checkpoint";
   return r;
 }

@@ -16,6 +16,9 @@ struct Schedule {
   // far was in the warmup; a resumed run fixes it from its own --steps.
   int64_t warmup_steps = 0, lr_decay_steps = 0;
   std::string source;                            // "command line", "checkpoint" or "override"
+  // > 0: the peak lr is default_peak_lr of this width (no --lr was given);
+  // recorded as "lr_default_for_d_model" only then.
+  int lr_default_for_d_model = 0;
 
   nlohmann::json to_json() const;
   // In words, for the run header (steps first..last of this run).

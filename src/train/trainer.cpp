@@ -338,7 +338,8 @@ void Trainer::resolve_schedule() {
   DpOptions& o = cfg_.dp;
   Schedule cli;
   const TrainConfig::ScheduleGiven& g = cfg_.schedule_given;
-  cli.lr = cfg_.lr_follows_model && !g.lr ? default_peak_lr(mc_.spec().d_model(mc_)) : o.lr;
+  if (cfg_.lr_follows_model && !g.lr) cli.lr_default_for_d_model = mc_.spec().d_model(mc_);
+  cli.lr = cli.lr_default_for_d_model > 0 ? default_peak_lr(cli.lr_default_for_d_model) : o.lr;
   cli.min_lr = cfg_.lr_follows_model && !g.min_lr ? default_min_lr(cli.lr) : o.min_lr;
   cli.warmup_steps = o.warmup_steps;
   // The default (-1) ends the cosine at --steps; a run that ends inside the
@@ -461,8 +462,11 @@ void Trainer::print_header() {
                                ? "from the command line (--override-schedule: the checkpoint's is replaced)"
                                : "from the command line";
   std::string lr_from;  // where the peak lr came from, when no --lr set it
-  if (schedule_.source != "checkpoint" && cfg_.lr_follows_model && !cfg_.schedule_given.lr)
-    lr_from = ::fmt::format(" (the peak lr is the default for d_model {}; --lr sets another)", mc_.spec().d_model(mc_));
+  if (schedule_.lr_default_for_d_model > 0)
+    lr_from = schedule_.source == "checkpoint"
+                  ? ::fmt::format(" (its peak lr was the default for d_model {})", schedule_.lr_default_for_d_model)
+                  : ::fmt::format(" (the peak lr is the default for d_model {}; --lr sets another)",
+                                  schedule_.lr_default_for_d_model);
   line("schedule", from + ": " + schedule_.describe(start_step_ + 1, cfg_.steps) + lr_from);
   line("eval_every", ::fmt::format("{} ({} batches, {} pass{}{})", cfg_.eval_every, cfg_.eval_batches, cfg_.eval_passes,
                                    cfg_.eval_passes > 1 ? "es" : "", cfg_.eval_first ? ", also before the first step" : ""));
