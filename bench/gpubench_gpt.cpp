@@ -64,7 +64,7 @@ Result run(Communicator& comm, const GptConfig& mc, Variant v, int B, int T, int
   auto ops = make_engine_ops(Device::Cuda);
   auto model = make_model(Device::Cuda, gpt2_model_config(mc), *ops);
   model->init_weights(1337);
-  model->set_fp8_compute(v.fp8_compute);
+  model->set_fp8_compute({.on = v.fp8_compute});
   DpOptions o;
   o.weight_format = f;
   o.compute_dtype = v.fp8_compute ? LinearCompute::Fp8 : LinearCompute::Bf16;

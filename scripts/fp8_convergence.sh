@@ -9,7 +9,9 @@
 #   bash scripts/fp8_convergence.sh [build dir=build]
 #   env: RUNS (runs/fp8_convergence), STEPS (2000), MODELS ("gpt2-124m:16 gpt2-350m:8"
 #        as model:batch), CORPORA ("kjv stdlib"; also sitepkgs), TRAIN_ARGS (more
-#        options for both runs of every pair, e.g. "--lr 6e-4 --min-lr 6e-5"), SEEDS (e.g.
+#        options for both runs of every pair, e.g. "--lr 6e-4 --min-lr 6e-5"), FP8_ARGS (more
+#        options for the FP8 runs only, e.g. "--num-layers-at-start-in-bf16 1
+#        --num-layers-at-end-in-bf16 1"), SEEDS (e.g.
 #        "1 2 3": a pair per seed, then FP8's ratio over the seeds beside bf16's own spread
 #        from seed to seed; default: one pair at mxdp's default seed), DEVICE (cuda), SEQ
 #        (1024), EVAL_EVERY (250). On the CPU, as a check of the script itself:
@@ -78,7 +80,7 @@ run_pair() {
   for v in bf16 fp8; do
     name="$tag-$v"
     local args=(--weight-format bf16)
-    [ "$v" = fp8 ] && args=(--weight-format fp8b128 --compute-dtype fp8)
+    [ "$v" = fp8 ] && args=(--weight-format fp8b128 --compute-dtype fp8 ${FP8_ARGS:-})
     "$B/mxdp" train --device "$DEVICE" --model "$model" --data "$data" --batch-size "$batch" --seq-len "$SEQ" \
       --steps "$STEPS" --eval-every "$EVAL_EVERY" --eval-batches 16 --sample-tokens 0 --progress lines \
       --log-every "$EVAL_EVERY" --save-dir "$OUT/$name/ckpt" --save-every 0 --start-over \

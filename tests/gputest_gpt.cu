@@ -947,8 +947,8 @@ TEST(GpuGpt, Fp8ComputeMatchesTheCpuFp8Gpt) {
       const GptConfig cfg{.vocab = 250, .padded_vocab = 256, .max_seq = 64, .n_layer = 2, .n_head = d_model / 64,
                           .d_model = d_model};
       Pair m(cfg);
-      m.cpu.set_fp8_compute(true);
-      m.gpu->set_fp8_compute(true);
+      m.cpu.set_fp8_compute({.on = true});
+      m.gpu->set_fp8_compute({.on = true});
       ASSERT_TRUE(m.gpu->reads_fp8_weights());
       const Fp8Weights fw(m.cpu);
       std::vector<int32_t> in, tgt;
@@ -982,7 +982,7 @@ struct Fp8Gpt {
   DevHooks g;
   Fp8Hooks h;
   explicit Fp8Gpt(const GptConfig& cfg) : m(cfg), fw(m.cpu), g(m.cpu.params()), h(g, fw, true) {
-    m.gpu->set_fp8_compute(true);
+    m.gpu->set_fp8_compute({.on = true});
   }
   // A micro-batch: forward + backward, its gradients added to g's; its loss.
   float step(const Batch& b) {
@@ -1007,6 +1007,55 @@ void expect_bitwise(float loss, float loss_want, const std::vector<std::vector<f
   ASSERT_EQ(got.size(), want.size());
   for (size_t p = 0; p < got.size(); ++p)
     EXPECT_EQ(std::memcmp(got[p].data(), want[p].data(), got[p].size() * 4), 0) << what << ": " << params[p].name;
+}
+
+// --num-layers-at-start-in-bf16 1 --num-layers-at-end-in-bf16 1 on the GPU:
+// three blocks, the middle one in FP8. Against the CPU GPT with the same
+// blocks in bf16, within the bounds above (loss 1%, gradients 8%); only the
+// middle block's four linears are read as FP8 (they alone have no bf16 copy),
+// and a second forward and backward repeats the first bit for bit.
+TEST(GpuGpt, Fp8ComputeWithBf16BlocksMatchesTheCpu) {
+  REQUIRE_GPU();
+  const GptConfig cfg{.vocab = 250, .padded_vocab = 256, .max_seq = 64, .n_layer = 3, .n_head = 3, .d_model = 192};
+  const Fp8Compute c{.on = true, .bf16_first = 1, .bf16_last = 1};
+  Pair m(cfg);
+  m.cpu.set_fp8_compute(c);
+  m.gpu->set_fp8_compute(c);
+  int fp8 = 0;
+  for (int p = 0; p < int(m.cpu.params().size()); ++p) {
+    const ParamSpec& s = m.cpu.params()[size_t(p)];
+    EXPECT_EQ(s.fp8_linear, m.gpu->params()[size_t(p)].fp8_linear) << s.name;
+    EXPECT_EQ(s.fp8_linear, s.name.starts_with("h1.") && s.shape.size() == 2) << s.name;
+    fp8 += s.fp8_linear;
+    if (s.fp8_linear)
+      EXPECT_THROW(m.gpu->compute_weights(p), Error) << s.name;
+    else
+      EXPECT_NO_THROW(m.gpu->compute_weights(p)) << s.name;
+  }
+  EXPECT_EQ(fp8, 4);
+  const Fp8Weights fw(m.cpu);
+  std::vector<int32_t> in, tgt;
+  make_tokens(cfg, 3, 37, 301, in, tgt);
+  const Batch batch{in.data(), tgt.data(), 3, 37};
+  HostHooks hc0(m.cpu.params());
+  DevHooks hg0(m.cpu.params());
+  Fp8Hooks hc(hc0, fw, false), hg(hg0, fw, true);
+  const float lc = m.cpu.forward(batch, hc), lg = m.gpu->forward(batch, hg);
+  EXPECT_NEAR(lg, lc, 1e-2 * lc);
+  m.cpu.backward(hc);
+  m.gpu->backward(hg);
+  std::vector<std::vector<float>> first;
+  for (int p = 0; p < int(m.cpu.params().size()); ++p) {
+    first.push_back(hg0.get(p));
+    EXPECT_LT(rel_err(first.back(), hc0.g[size_t(p)]), 8e-2) << m.cpu.params()[size_t(p)].name;
+  }
+  for (int p = 0; p < int(m.cpu.params().size()); ++p)
+    MXDP_CUDA_CHECK(cudaMemsetAsync(hg0.g[size_t(p)], 0, size_t(hg0.n[size_t(p)]) * 4, m.st.s));
+  const float lg2 = m.gpu->forward(batch, hg);
+  m.gpu->backward(hg);
+  std::vector<std::vector<float>> second;
+  for (int p = 0; p < int(m.cpu.params().size()); ++p) second.push_back(hg0.get(p));
+  expect_bitwise(lg2, lg, second, first, m.cpu.params(), "a second pass");
 }
 
 TEST(GpuGpt, Fp8ComputeRunToRunBitwise) {

@@ -311,7 +311,7 @@ struct Runner {
       inner->init_weights(init_seed);
       std::vector<bool> fp8 = toy_fp8_linear(inner->params(), opt);
       if (own_fp8 && fp8c) {
-        inner->set_fp8_compute(true);
+        inner->set_fp8_compute(opt.model_fp8_compute());
         for (size_t p = 0; p < fp8.size(); ++p)
           fp8[p] = inner->params()[p].fp8_linear &&
                    oracle_format(inner->params()[p], opt.weight_format) == WeightFormat::Fp8b128;

@@ -331,12 +331,14 @@ TEST(GpuEngine, GptFp8ComputeLifecycleBitwiseEqualToReference) {
   int compared = 0;
   for (const Config& cfg : configs()) {
     if (cfg.opt.compute_dtype != LinearCompute::Fp8 || !cfg.opt.overlap_param_gather) continue;
+    for (int bf16_first : {0, 1})  // 1: block 0 in bf16 (--num-layers-at-start-in-bf16 1), block 1 in FP8
     for (const Sequence& s : sequences()) {
       if (s.name[0] > 'e') continue;
       DpOptions o = for_sequence(cfg.opt, s);
       o.bucket_size = 20000;
-      const std::string key = cfg.name + "/" + s.name;
-      const std::string base = scratch() + "/gptfp8-" + cfg.name;
+      o.num_layers_at_start_in_bf16 = bf16_first;
+      const std::string key = cfg.name + "/" + s.name + (bf16_first ? " first block bf16" : "");
+      const std::string base = scratch() + "/gptfp8-" + cfg.name + (bf16_first ? "-b" : "");
       auto runner = [&](const DpOptions& opt, const std::string& ckpt) {
         Runner r = gpt_runner(opt, ckpt);
         r.own_fp8 = true;
@@ -359,7 +361,7 @@ TEST(GpuEngine, GptFp8ComputeLifecycleBitwiseEqualToReference) {
       ++compared;
     }
   }
-  EXPECT_EQ(compared, 6);  // fp8b128+fp8+overlap x the 6 sequences a..e (as the bf16 test above)
+  EXPECT_EQ(compared, 12);  // fp8b128+fp8+overlap x the 6 sequences a..e (as the bf16 test above) x first block FP8 / bf16
 }
 
 int main(int argc, char** argv) {

@@ -49,7 +49,7 @@ struct TrainRun {
 TrainRun train(const DpOptions& o, bool fp8, int d_model = 128) {
   Gpt model(small_gpt(d_model));
   model.init_weights(5);
-  model.set_fp8_compute(fp8);
+  model.set_fp8_compute(fp8 ? o.model_fp8_compute() : Fp8Compute{});
   DataParallel engine(model, world(), o);
   std::mt19937 rng(17 + world().rank());
   std::vector<int32_t> in(2 * 16), tg(2 * 16);
@@ -133,6 +133,30 @@ static void expect_close_to_bf16_compute(int d_model) {
 TEST(GptFp8, ChangesTheLossesButStaysCloseToBf16Compute) {
   expect_close_to_bf16_compute(128);
   expect_close_to_bf16_compute(160);
+}
+
+// The last block kept in bf16 (--num-layers-at-end-in-bf16 1; the lifecycle
+// suite runs both ends with the oracle): sharded is bitwise the reference and
+// repeatable, and the losses are neither all-FP8's nor bf16 compute's (both
+// kinds of block ran), but close to both.
+TEST(GptFp8, LastBlockInBf16) {
+  DpOptions mixed = fp8_options(20000, true);
+  mixed.lr = 1e-3;
+  mixed.num_layers_at_end_in_bf16 = 1;
+  DpOptions all = mixed, bf = mixed;
+  all.num_layers_at_end_in_bf16 = 0;
+  bf.compute_dtype = LinearCompute::Bf16;
+  bf.num_layers_at_end_in_bf16 = 0;
+  const TrainRun m = train(mixed, true), again = train(mixed, true), ref = train(mixed.reference(), true);
+  EXPECT_EQ(differ(m, ref), "") << "dp " << world().size() << ": sharded vs reference";
+  EXPECT_EQ(differ(m, again), "") << "run to run";
+  const TrainRun f = train(all, true), b = train(bf, false);
+  EXPECT_NE(differ(m, f), "") << "all-FP8's run: the last block ran in FP8";
+  EXPECT_NE(differ(m, b), "") << "bf16 compute's run: no block ran in FP8";
+  for (size_t i = 0; i < m.losses.size(); ++i) {
+    EXPECT_LT(std::fabs(m.losses[i] - b.losses[i]), 0.02) << "loss " << i;
+    EXPECT_LT(std::fabs(m.losses[i] - f.losses[i]), 0.02) << "loss " << i;
+  }
 }
 
 TEST(GptFp8, RefusedWithoutTheModelsFp8Path) {

@@ -22,6 +22,7 @@
 #include "io/checkpoint.h"
 #include "engine/faults.h"
 #include "lifecycle.h"
+#include "models/gpt2/gpt.h"
 
 using namespace mxdp;
 using namespace mxdp::testing;
@@ -261,6 +262,56 @@ TEST(Lifecycle, Fp8ComputeReadsAreAllChecked) {
         EXPECT_EQ(mode->at(key).fp8_checks, 2 * (forwards + backwards + syncs)) << key;
     }
   }
+}
+
+// FP8 compute with blocks kept in bf16 (--num-layers-at-start-in-bf16 and
+// --num-layers-at-end-in-bf16) on the CPU GPT: three blocks, d_model 192
+// (partial tiles), the first and the last block in bf16. Their linear weights
+// still travel in fp8b128 and reach the model dequantized, like every other
+// param's: the oracle holds them at every read, and the middle block's W and
+// W^T at every FP8 read (so the counts say which blocks ran in FP8); sharded
+// runs are bitwise reference mode through every lifecycle sequence a to e.
+TEST(Lifecycle, GptFp8ComputeWithBf16BlocksAtBothEnds) {
+  const GptConfig gpt{.vocab = 64, .padded_vocab = 128, .max_seq = 16, .n_layer = 3, .n_head = 3, .d_model = 192};
+  const int64_t n_params = int64_t(gpt_param_specs(gpt).size()), n_fp8 = 4;  // the middle block's four linears
+  int compared = 0;
+  for (const Config& cfg : configs()) {
+    if (cfg.opt.compute_dtype != LinearCompute::Fp8 || !cfg.opt.overlap_param_gather) continue;
+    for (const Sequence& s : sequences()) {
+      if (s.name[0] > 'e') continue;
+      DpOptions o = for_sequence(cfg.opt, s);
+      o.bucket_size = 20000;
+      o.num_layers_at_start_in_bf16 = 1;
+      o.num_layers_at_end_in_bf16 = 1;
+      const std::string key = cfg.name + "/" + s.name;
+      auto run = [&](const DpOptions& opt, const std::string& tag) {
+        const std::string ck = scratch() + "/gpt-bf16-ends-" + tag + ".ckpt";
+        Runner r{world(), opt, ck, ck};
+        r.seed = s.seed;
+        r.make_model = [&gpt] { return std::make_unique<Gpt>(gpt); };
+        r.own_fp8 = true;
+        return r.run(s.ops);
+      };
+      const SequenceResult dist = run(o, "dist"), ref = run(o.reference(), "ref");
+      int64_t forwards = 0, backwards = 0, syncs = 0;
+      for (char op : s.ops) {
+        forwards += op == 'T' ? s.micro_batches : op == 'M' ? 1 : (op == 'E' || op == 'X') ? 2 : 0;
+        backwards += op == 'T' ? s.micro_batches : op == 'M' ? 1 : 0;
+        syncs += op == 'Y';
+      }
+      for (const SequenceResult* r : {&dist, &ref}) {
+        const char* m = r == &dist ? " (sharded)" : " (reference)";
+        EXPECT_EQ(r->error, "") << key << m;
+        EXPECT_EQ(r->oracle, "") << key << m;
+        EXPECT_EQ(r->fp8_checks, n_fp8 * (forwards + backwards + syncs)) << key << m << ": FP8 reads";
+        EXPECT_EQ(r->oracle_checks, expected_oracle_checks(s.ops, s.micro_batches, n_params - n_fp8))
+            << key << m << ": reads of the dequantized weights the oracle did not see";
+      }
+      EXPECT_EQ(compare(dist, ref), "") << "dp=" << world().size() << " " << key;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 6);  // fp8b128+fp8+overlap x the sequences a..e
 }
 
 TEST(Lifecycle, StaleTransposeIsCaught) {

@@ -387,7 +387,7 @@ TEST(Fp8Compute, NeedsLinearWeightsOfSixteenAlignedSides) {
   g.d_model = 96;
   EXPECT_EQ(check_fp8_compute(gpt_param_specs(g)), 12);
   Gpt narrow(g);
-  EXPECT_NO_THROW(narrow.set_fp8_compute(true));
+  EXPECT_NO_THROW(narrow.set_fp8_compute({.on = true}));
 }
 
 // train and plan refuse --compute-dtype fp8 with the same sentence: a model

@@ -284,6 +284,37 @@ TEST_F(TrainRobust, Fp8ComputeRefusedBeforeAnythingIsWritten) {
   }
 }
 
+// --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16: refused among
+// the options (before anything is prepared) without FP8 compute, and when they
+// leave no block in FP8; a run that keeps one block at each end in bf16 says
+// so in its header and its metrics' config line.
+TEST_F(TrainRobust, Bf16BlocksOfFp8Compute) {
+  const std::string base = "train --model tiny --n-layer 3 --seq-len 16 --batch-size 2 --eval-batches 1 --threads 1 "
+                           "--progress lines --steps 1 --eval-every 0 --sample-tokens 0 --data " +
+                           quote(d / "corpus.txt");
+  const std::string fp8 = " --weight-format fp8b128 --compute-dtype fp8";
+  const std::pair<std::string, std::string> refused[] = {
+      {" --num-layers-at-start-in-bf16 1", "they need compute_dtype fp8 (--compute-dtype fp8)"},
+      {fp8 + " --num-layers-at-start-in-bf16 2 --num-layers-at-end-in-bf16 1",
+       "--num-layers-at-start-in-bf16 2 and --num-layers-at-end-in-bf16 1 leave none of tiny's 3 blocks in FP8"},
+  };
+  for (const auto& [extra, want] : refused) {
+    const auto r = mt::run_mxdp(base + extra, d / "refused.log");
+    EXPECT_NE(r.exit_code, 0) << extra << "\n" << r.output;
+    EXPECT_TRUE(mt::contains(r.output, want)) << extra << "\n" << r.output;
+    EXPECT_FALSE(fs::exists(d / "corpus.txt.mxdp")) << extra;
+  }
+  const auto ok = mt::run_mxdp(base + fp8 + " --num-layers-at-start-in-bf16 1 --num-layers-at-end-in-bf16 1 --metrics " +
+                                   quote(d / "m.jsonl"),
+                               d / "ok.log");
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_TRUE(std::regex_search(ok.output, std::regex(R"(num_layers_at_start_in_bf16 += 1\n)"))) << ok.output;
+  EXPECT_TRUE(std::regex_search(ok.output, std::regex(R"(num_layers_at_end_in_bf16 += 1\n)"))) << ok.output;
+  const json opts = json::parse(mt::read_file(d / "m.jsonl").substr(0, mt::read_file(d / "m.jsonl").find('\n')))["options"];
+  EXPECT_EQ(opts.value("num_layers_at_start_in_bf16", ""), "1") << opts.dump();
+  EXPECT_EQ(opts.value("num_layers_at_end_in_bf16", ""), "1") << opts.dump();
+}
+
 // Point 4: a run whose every step is skipped stops after --max-skipped-steps
 // in a row with an error; a checkpoint of non-finite masters is never written,
 // so `latest` keeps naming the last good one.

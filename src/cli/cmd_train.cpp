@@ -136,6 +136,12 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_option("--weight-format", o->weight_format, "Param gather format of 2-D weights")
       ->check(CLI::IsMember({"bf16", "mxfp8", "nvfp4", "fp8b128"}))->group(core);
   add_compute_dtype_option(cmd, o->compute_dtype, "needs --weight-format fp8b128")->group(core);
+  cmd->add_option("--num-layers-at-start-in-bf16", c.dp.num_layers_at_start_in_bf16,
+                  "With --compute-dtype fp8: the first N blocks compute their linear layers in bf16 (Megatron-LM's option)")
+      ->check(CLI::NonNegativeNumber)->group(core);
+  cmd->add_option("--num-layers-at-end-in-bf16", c.dp.num_layers_at_end_in_bf16,
+                  "With --compute-dtype fp8: the last N blocks compute their linear layers in bf16")
+      ->check(CLI::NonNegativeNumber)->group(core);
   cmd->add_option("--mxfp8-scale-rounding", o->rounding, "E8M0 scale rounding: rceil (TransformerEngine) or floor (OCP MX)")
       ->check(CLI::IsMember({"rceil", "floor"}))->group(core);
   o->sw.add(cmd, "--overlap-param-gather", "auto", "Defer each bucket's all-gather to just before its first layer (auto: on with the distributed optimizer)", core);

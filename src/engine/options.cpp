@@ -1,5 +1,6 @@
 #include "engine/options.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fmt/format.h>
@@ -41,9 +42,7 @@ void DpOptions::validate(int dp) const {
   MXDP_CHECK(!reuse_grad_buf || format_traits(weight_format).fits_grad_buffer,
              "reuse_grad_buf holds the MXFP8 gather payload in the grad buffer; it needs "
              "weight_format mxfp8, got ", to_string(weight_format));
-  MXDP_CHECK(compute_dtype != LinearCompute::Fp8 || weight_format == WeightFormat::Fp8b128,
-             "compute_dtype fp8 (--compute-dtype fp8) computes with the fp8b128 weight tiles; it needs "
-             "weight_format fp8b128 (--weight-format fp8b128), got ", to_string(weight_format));
+  validate_fp8_compute();
   MXDP_CHECK(bucket_size >= 1, "bucket_size must be >= 1 element, got ", bucket_size);
   MXDP_CHECK(micro_batches >= 1, "micro_batches must be >= 1, got ", micro_batches);
   MXDP_CHECK(std::isfinite(lr) && lr >= 0, "lr must be finite and >= 0, got ", lr);
@@ -61,9 +60,22 @@ void DpOptions::validate(int dp) const {
   MXDP_CHECK(adam_eps > 0, "adam_eps must be > 0, got ", adam_eps);
 }
 
+void DpOptions::validate_fp8_compute() const {
+  MXDP_CHECK(compute_dtype != LinearCompute::Fp8 || weight_format == WeightFormat::Fp8b128,
+             "compute_dtype fp8 (--compute-dtype fp8) computes with the fp8b128 weight tiles; it needs "
+             "weight_format fp8b128 (--weight-format fp8b128), got ", to_string(weight_format));
+  MXDP_CHECK(num_layers_at_start_in_bf16 >= 0 && num_layers_at_end_in_bf16 >= 0,
+             "num_layers_at_start_in_bf16 and num_layers_at_end_in_bf16 must be >= 0, got ",
+             num_layers_at_start_in_bf16, " and ", num_layers_at_end_in_bf16);
+  MXDP_CHECK(compute_dtype == LinearCompute::Fp8 || (num_layers_at_start_in_bf16 == 0 && num_layers_at_end_in_bf16 == 0),
+             "num_layers_at_start_in_bf16 / num_layers_at_end_in_bf16 (--num-layers-at-start-in-bf16 / "
+             "--num-layers-at-end-in-bf16) keep blocks out of FP8 compute; they need compute_dtype fp8 "
+             "(--compute-dtype fp8)");
+}
+
 std::vector<std::pair<std::string, std::string>> DpOptions::describe() const {
   auto b = [](bool x) { return std::string(x ? "on" : "off"); };
-  return {
+  std::vector<std::pair<std::string, std::string>> d = {
       {"distributed_optimizer", b(distributed_optimizer)},
       {"weight_format", to_string(weight_format)},
       {"mxfp8_scale_rounding", to_string(mxfp8_scale_rounding)},
@@ -84,6 +96,12 @@ std::vector<std::pair<std::string, std::string>> DpOptions::describe() const {
       {"adam_eps", ::fmt::format("{}", adam_eps)},
       {"micro_batches", std::to_string(micro_batches)},
   };
+  if (compute_dtype == LinearCompute::Fp8) {  // beside compute_dtype
+    const auto at = std::find_if(d.begin(), d.end(), [](const auto& kv) { return kv.first == "compute_dtype"; }) + 1;
+    d.insert(at, {{"num_layers_at_start_in_bf16", std::to_string(num_layers_at_start_in_bf16)},
+                  {"num_layers_at_end_in_bf16", std::to_string(num_layers_at_end_in_bf16)}});
+  }
+  return d;
 }
 
 DpOptions DpOptions::reference() const {

@@ -9,6 +9,7 @@
 
 #include "formats/format.h"
 #include "formats/quant.h"
+#include "models/model.h"
 
 namespace mxdp {
 
@@ -41,6 +42,12 @@ struct DpOptions {
   int64_t bucket_size = 1 << 20;       // elements per bucket (a bucket closes once it reaches this)
   GradReduceDType grad_reduce_dtype = GradReduceDType::Fp32;  // dtype of the reduce-scatter
   LinearCompute compute_dtype = LinearCompute::Bf16;  // fp8: FP8 GEMMs on the fp8b128 payload (needs weight_format fp8b128)
+  // compute_dtype fp8: how many blocks at the start and at the end of the
+  // model keep bf16 compute (Megatron-LM's --num-layers-at-start-in-bf16 /
+  // --num-layers-at-end-in-bf16; the model decides which params that makes:
+  // models/model.h's Fp8Compute). Their weights still travel in fp8b128.
+  int num_layers_at_start_in_bf16 = 0;
+  int num_layers_at_end_in_bf16 = 0;
   // -- optimizer
   double clip_grad = 1.0;              // global grad-norm clip; 0 disables
   double lr = 1e-3;                    // peak learning rate
@@ -57,12 +64,18 @@ struct DpOptions {
 
   // Throws mxdp::Error naming the first invalid option and why.
   void validate(int dp) const;
+  // The part of validate() about FP8 compute (a trainer checks it before any data is prepared).
+  void validate_fp8_compute() const;
   // "name = value" lines for the run header.
   std::vector<std::pair<std::string, std::string>> describe() const;
   // The reference run of these options: replicated optimizer, no param gather.
   DpOptions reference() const;
   // Whether the gather payload of a buffer in format f lives in its grad buffer.
   bool payload_in_grad_buffer(WeightFormat f) const { return reuse_grad_buf && format_traits(f).fits_grad_buffer; }
+  // What the model computes in FP8 (Model::set_fp8_compute).
+  Fp8Compute model_fp8_compute() const {
+    return {compute_dtype == LinearCompute::Fp8, num_layers_at_start_in_bf16, num_layers_at_end_in_bf16};
+  }
   // Whether a param with fp8_linear traveling in format f feeds FP8 compute
   // (the model reads its codes, not dequantized compute weights).
   bool fp8_compute(WeightFormat f, bool fp8_linear) const {

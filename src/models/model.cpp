@@ -23,4 +23,13 @@ int check_fp8_compute(const std::vector<ParamSpec>& params, const std::string& m
   return n;
 }
 
+void Fp8Compute::check(int n_blocks, const std::string& model) const {
+  MXDP_CHECK(bf16_first >= 0 && bf16_last >= 0, "--num-layers-at-start-in-bf16 and --num-layers-at-end-in-bf16 ",
+             "must be >= 0, got ", bf16_first, " and ", bf16_last);
+  MXDP_CHECK(bf16_first + bf16_last < n_blocks, "--num-layers-at-start-in-bf16 ", bf16_first,
+             " and --num-layers-at-end-in-bf16 ", bf16_last, " leave none of ",
+             model.empty() ? std::string("the model") : model, "'s ", n_blocks,
+             " blocks in FP8: keep fewer in bf16, or train with --compute-dtype bf16");
+}
+
 }  // namespace mxdp

@@ -71,6 +71,22 @@ struct ParamSpec {
 // fp8b128, a model switched to FP8: DpOptions::validate, engine.cpp).
 int check_fp8_compute(const std::vector<ParamSpec>& params, const std::string& model = "");
 
+// What computes in FP8 under compute_dtype fp8: the linear layers of every
+// block but those of the first `bf16_first` and the last `bf16_last` blocks,
+// which compute with their dequantized fp8b128 weights as under compute_dtype
+// bf16 (Megatron-LM's --first-last-layers-bf16, whose option names `mxdp
+// train` takes: --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16).
+// Their weights still travel in fp8b128: only the GEMMs change.
+struct Fp8Compute {
+  bool on = false;
+  int bf16_first = 0, bf16_last = 0;
+  // Whether block b of n_blocks (0-based) computes its linears in FP8.
+  bool fp8_block(int b, int n_blocks) const { return on && b >= bf16_first && b < n_blocks - bf16_last; }
+  // Throws mxdp::Error unless both counts are >= 0 and leave at least one of
+  // n_blocks blocks in FP8 (`model` names the model in the message).
+  void check(int n_blocks, const std::string& model = "") const;
+};
+
 // "[768, 2304]", for messages.
 inline std::string shape_string(const std::vector<int64_t>& shape) {
   std::string s = "[";
@@ -131,11 +147,14 @@ class Model {
   virtual void release_initial_weights() {}
   // FP8 compute: whether the model's linear layers (the params with
   // fp8_linear) read ModelHooks::fp8_weight; the engine refuses compute_dtype
-  // fp8 for a model that does not. set_fp8_compute(true) turns that path on
-  // (an error for a model that has none).
+  // fp8 for a model that does not. set_fp8_compute({.on = true}) turns that
+  // path on (an error for a model that has none); with blocks kept in bf16
+  // (Fp8Compute) their linear weights' fp8_linear is false in params() from
+  // then on, so the engine dequantizes them into compute weights as it does
+  // every other param's.
   virtual bool reads_fp8_weights() const { return false; }
-  virtual void set_fp8_compute(bool on) {
-    if (!on) return;
+  virtual void set_fp8_compute(const Fp8Compute& c) {
+    if (!c.on) return;
     check_fp8_compute(params());
     MXDP_FAIL("this model lists FP8 linear weights but has no FP8 compute path; use --compute-dtype bf16");
   }

@@ -199,7 +199,11 @@ void Trainer::check_options() {
              "--init-from starts a run from given weights, --load resumes one: pass one of them");
   mc_ = resolve_model(cfg_);
   // Refused here, before any data is prepared or directory made, as plan does.
-  if (cfg_.dp.compute_dtype == LinearCompute::Fp8) check_fp8_compute(mc_.spec().param_specs(mc_), cfg_.model);
+  cfg_.dp.validate_fp8_compute();
+  if (cfg_.dp.compute_dtype == LinearCompute::Fp8) {
+    check_fp8_compute(mc_.spec().param_specs(mc_), cfg_.model);
+    cfg_.dp.model_fp8_compute().check(mc_.spec().n_layer(mc_), cfg_.model);
+  }
   MXDP_CHECK(cfg_.steps >= 0, "--steps must be >= 0, got ", cfg_.steps);
   MXDP_CHECK(cfg_.batch_size >= 1, "--batch-size must be >= 1, got ", cfg_.batch_size);
   const int max_seq = mc_.spec().max_seq(mc_);
@@ -404,7 +408,7 @@ bool Trainer::nothing_to_train() {
 void Trainer::build_engine() {
   model_ = make_model(device_, mc_, *ops_);
   model_->init_weights(cfg_.seed);
-  model_->set_fp8_compute(cfg_.dp.compute_dtype == LinearCompute::Fp8);
+  model_->set_fp8_compute(cfg_.dp.model_fp8_compute());
   if (!cfg_.init_from.empty()) {
     mc_.spec().hf_import(*model_, cfg_.init_from);
     check_finite_init();

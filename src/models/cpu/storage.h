@@ -23,6 +23,8 @@ class ParamStore {
   float* checked(int i);
   // Copies param i's numel floats from host.
   void set(int i, const float* host);
+  // Param i's ParamSpec::fp8_linear (the model's FP8 compute decides it: model.h's Fp8Compute).
+  void set_fp8_linear(int i, bool on) { specs_[size_t(i)].fp8_linear = on; }
 
  private:
   std::vector<ParamSpec> specs_;

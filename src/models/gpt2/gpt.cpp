@@ -95,6 +95,14 @@ std::vector<ParamSpec> gpt_param_specs(const GptConfig& c) {
   return s;
 }
 
+std::vector<ParamSpec> gpt_fp8_param_specs(const GptConfig& cfg, const Fp8Compute& c) {
+  std::vector<ParamSpec> s = gpt_param_specs(cfg);
+  if (!c.on) return s;
+  c.check(cfg.n_layer);
+  for (ParamSpec& p : s) p.fp8_linear = p.fp8_linear && c.fp8_block(p.layer - 1, cfg.n_layer);
+  return s;
+}
+
 int64_t gpt_num_parameters(const GptConfig& c) {
   int64_t n = 0;
   for (const auto& p : gpt_param_specs(c)) n += p.numel();
@@ -115,9 +123,13 @@ Gpt::Gpt(const GptConfig& cfg)
   lnfb_ = i + 1;
 }
 
-void Gpt::set_fp8_compute(bool on) {
-  if (on) check_fp8_compute(params());
-  fp8_ = on;
+void Gpt::set_fp8_compute(const Fp8Compute& c) {
+  const std::vector<ParamSpec> specs = gpt_fp8_param_specs(cfg_, c);
+  if (c.on) check_fp8_compute(specs);
+  for (size_t p = 0; p < specs.size(); ++p) params_.set_fp8_linear(int(p), specs[p].fp8_linear);
+  fp8_ = c.on;
+  fp8_block_.assign(size_t(cfg_.n_layer), false);
+  for (int l = 0; l < cfg_.n_layer; ++l) fp8_block_[size_t(l)] = c.fp8_block(l, cfg_.n_layer);
 }
 
 void gpt_init_param(const GptConfig& cfg, const std::vector<ParamSpec>& specs, uint64_t seed, int p, float* x) {
@@ -207,8 +219,9 @@ void Gpt::run_forward(const int32_t* tokens, int B, int T, ModelHooks& hooks) {
     layernorm_forward(ln1, ln1_mean_.data() + l * BT, ln1_rstd_.data() + l * BT, x, w(p.ln1w), w(p.ln1b),
                       M, C);
     // A block linear layer: y = x W^T + b, in fp32 or (FP8 compute) from the engine's FP8 W.
+    const bool fp8 = fp8_ && fp8_block_[size_t(l)];
     const auto linear = [&](float* y, const float* xin, int wp, int bp, int N, int K) {
-      if (fp8_)
+      if (fp8)
         fp8_matmul_forward(y, xin, hooks.fp8_weight(wp), w(bp), M, N, K, fp8s_);
       else
         matmul_forward(y, xin, w(wp), w(bp), M, N, K, wt_);
@@ -277,8 +290,9 @@ void Gpt::backward(ModelHooks& hooks) {
     const float* th = fch_tanh_.data() + l * BT * 4 * C;
     gelu_from_tanh(fch_gelu_.data(), th, fch, BT * 4 * C);  // the forward's values, bitwise
     // A block linear layer's backward, in fp32 or (FP8 compute) with the engine's FP8 W^T.
+    const bool fp8 = fp8_ && fp8_block_[size_t(l)];
     const auto linear_back = [&](float* dx, int wp, int bp, const float* dy, const float* xin, int N, int K) {
-      if (fp8_)
+      if (fp8)
         fp8_matmul_backward(dx, hooks.grad(wp), hooks.grad(bp), dy, xin, hooks.fp8_weight_transposed(wp), M, N, K,
                             fp8s_);
       else

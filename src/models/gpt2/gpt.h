@@ -63,6 +63,11 @@ void validate(const GptConfig& cfg);
 
 // The parameter list of a config (validated), without allocating anything.
 std::vector<ParamSpec> gpt_param_specs(const GptConfig& cfg);
+// gpt_param_specs as a model under FP8 compute `c` lists them: fp8_linear
+// only on the linear weights of the blocks that compute in FP8 (all four
+// linears of block l are layer l + 1's); c off: gpt_param_specs. c is checked
+// (Fp8Compute::check) when on.
+std::vector<ParamSpec> gpt_fp8_param_specs(const GptConfig& cfg, const Fp8Compute& c);
 // Total stored parameters, padding rows of wte included.
 int64_t gpt_num_parameters(const GptConfig& cfg);
 
@@ -92,10 +97,11 @@ class Gpt : public GptModel {
   // FP8 compute (compute_dtype fp8, docs/fp8.md): the four linear layers of
   // each block read the engine's FP8 W / W^T (ModelHooks::fp8_weight) and
   // quantize their activations and gradients 1x128 (gpt_fp8.h); the
-  // embeddings, attention and the LM head stay fp32. Any d_model: a width
-  // that is not a multiple of 128 ends in partial tiles and 1x128 blocks
-  // (check_fp8_compute, model.h, says what it needs).
-  void set_fp8_compute(bool on) override;
+  // embeddings, attention and the LM head stay fp32, and so do the linears of
+  // the blocks c keeps in bf16. Any d_model: a width that is not a multiple
+  // of 128 ends in partial tiles and 1x128 blocks (check_fp8_compute,
+  // model.h, says what it needs).
+  void set_fp8_compute(const Fp8Compute& c) override;
   bool reads_fp8_weights() const override { return fp8_; }
 
   // GPT-2 init from a counter-based RNG (splitmix64 + Box-Muller, so the
@@ -147,7 +153,8 @@ class Gpt : public GptModel {
   cpu::LmOutput head_;           // [BT, Vp]: the logits, their loss, then dlogits
   // Scratch.
   std::vector<float> wt_;        // a transposed weight for the forward GEMM
-  bool fp8_ = false;             // FP8 compute of the block linears
+  bool fp8_ = false;             // FP8 compute of the block linears (of some blocks at least)
+  std::vector<bool> fp8_block_;  // per block: its linears compute in FP8
   cpu::Fp8Scratch fp8s_;             // their quantized operands
   std::vector<float> tmp_;       // [BT, C]
   std::vector<float> fch_gelu_;  // [BT, 4C]: gelu(fch) of the block at hand

@@ -51,23 +51,33 @@ class GptCuda final : public LmCuda<GptModel, GptConfig> {
       stage_grads_.push_back({p.ln1w, p.ln1b, p.qkvw, p.qkvb, p.projw, p.projb, p.ln2w, p.ln2b, p.fcw, p.fcb, p.mprojw,
                               p.mprojb});
     stage_grads_.push_back({0, lnfw_, lnfb_});  // the head's weight is wte
+    for (int l = 0; l < cfg_.n_layer; ++l) slot_.push_back(l);  // every block bf16
   }
 
   // FP8 compute (docs/fp8.md): the four linear layers of each block read the
   // engine's W / W^T (ModelHooks::fp8_weight) through Fp8Linear, their inputs
   // and output gradients quantized 1x128 by act_quantize; those weights then
   // have no bf16 copy here. The embeddings, attention, LayerNorms and the LM
-  // head stay bf16. Set before the first forward (check_fp8_compute says
-  // what it needs; a d_model that is not a multiple of 128 ends in partial tiles).
-  void set_fp8_compute(bool on) override {
-    if (on) check_fp8_compute(specs_);
-    if (on == fp8_) return;
+  // head stay bf16, and so do the blocks c keeps in bf16 (their linears read
+  // bf16 weights the engine dequantizes, as under bf16 compute). Set before
+  // the first forward (check_fp8_compute says what it needs; a d_model that
+  // is not a multiple of 128 ends in partial tiles).
+  void set_fp8_compute(const Fp8Compute& c) override {
+    const std::vector<ParamSpec> specs = gpt_fp8_param_specs(cfg_, c);
+    if (c.on) check_fp8_compute(specs);
+    std::vector<int> slot(size_t(cfg_.n_layer));  // per block: its index among the blocks of its kind
+    int n_fp8 = 0, n_bf16 = 0;
+    for (int l = 0; l < cfg_.n_layer; ++l) slot[size_t(l)] = c.fp8_block(l, cfg_.n_layer) ? n_fp8++ : n_bf16++;
+    if (c.on == fp8_ && slot == slot_ && n_fp8 == n_fp8_blocks_) return;
     MXDP_CHECK(!ran_, "set_fp8_compute: set it before the model's first forward");
-    fp8_ = on;
-    B_ = T_ = 0;  // the arena's layout depends on it (bf16: h, ln1 and ln2 per block; FP8: the X^T operands)
-    if (on && !lin_) lin_ = std::make_unique<Fp8Linear>(s_);
-    fw_.assign(on ? specs_.size() : 0, {});
-    fwt_.assign(on ? specs_.size() : 0, {});
+    for (size_t p = 0; p < specs.size(); ++p) specs_[p].fp8_linear = specs[p].fp8_linear;
+    fp8_ = c.on;
+    slot_ = std::move(slot);
+    n_fp8_blocks_ = n_fp8;
+    B_ = T_ = 0;  // the arena's layout depends on it (bf16 blocks: h, ln1 and ln2; FP8 blocks: the X^T operands)
+    if (fp8_ && !lin_) lin_ = std::make_unique<Fp8Linear>(s_);
+    fw_.assign(fp8_ ? specs_.size() : 0, {});
+    fwt_.assign(fp8_ ? specs_.size() : 0, {});
     layout_weights(fp8_);
   }
   bool reads_fp8_weights() const override { return fp8_; }
@@ -125,7 +135,12 @@ class GptCuda final : public LmCuda<GptModel, GptConfig> {
   void backward_block(int l, float* const* g);
   void backward_block_fp8(int l, float* const* g);
 
-  bool fp8_ = false;              // FP8 compute of the block linears
+  bool fp8_ = false;              // FP8 compute of the block linears (of some blocks at least)
+  // Per block: its index among the FP8 blocks (fp8_block(l)) or among the bf16
+  // ones, its slot in the activations of its kind; and how many FP8 blocks.
+  std::vector<int> slot_;
+  int n_fp8_blocks_ = 0;
+  bool fp8_block(int l) const { return fp8_ && specs_[size_t(blocks_[size_t(l)].qkvw)].fp8_linear; }
   std::unique_ptr<Fp8Linear> lin_;
   std::vector<Fp8Weight> fw_;     // per param: W (forward) and W^T (backward) of this pass
   std::vector<Fp8Weight> fwt_;
@@ -143,19 +158,16 @@ void GptCuda::carve(ArenaSlicer& take, int B, int T) {
   // compute never writes them: act_quantize makes their operands (fprop's rows
   // and the X^T, below, that the wgrads read) from the LayerNorm's input and
   // statistics.
-  if (fp8_) {
-    a.ln1 = a.ln2 = nullptr;
-  } else {
-    take(a.ln1, L * BT * C);
-    take(a.ln2, L * BT * C);
-  }
+  const int64_t Lb = L - n_fp8_blocks_, Lf = n_fp8_blocks_;  // bf16 and FP8 blocks
+  take(a.ln1, Lb * BT * C);
+  take(a.ln2, Lb * BT * C);
   take(a.qkv, L * BT * 3 * C);
   take(a.atty, L * BT * C);
   take(a.fch_pre, L * BT * 4 * C);
   // The GELU output is kept for the MLP's backward (recomputing it there cost
   // 0.9 ms a step at 124M B 16, for 1.2 GB); FP8 compute keeps its FP8
   // transpose instead (xt, below), the operand mlp.proj's wgrad reads.
-  take(a.fch, fp8_ ? 0 : L * BT * 4 * C);
+  take(a.fch, Lb * BT * 4 * C);
   take(a.lnf, BT * C);
   take(io_.logits, BT * Vp);
   take(a.tmp, BT * C);
@@ -175,7 +187,7 @@ void GptCuda::carve(ArenaSlicer& take, int B, int T) {
   take(a.scratch, colsum_scratch_floats(BT, 4 * C));
   take(a.mproj_dbias, C);
   take_batch(take, BT);
-  const int64_t xt = fp8_ ? L * kXtWidth * C * fp8_rows_padded(BT) : 0;  // codes; a scale per 128
+  const int64_t xt = Lf * kXtWidth * C * fp8_rows_padded(BT);  // codes; a scale per 128
   take(a.xt_codes, xt);
   take(a.xt_scales, xt / 128);
 }
@@ -187,7 +199,7 @@ void GptCuda::activations_ready(int B, int T) {
 }
 
 std::vector<intptr_t> GptCuda::fetch_stage_weights(int s, ModelHooks& hooks, bool transposed) {
-  if (!fp8_ || s < 1 || s > cfg_.n_layer) return {};
+  if (s < 1 || s > cfg_.n_layer || !fp8_block(s - 1)) return {};
   std::vector<intptr_t> key;
   const BlockParams& p = blocks_[size_t(s - 1)];
   for (int wp : {p.qkvw, p.projw, p.fcw, p.mprojw}) {
@@ -231,26 +243,29 @@ void GptCuda::forward_stage(int s) {
     gemm_.forward(io_.logits, a.lnf, w(0), nullptr, M, Vp, C);
     return;
   }
-  fp8_ ? forward_block_fp8(l) : forward_block(l);
+  fp8_block(l) ? forward_block_fp8(l) : forward_block(l);
 }
 
 GptCuda::BlockActs GptCuda::block_acts(int l) {
   const int M = B_ * T_;
   const int64_t BTC = int64_t(M) * cfg_.d_model, lm = int64_t(l) * M;
   Activations& a = act_;
-  // FP8 compute: null LayerNorm outputs (the kernels then write none) and no h.
-  BlockActs b{a.resid + l * BTC,        fp8_ ? nullptr : a.ln1 + l * BTC,  a.qkv + l * 3 * BTC, a.atty + l * BTC,
-              a.resid_mid + l * BTC,    fp8_ ? nullptr : a.ln2 + l * BTC,  a.fch_pre + l * 4 * BTC,
-              fp8_ ? nullptr : a.fch + l * 4 * BTC,
+  // An FP8 block: null LayerNorm outputs (the kernels then write none) and no
+  // h. ln1, ln2 and h are indexed among the bf16 blocks, X^T among the FP8 ones.
+  const bool fp8 = fp8_block(l);
+  const int64_t k = slot_[size_t(l)];
+  BlockActs b{a.resid + l * BTC,        fp8 ? nullptr : a.ln1 + k * BTC,  a.qkv + l * 3 * BTC, a.atty + l * BTC,
+              a.resid_mid + l * BTC,    fp8 ? nullptr : a.ln2 + k * BTC,  a.fch_pre + l * 4 * BTC,
+              fp8 ? nullptr : a.fch + k * 4 * BTC,
               a.ln1_mean + lm,          a.ln1_rstd + lm,   a.ln2_mean + lm,     a.ln2_rstd + lm,
               a.stats + int64_t(l) * B_ * cfg_.n_head * T_};
-  if (fp8_) {
+  if (fp8) {
     // Block l's X^T operands, one after another: [width C, Mp] codes and
     // (Mp / 128) x width C scales each (Mp: M padded to 128, as act_quantize writes).
     static_assert(kXtWidths[0] + kXtWidths[1] + kXtWidths[2] + kXtWidths[3] == kXtWidth);
     const int64_t CMp = cfg_.d_model * fp8_rows_padded(M);
-    uint8_t* codes = a.xt_codes + l * kXtWidth * CMp;
-    float* scales = a.xt_scales + l * kXtWidth * CMp / 128;
+    uint8_t* codes = a.xt_codes + k * kXtWidth * CMp;
+    float* scales = a.xt_scales + k * kXtWidth * CMp / 128;
     Fp8Slot* xt[4] = {&b.ln1t, &b.attyt, &b.ln2t, &b.ht};
     for (int i = 0; i < 4; ++i) {
       *xt[i] = {codes, scales};
@@ -283,7 +298,7 @@ void GptCuda::backward_stage(int s, float* const* g) {
   } else if (s == cfg_.n_layer + 1) {
     backward_head(g[0], g[1], g[2]);
   } else {
-    fp8_ ? backward_block_fp8(s - 1, g) : backward_block(s - 1, g);
+    fp8_block(s - 1) ? backward_block_fp8(s - 1, g) : backward_block(s - 1, g);
   }
 }
 
