@@ -15,6 +15,8 @@
 //
 // A format "F+fp8" runs weight format F with FP8 compute (--compute-dtype fp8:
 // the block linears' GEMMs in FP8, docs/fp8.md); F must be fp8b128.
+// "F+fp8:S:E" keeps the first S and the last E blocks in bf16
+// (--num-layers-at-start-in-bf16 S --num-layers-at-end-in-bf16 E).
 //
 // With "profile" as the sixth argument it runs 5 warm-up steps and then one
 // step between cudaProfilerStart and cudaProfilerStop, for
@@ -45,16 +47,21 @@ struct Result {
   cuda::GraphStats graphs;
 };
 
-// "bf16", "mxfp8", ..., or "fp8b128+fp8" (FP8 compute).
+// "bf16", "mxfp8", ..., "fp8b128+fp8" (FP8 compute) or "fp8b128+fp8:S:E"
+// (FP8 compute with S blocks at the start and E at the end in bf16).
 struct Variant {
   WeightFormat format;
-  bool fp8_compute;
+  Fp8Compute fp8;
 };
 Variant parse_variant(const std::string& name) {
   const size_t plus = name.find('+');
-  if (plus == std::string::npos) return {parse_weight_format(name), false};
-  MXDP_CHECK(name.substr(plus) == "+fp8", "unknown variant '", name, "' (a weight format, or FORMAT+fp8)");
-  return {parse_weight_format(name.substr(0, plus)), true};
+  if (plus == std::string::npos) return {parse_weight_format(name), {}};
+  Variant v{parse_weight_format(name.substr(0, plus)), {.on = true}};
+  const std::string rest = name.substr(plus);
+  char tail = 0;
+  MXDP_CHECK(rest == "+fp8" || std::sscanf(rest.c_str(), "+fp8:%d:%d%c", &v.fp8.bf16_first, &v.fp8.bf16_last, &tail) == 2,
+             "unknown variant '", name, "' (a weight format, FORMAT+fp8, or FORMAT+fp8:S:E)");
+  return v;
 }
 
 Result run(Communicator& comm, const GptConfig& mc, Variant v, int B, int T, int steps, int warmup,
@@ -64,10 +71,12 @@ Result run(Communicator& comm, const GptConfig& mc, Variant v, int B, int T, int
   auto ops = make_engine_ops(Device::Cuda);
   auto model = make_model(Device::Cuda, gpt2_model_config(mc), *ops);
   model->init_weights(1337);
-  model->set_fp8_compute({.on = v.fp8_compute});
+  model->set_fp8_compute(v.fp8);
   DpOptions o;
   o.weight_format = f;
-  o.compute_dtype = v.fp8_compute ? LinearCompute::Fp8 : LinearCompute::Bf16;
+  o.compute_dtype = v.fp8.on ? LinearCompute::Fp8 : LinearCompute::Bf16;
+  o.num_layers_at_start_in_bf16 = v.fp8.bf16_first;
+  o.num_layers_at_end_in_bf16 = v.fp8.bf16_last;
   o.reuse_grad_buf = f == WeightFormat::Mxfp8;
   o.bucket_size = 40000000;
   o.lr = 6e-4;
