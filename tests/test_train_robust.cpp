@@ -313,6 +313,15 @@ TEST_F(TrainRobust, Bf16BlocksOfFp8Compute) {
   const json opts = json::parse(mt::read_file(d / "m.jsonl").substr(0, mt::read_file(d / "m.jsonl").find('\n')))["options"];
   EXPECT_EQ(opts.value("num_layers_at_start_in_bf16", ""), "1") << opts.dump();
   EXPECT_EQ(opts.value("num_layers_at_end_in_bf16", ""), "1") << opts.dump();
+  // `mxdp plan` counts W and W^T only for the blocks in FP8: 4 linears a block.
+  for (auto [extra, want] : {std::pair{"", "of the 12 linear weights"},
+                             std::pair{" --num-layers-at-start-in-bf16 1 --num-layers-at-end-in-bf16 1",
+                                       "of the 4 linear weights"}}) {
+    const auto plan = mt::run_mxdp(std::string("plan --model tiny --n-layer 3 --dp 2 --compute-dtype fp8") + extra,
+                                   d / "plan.log");
+    EXPECT_EQ(plan.exit_code, 0) << plan.output;
+    EXPECT_TRUE(mt::contains(plan.output, want)) << extra << "\n" << plan.output;
+  }
 }
 
 // Point 4: a run whose every step is skipped stops after --max-skipped-steps

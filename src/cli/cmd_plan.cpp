@@ -63,6 +63,7 @@ void add_plan_command(CLI::App& app, Runner& run) {
     int64_t bucket = DpOptions{}.bucket_size;  // what mxdp train uses
     std::string grad_dtype = "fp32";
     std::string compute_dtype = "bf16";
+    int bf16_first = 0, bf16_last = 0;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand("plan", "Memory per rank and traffic per step of each gather mode (nothing runs)");
@@ -75,12 +76,25 @@ void add_plan_command(CLI::App& app, Runner& run) {
   cmd->add_option("--bucket-size", o->bucket, "Elements per bucket")->check(CLI::PositiveNumber);
   cmd->add_option("--grad-reduce-dtype", o->grad_dtype, "Reduce-scatter dtype")->check(CLI::IsMember({"fp32", "bf16"}));
   add_compute_dtype_option(cmd, o->compute_dtype, "adds the row of the fp8b128 gather with FP8 compute");
+  cmd->add_option("--num-layers-at-start-in-bf16", o->bf16_first, "With --compute-dtype fp8: the first N blocks in bf16")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--num-layers-at-end-in-bf16", o->bf16_last, "With --compute-dtype fp8: the last N blocks in bf16")
+      ->check(CLI::NonNegativeNumber);
   cmd->callback([o, &run] {
     run = [o] {
       const ModelConfig mc = resolve_model(o->c);
-      const auto params = mc.spec().param_specs(mc);
-      const bool fp8 = parse_compute_dtype(o->compute_dtype) == LinearCompute::Fp8;
-      const int fp8_weights = fp8 ? check_fp8_compute(params, o->c.model) : 0;  // what train refuses, plan refuses
+      DpOptions given;  // what train refuses, plan refuses
+      given.compute_dtype = parse_compute_dtype(o->compute_dtype);
+      given.weight_format = given.compute_dtype == LinearCompute::Fp8 ? WeightFormat::Fp8b128 : given.weight_format;
+      given.num_layers_at_start_in_bf16 = o->bf16_first;
+      given.num_layers_at_end_in_bf16 = o->bf16_last;
+      given.validate_fp8_compute();
+      const bool fp8 = given.compute_dtype == LinearCompute::Fp8;
+      if (fp8) check_fp8_compute(mc.spec().param_specs(mc), o->c.model);
+      // Under FP8 compute, the blocks kept in bf16 have no W and W^T.
+      const auto params = given.model_fp8_compute().apply(mc.spec().param_specs(mc), mc.spec().n_layer(mc), o->c.model);
+      int fp8_weights = 0;
+      for (const ParamSpec& p : params) fp8_weights += fp8 && p.fp8_linear;
       std::printf("mxdp plan: %s, %lld params, dp %d, buckets of %lld elements, %s reduce-scatter%s\n",
                   o->c.model.c_str(), (long long)mc.spec().num_parameters(mc), o->dp, (long long)o->bucket,
                   o->grad_dtype.c_str(), fp8 ? ", fp8 compute in the fp8b128 mode" : "");

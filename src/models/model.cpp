@@ -32,4 +32,11 @@ void Fp8Compute::check(int n_blocks, const std::string& model) const {
              " blocks in FP8: keep fewer in bf16, or train with --compute-dtype bf16");
 }
 
+std::vector<ParamSpec> Fp8Compute::apply(std::vector<ParamSpec> params, int n_blocks, const std::string& model) const {
+  if (!on) return params;
+  check(n_blocks, model);
+  for (ParamSpec& p : params) p.fp8_linear = p.fp8_linear && fp8_block(p.layer - 1, n_blocks);
+  return params;
+}
+
 }  // namespace mxdp

@@ -85,6 +85,11 @@ struct Fp8Compute {
   // Throws mxdp::Error unless both counts are >= 0 and leave at least one of
   // n_blocks blocks in FP8 (`model` names the model in the message).
   void check(int n_blocks, const std::string& model = "") const;
+  // `params` as a model under this FP8 compute lists them: fp8_linear kept
+  // only on the params of the blocks that compute in FP8, for a model whose
+  // block b is layer b + 1 (ParamSpec::layer; GPT-2's and Llama's numbering).
+  // Off: params unchanged. Checked (check) when on.
+  std::vector<ParamSpec> apply(std::vector<ParamSpec> params, int n_blocks, const std::string& model = "") const;
 };
 
 // "[768, 2304]", for messages.

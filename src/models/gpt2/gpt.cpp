@@ -96,11 +96,7 @@ std::vector<ParamSpec> gpt_param_specs(const GptConfig& c) {
 }
 
 std::vector<ParamSpec> gpt_fp8_param_specs(const GptConfig& cfg, const Fp8Compute& c) {
-  std::vector<ParamSpec> s = gpt_param_specs(cfg);
-  if (!c.on) return s;
-  c.check(cfg.n_layer);
-  for (ParamSpec& p : s) p.fp8_linear = p.fp8_linear && c.fp8_block(p.layer - 1, cfg.n_layer);
-  return s;
+  return c.apply(gpt_param_specs(cfg), cfg.n_layer);
 }
 
 int64_t gpt_num_parameters(const GptConfig& c) {
