@@ -290,7 +290,7 @@ TEST_F(TrainRobust, Fp8ComputeRefusedBeforeAnythingIsWritten) {
 // so in its header and its metrics' config line.
 TEST_F(TrainRobust, Bf16BlocksOfFp8Compute) {
   const std::string base = "train --model tiny --n-layer 3 --seq-len 16 --batch-size 2 --eval-batches 1 --threads 1 "
-                           "--progress lines --steps 1 --eval-every 0 --sample-tokens 0 --data " +
+                           "--progress lines --steps 1 --eval-every 0 --data " +
                            quote(d / "corpus.txt");
   const std::string fp8 = " --weight-format fp8b128 --compute-dtype fp8";
   const std::pair<std::string, std::string> refused[] = {
@@ -304,10 +304,11 @@ TEST_F(TrainRobust, Bf16BlocksOfFp8Compute) {
     EXPECT_TRUE(mt::contains(r.output, want)) << extra << "\n" << r.output;
     EXPECT_FALSE(fs::exists(d / "corpus.txt.mxdp")) << extra;
   }
-  const auto ok = mt::run_mxdp(base + fp8 + " --num-layers-at-start-in-bf16 1 --num-layers-at-end-in-bf16 1 --metrics " +
-                                   quote(d / "m.jsonl"),
+  const auto ok = mt::run_mxdp(base + fp8 + " --num-layers-at-start-in-bf16 1 --num-layers-at-end-in-bf16 1 " +
+                                   "--sample-tokens 3 --metrics " + quote(d / "m.jsonl"),
                                d / "ok.log");
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_TRUE(mt::contains(ok.output, "sample (3 tokens")) << ok.output;  // inference on both kinds of block
   EXPECT_TRUE(std::regex_search(ok.output, std::regex(R"(num_layers_at_start_in_bf16 += 1\n)"))) << ok.output;
   EXPECT_TRUE(std::regex_search(ok.output, std::regex(R"(num_layers_at_end_in_bf16 += 1\n)"))) << ok.output;
   const json opts = json::parse(mt::read_file(d / "m.jsonl").substr(0, mt::read_file(d / "m.jsonl").find('\n')))["options"];
