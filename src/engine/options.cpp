@@ -1,6 +1,5 @@
 #include "engine/options.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fmt/format.h>
@@ -85,6 +84,12 @@ std::vector<std::pair<std::string, std::string>> DpOptions::describe() const {
       {"bucket_size", std::to_string(bucket_size)},
       {"grad_reduce_dtype", to_string(grad_reduce_dtype)},
       {"compute_dtype", to_string(compute_dtype)},
+  };
+  if (compute_dtype == LinearCompute::Fp8) {
+    d.emplace_back("num_layers_at_start_in_bf16", std::to_string(num_layers_at_start_in_bf16));
+    d.emplace_back("num_layers_at_end_in_bf16", std::to_string(num_layers_at_end_in_bf16));
+  }
+  d.insert(d.end(), {
       {"clip_grad", ::fmt::format("{}", clip_grad)},
       {"lr", ::fmt::format("{}", lr)},
       {"min_lr", ::fmt::format("{}", min_lr)},
@@ -95,12 +100,7 @@ std::vector<std::pair<std::string, std::string>> DpOptions::describe() const {
       {"adam_beta2", ::fmt::format("{}", adam_beta2)},
       {"adam_eps", ::fmt::format("{}", adam_eps)},
       {"micro_batches", std::to_string(micro_batches)},
-  };
-  if (compute_dtype == LinearCompute::Fp8) {  // beside compute_dtype
-    const auto at = std::find_if(d.begin(), d.end(), [](const auto& kv) { return kv.first == "compute_dtype"; }) + 1;
-    d.insert(at, {{"num_layers_at_start_in_bf16", std::to_string(num_layers_at_start_in_bf16)},
-                  {"num_layers_at_end_in_bf16", std::to_string(num_layers_at_end_in_bf16)}});
-  }
+  });
   return d;
 }
 

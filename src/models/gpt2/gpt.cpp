@@ -124,8 +124,6 @@ void Gpt::set_fp8_compute(const Fp8Compute& c) {
   if (c.on) check_fp8_compute(specs);
   for (size_t p = 0; p < specs.size(); ++p) params_.set_fp8_linear(int(p), specs[p].fp8_linear);
   fp8_ = c.on;
-  fp8_block_.assign(size_t(cfg_.n_layer), false);
-  for (int l = 0; l < cfg_.n_layer; ++l) fp8_block_[size_t(l)] = c.fp8_block(l, cfg_.n_layer);
 }
 
 void gpt_init_param(const GptConfig& cfg, const std::vector<ParamSpec>& specs, uint64_t seed, int p, float* x) {
@@ -215,7 +213,7 @@ void Gpt::run_forward(const int32_t* tokens, int B, int T, ModelHooks& hooks) {
     layernorm_forward(ln1, ln1_mean_.data() + l * BT, ln1_rstd_.data() + l * BT, x, w(p.ln1w), w(p.ln1b),
                       M, C);
     // A block linear layer: y = x W^T + b, in fp32 or (FP8 compute) from the engine's FP8 W.
-    const bool fp8 = fp8_ && fp8_block_[size_t(l)];
+    const bool fp8 = fp8_ && params()[size_t(p.qkvw)].fp8_linear;  // this block computes in FP8
     const auto linear = [&](float* y, const float* xin, int wp, int bp, int N, int K) {
       if (fp8)
         fp8_matmul_forward(y, xin, hooks.fp8_weight(wp), w(bp), M, N, K, fp8s_);
@@ -286,7 +284,7 @@ void Gpt::backward(ModelHooks& hooks) {
     const float* th = fch_tanh_.data() + l * BT * 4 * C;
     gelu_from_tanh(fch_gelu_.data(), th, fch, BT * 4 * C);  // the forward's values, bitwise
     // A block linear layer's backward, in fp32 or (FP8 compute) with the engine's FP8 W^T.
-    const bool fp8 = fp8_ && fp8_block_[size_t(l)];
+    const bool fp8 = fp8_ && params()[size_t(p.qkvw)].fp8_linear;  // this block computes in FP8
     const auto linear_back = [&](float* dx, int wp, int bp, const float* dy, const float* xin, int N, int K) {
       if (fp8)
         fp8_matmul_backward(dx, hooks.grad(wp), hooks.grad(bp), dy, xin, hooks.fp8_weight_transposed(wp), M, N, K,

@@ -154,7 +154,6 @@ class Gpt : public GptModel {
   // Scratch.
   std::vector<float> wt_;        // a transposed weight for the forward GEMM
   bool fp8_ = false;             // FP8 compute of the block linears (of some blocks at least)
-  std::vector<bool> fp8_block_;  // per block: its linears compute in FP8
   cpu::Fp8Scratch fp8s_;             // their quantized operands
   std::vector<float> tmp_;       // [BT, C]
   std::vector<float> fch_gelu_;  // [BT, 4C]: gelu(fch) of the block at hand
