@@ -77,9 +77,11 @@ inline std::string bit_mismatch(const std::vector<uint8_t>& got, const std::vect
 // The gather format of a param (docs/engine.md, "Buffers and layout"): a 2-D weight
 // whose rows hold whole 32-element blocks travels in the chosen format (for
 // fp8b128's 128x128 tiles: any rows, cols a multiple of 16, the FP8 GEMMs'
-// alignment; edge tiles partial), everything else in BF16.
+// alignment; edge tiles partial), everything else in BF16; under fp8b128 the
+// embedding tables (wte, wpe, Llama's embed) travel in BF16 too.
 inline WeightFormat oracle_format(const ParamSpec& s, WeightFormat chosen) {
   if (s.shape.size() != 2) return WeightFormat::Bf16;
+  if (chosen == WeightFormat::Fp8b128 && s.embedding) return WeightFormat::Bf16;
   const bool blocks = chosen == WeightFormat::Fp8b128 ? s.shape[1] % 16 == 0 : s.shape[1] % 32 == 0;
   return blocks ? chosen : WeightFormat::Bf16;
 }

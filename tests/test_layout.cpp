@@ -6,10 +6,12 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <set>
 
 #include "util/check.h"
 #include "engine/layout.h"
 #include "models/gpt2/gpt.h"
+#include "models/llama/llama_config.h"
 
 using namespace mxdp;
 
@@ -24,6 +26,7 @@ std::vector<ParamSpec> random_model(std::mt19937& rng) {
     p.name.insert(0, 1, 'p');  // not "p" + ...: GCC 12 warns falsely (-Wrestrict) on that
     layer += rng() % 2;
     p.layer = layer;
+    p.embedding = rng() % 4 == 0;
     switch (rng() % 6) {
       case 0: p.shape = {int64_t(1 + rng() % 300)}; p.decay = false; break;           // 1-D
       case 1: p.shape = {int64_t(1 + rng() % 40), int64_t(32 * (1 + rng() % 6))}; break;  // eligible
@@ -66,9 +69,11 @@ void check_layout(const std::vector<ParamSpec>& ps, const Layout& L, WeightForma
         content_end = std::max(content_end, prev_end);
         min_layer = std::min<int64_t>(min_layer, ps[p].layer);
         // docs/engine.md's rule, written out: rows of whole 32-element blocks;
-        // fp8b128's 128x128 tiles: any rows, cols a multiple of 16.
+        // fp8b128's 128x128 tiles: any rows, cols a multiple of 16, and no
+        // embedding table.
         const bool two_d = ps[p].shape.size() == 2;
-        const bool takes = two_d && ps[p].shape[1] % (lowp == WeightFormat::Fp8b128 ? 16 : 32) == 0;
+        const bool takes = two_d && ps[p].shape[1] % (lowp == WeightFormat::Fp8b128 ? 16 : 32) == 0 &&
+                           !(lowp == WeightFormat::Fp8b128 && ps[p].embedding);
         const WeightFormat want = takes ? lowp : WeightFormat::Bf16;
         EXPECT_EQ(gb.format, want) << ps[p].name;
       }
@@ -291,13 +296,16 @@ TEST(Layout, Fp8b128PartialTilesGpt2Xl) {
   EXPECT_EQ(payload_shape(WeightFormat::Fp8b128, bk).scale_bytes, 26 * 13 * 4);
 }
 
+// GPT-2's embedding tables, by name (not by the flag the models set).
+bool gpt2_table(const ParamSpec& p) { return p.name == "wte" || p.name == "wpe"; }
+
 // The fp8b128 buffer of a GPT-2 config: its elements beyond its weights', over
 // the weights', counted from the param shapes (every GPT-2 2-D weight has cols
-// a multiple of 16 and travels in fp8b128).
+// a multiple of 16 and travels in fp8b128, but the embedding tables).
 double fp8b128_padding(const std::vector<ParamSpec>& ps, int dp, int64_t bucket) {
   int64_t weights = 0;
   for (const ParamSpec& p : ps)
-    if (p.shape.size() == 2) weights += p.numel();
+    if (p.shape.size() == 2 && !gpt2_table(p)) weights += p.numel();
   const Layout L = Layout::build(ps, WeightFormat::Fp8b128, bucket, dp);
   EXPECT_EQ(L.buffers[0].format, WeightFormat::Fp8b128);
   return double(L.buffers[0].numel - weights) / weights;
@@ -311,17 +319,19 @@ TEST(Layout, Fp8b128PaddingGpt2) {
     const std::vector<ParamSpec>& ps;
     int dp;
     int64_t bucket;
-    double most;  // the lcm rule's padding in the comment
+    double most;  // just above this layout's padding (in the comment: the lcm rule's, where known)
   };
+  // The padding of the block weights alone: the embedding tables travel in
+  // bf16 (wte's rows were the only padding at 124M dp 2 and 1558M dp 1).
   for (const Case& c : std::vector<Case>{
            {small, 1, mb, 1e-9},        // 0: nothing is cut
-           {small, 2, mb, 0.001},       // 0.0008
-           {small, 8, mb, 0.0815},      // 0.0814: mlp.proj, 6 slabs a bucket, fills 6 of 8 shards either way
-           {small, 8, 1 << 24, 0.02},   // 0.037
-           {xl, 1, mb, 1e-9},           // 0.019: nothing is cut, so no slab alignment
-           {xl, 2, mb, 0.02},           // 0.051
-           {xl, 8, mb, 0.166},          // 0.165: the least possible (below)
-           {xl, 2, 40'000'000, 0.001},  // 0.038
+           {small, 2, mb, 1e-9},        // 0
+           {small, 8, mb, 0.112},       // 0.111: mlp.proj, 6 slabs a bucket, fills 6 of 8 shards either way
+           {small, 8, 1 << 24, 0.019},  // 0.0185 (lcm rule: 0.037 with the tables)
+           {xl, 1, mb, 1e-9},           // 0: nothing is cut, so no slab alignment
+           {xl, 2, mb, 0.0201},         // 0.020 (lcm rule: 0.051 with the tables)
+           {xl, 8, mb, 0.174},          // 0.173: the least possible (below)
+           {xl, 2, 40'000'000, 1e-9},   // 0 (lcm rule: 0.038 with the tables)
        }) {
     EXPECT_LT(fp8b128_padding(c.ps, c.dp, c.bucket), c.most) << c.ps.size() << " params, dp " << c.dp;
   }
@@ -336,12 +346,40 @@ TEST(Layout, Fp8b128PaddingAtDp8IsTheLeastPossible) {
   const auto xl = gpt_param_specs(gpt_config("gpt2-1558m"));
   int64_t least = 0;
   for (const ParamSpec& p : xl)
-    if (p.shape.size() == 2) {
+    if (p.shape.size() == 2 && !gpt2_table(p)) {
       const int64_t slab = 128 * p.shape[1];
       least += 8 * ceil_div(p.numel(), 8 * slab) * slab;
     }
   const Layout L = Layout::build(xl, WeightFormat::Fp8b128, DpOptions{}.bucket_size, 8);
   EXPECT_EQ(L.buffers[0].numel, least);
+}
+
+// The models mark their embedding tables: under fp8b128 the tables travel in
+// bf16 and every other 2-D weight in fp8b128 (the FP8 GEMMs read those, never
+// a table); under mxfp8 and nvfp4 the tables travel in the chosen format too.
+// Names and shapes here are the models' published ones, not their flags.
+TEST(Layout, EmbeddingTablesTravelInBf16UnderFp8b128) {
+  const auto gpt = gpt_param_specs(gpt_config("gpt2-124m"));
+  LlamaConfig untied = llama_config("llama-tiny");
+  untied.tie_embeddings = false;
+  for (const auto& [ps, tables] : std::vector<std::pair<std::vector<ParamSpec>, std::set<std::string>>>{
+           {gpt, {"wte", "wpe"}},
+           {llama_param_specs(llama_config("llama-tiny")), {"embed"}},
+           {llama_param_specs(untied), {"embed"}}}) {  // its lm_head is a linear layer: fp8b128
+    for (WeightFormat lowp : {WeightFormat::Fp8b128, WeightFormat::Mxfp8, WeightFormat::Nvfp4}) {
+      const Layout L = Layout::build(ps, lowp, DpOptions{}.bucket_size, 2);
+      int n_tables = 0;
+      for (size_t p = 0; p < ps.size(); ++p) {
+        const bool table = tables.count(ps[p].name) > 0;
+        n_tables += table;
+        const WeightFormat want = ps[p].shape.size() != 2                    ? WeightFormat::Bf16
+                                  : table && lowp == WeightFormat::Fp8b128 ? WeightFormat::Bf16
+                                                                           : lowp;
+        EXPECT_EQ(L.buffers[L.place[p].buffer].format, want) << ps[p].name << " under " << to_string(lowp);
+      }
+      EXPECT_EQ(n_tables, int(tables.size()));
+    }
+  }
 }
 
 TEST(Layout, RejectsBadInput) {

@@ -36,6 +36,12 @@ TEST(Oracle, FormatRuleOfTheDesign) {
   EXPECT_EQ(oracle_format(matrix(4800, 1600), WeightFormat::Fp8b128), WeightFormat::Fp8b128);
   EXPECT_EQ(oracle_format(matrix(3, 48), WeightFormat::Fp8b128), WeightFormat::Fp8b128);
   EXPECT_EQ(oracle_format(matrix(128, 40), WeightFormat::Fp8b128), WeightFormat::Bf16);
+  // Embedding tables: bf16 under fp8b128, the chosen format under the others.
+  ParamSpec table = matrix(50304, 768);
+  table.embedding = true;
+  EXPECT_EQ(oracle_format(table, WeightFormat::Fp8b128), WeightFormat::Bf16);
+  EXPECT_EQ(oracle_format(table, WeightFormat::Mxfp8), WeightFormat::Mxfp8);
+  EXPECT_EQ(oracle_format(table, WeightFormat::Nvfp4), WeightFormat::Nvfp4);
 }
 
 TEST(Oracle, Bf16IsRoundToNearestEven) {

@@ -8,8 +8,10 @@
 #include "io/checkpoint.h"
 #include "models/gpt2/gpt.h"
 #include "mpi_session.h"
+#include "oracle.h"
 #include "python_util.h"
 #include "train/sample.h"
+#include "train/trained_weights.h"
 #include "tmpdir_util.h"
 
 using namespace mxdp;
@@ -174,6 +176,7 @@ INSTANTIATE_TEST_SUITE_P(Formats, SampleAsTrained,
                          ::testing::Values(FormatCase{"bf16", "", false}, FormatCase{"mxfp8", "", false},
                                            FormatCase{"mxfp8", "--mxfp8-scale-rounding floor", false},
                                            FormatCase{"nvfp4", "", false},
+                                           FormatCase{"fp8b128", "--min-lr 1e-2", false},  // constant lr: the masters sample apart
                                            FormatCase{"nvfp4", "--bucket-size 3000 --comm-timeout 60", true}),
                          [](const auto& i) {
                            return std::string(i.param.format) + (std::string(i.param.extra).find("floor") != std::string::npos ? "_floor" : "") +
@@ -201,6 +204,54 @@ TEST(Sample, OldCheckpointWithoutItsFormat) {
   EXPECT_TRUE(contains(t.output, "--weights master")) << t.output;
   const RunResult m = run_mxdp("sample --device cpu --load '" + (d / "old.ckpt") + "' --tokens 5 --threads 1 --weights master", d / "m.log");
   EXPECT_EQ(m.exit_code, 0) << m.output;
+}
+
+// fp8b128 gathers the embedding tables in bf16 and the checkpoint says so
+// ("embedding_format"); one written before that rule gathered them in
+// fp8b128, and its weights as trained are rebuilt that way. Each against the
+// test oracle's quantize-dequantize of the masters (tests/oracle.h).
+TEST(Sample, Fp8b128EmbeddingTablesAsTrainedOldAndNew) {
+  TempDir d;
+  RunResult tr = run_mxdp(std::string("train --device cpu --data '") + corpus(d) + "' " + kTrainSmall +
+                              " --weight-format fp8b128 --steps 3 --sample-tokens 0 --save-dir '" + (d / "ck") + "'",
+                          d / "train.log");
+  ASSERT_EQ(tr.exit_code, 0) << tr.output;
+  const std::string path = d / "ck/step_000003.ckpt";
+  CheckpointData c = read_checkpoint(path);
+  EXPECT_EQ(c.extra.value("embedding_format", ""), "bf16");
+  // The weights of `w` against the oracle's, with the tables gathered in `tables`.
+  auto check = [&](const InferenceWeights& w, WeightFormat tables) {
+    ASSERT_EQ(w.specs.size(), c.params.size());
+    int n_tables = 0;
+    for (size_t p = 0; p < c.params.size(); ++p) {
+      ParamSpec s = w.specs[p];
+      const bool table = s.name == "wte" || s.name == "wpe";  // by name: the GPT's flag is under test too
+      n_tables += table;
+      s.embedding = false;
+      const auto want = oracle_dequantized(s, c.params[p].master, table ? tables : WeightFormat::Fp8b128,
+                                           ScaleRounding::RCeil);
+      EXPECT_EQ(std::memcmp(w.weights[p].data(), want.data(), want.size() * 4), 0) << s.name;
+    }
+    EXPECT_EQ(n_tables, 2);
+  };
+  const InferenceWeights now = load_inference_weights(path, WeightsMode::Trained);
+  check(now, WeightFormat::Bf16);
+  EXPECT_EQ(now.describe, "as trained: fp8b128 for 2-D weights but the embeddings, bf16 for the rest");
+  c.extra.erase("embedding_format");
+  write_file_atomic(d / "old.ckpt", serialize_checkpoint(c));
+  const InferenceWeights old = load_inference_weights(d / "old.ckpt", WeightsMode::Trained);
+  check(old, WeightFormat::Fp8b128);
+  EXPECT_EQ(old.describe, "as trained: fp8b128 for 2-D weights, bf16 for the rest");
+  // A rule this mxdp does not have: refused, with the way out.
+  c.extra["embedding_format"] = "fp8b128";
+  write_file_atomic(d / "other.ckpt", serialize_checkpoint(c));
+  try {
+    load_inference_weights(d / "other.ckpt", WeightsMode::Trained);
+    ADD_FAILURE() << "a checkpoint whose embedding tables travelled in fp8b128 by its own account must be refused";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "embedding tables travelled in \"fp8b128\"")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "--weights master")) << e.what();
+  }
 }
 
 // A byte-level model emits bytes that are not UTF-8: printed text has U+FFFD

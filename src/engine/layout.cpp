@@ -139,9 +139,13 @@ static void cut_shards(Bucket& b, const std::vector<ParamPlace>& place,
   place_scales(b, ft, params);
 }
 
+WeightFormat embedding_format(WeightFormat lowp) {
+  return format_traits(lowp).takes_embeddings ? lowp : WeightFormat::Bf16;
+}
+
 WeightFormat gather_format(const ParamSpec& p, WeightFormat lowp) {
-  const bool two_d = p.shape.size() == 2;
-  return two_d && format_traits(lowp).eligible(p.shape[0], p.shape[1]) ? lowp : WeightFormat::Bf16;
+  const WeightFormat f = p.embedding ? embedding_format(lowp) : lowp;
+  return p.shape.size() == 2 && format_traits(f).eligible(p.shape[0], p.shape[1]) ? f : WeightFormat::Bf16;
 }
 
 Layout Layout::build(const std::vector<ParamSpec>& params, WeightFormat lowp, int64_t bucket_size,

@@ -91,8 +91,15 @@ struct ParamPlace {
 };
 
 // The format param p travels in when the low-precision format is `lowp`:
-// lowp for a 2-D weight format_traits(lowp).eligible() takes, else BF16.
+// lowp for a 2-D weight format_traits(lowp).eligible() takes, else BF16; an
+// embedding table (ParamSpec::embedding) travels in BF16 under a format that
+// does not take embeddings (FormatTraits::takes_embeddings: fp8b128, whose
+// FP8 GEMMs never read one; docs/fp8.md, "Embeddings in bf16").
 WeightFormat gather_format(const ParamSpec& p, WeightFormat lowp);
+// The format embedding tables travel in under `lowp` (where their shape is
+// eligible): lowp, or BF16 for a format that does not take embeddings.
+// Checkpoints record it as "embedding_format" (train/trained_weights.h).
+WeightFormat embedding_format(WeightFormat lowp);
 
 struct Layout {
   int dp = 1;

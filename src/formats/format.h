@@ -50,6 +50,7 @@ struct FormatTraits {
   bool rounding_applies;       // the scale rounding option (rceil / floor) changes its bits
   bool fits_grad_buffer;       // its gather payload may live in the idle fp32 grad buffer
   bool gathered;               // the engine gathers it (false: codec and kernels only, not yet a --weight-format)
+  bool takes_embeddings;       // embedding tables (ParamSpec::embedding) travel in it (false: in bf16)
 
   // Bytes of one shard's codes and scales, n a multiple of `block` (and even
   // for 4-bit codes).

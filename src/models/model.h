@@ -51,6 +51,8 @@ struct ParamSpec {
   bool decay = true;           // decoupled weight decay applies (false for 1-D params)
   bool fp8_linear = false;     // a linear layer's weight the model reads as FP8 W / W^T under compute_dtype fp8
                                // (when it travels in fp8b128); other params keep dequantized compute weights
+  bool embedding = false;      // a token or position embedding table (a tied LM head included): some formats
+                               // do not take one (FormatTraits::takes_embeddings, engine/layout.h)
 
   int64_t numel() const {
     int64_t n = 1;

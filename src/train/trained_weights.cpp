@@ -77,14 +77,25 @@ InferenceWeights load_inference_weights(const std::string& where, WeightsMode mo
                ": the checkpoint does not record the gather format it was trained with (written by an older "
                "mxdp); pass --weights master to use its fp32 masters");
     format = parse_weight_format(c.extra["weight_format"].get<std::string>());
+    const FormatTraits& t = format_traits(format);
+    // The embedding tables' format (engine/layout.h's embedding_format).
+    // Checkpoints written before it was recorded gathered them in the
+    // weight format, fp8b128 included: for those, no param is a table.
+    const bool recorded = c.extra.contains("embedding_format");
+    if (!recorded)
+      for (ParamSpec& s : w.specs) s.embedding = false;
+    MXDP_CHECK(!recorded || c.extra["embedding_format"] == to_string(embedding_format(format)), w.path,
+               ": the checkpoint's embedding tables travelled in ", c.extra["embedding_format"].dump(),
+               ", but this mxdp gathers them in ", to_string(embedding_format(format)), " under ", t.name,
+               "; pass --weights master to use its fp32 masters");
     if (c.extra.contains("mxfp8_scale_rounding"))
       rounding = parse_scale_rounding(c.extra["mxfp8_scale_rounding"].get<std::string>());
-    const FormatTraits& t = format_traits(format);
+    const bool tables_apart = recorded && embedding_format(format) != format;
     MXDP_CHECK(!t.rounding_applies || c.extra.contains("mxfp8_scale_rounding"), w.path, ": an ", t.name,
                " checkpoint must record its mxfp8_scale_rounding");
     w.describe = std::string("as trained: ") + t.name +
                  (t.rounding_applies ? std::string(" (") + to_string(rounding) + ")" : std::string()) +
-                 " for 2-D weights, bf16 for the rest";
+                 (tables_apart ? " for 2-D weights but the embeddings" : " for 2-D weights") + ", bf16 for the rest";
   } else {
     w.describe = "fp32 masters";
   }

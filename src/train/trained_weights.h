@@ -5,9 +5,10 @@
 // quantized to its gather format and dequantized again (docs/interop.md, "The
 // weights as trained"; the formats themselves: docs/formats.md):
 //   - 2-D params the format takes (engine/layout.h's gather_format: rows of
-//     whole 32-element blocks; for fp8b128 any rows, cols a multiple of 16)
-//     travel in the run's weight format (bf16, mxfp8, nvfp4 or fp8b128);
-//   - every other param (norms, biases) travels in BF16.
+//     whole 32-element blocks; for fp8b128 any rows, cols a multiple of 16,
+//     and not the embedding tables) travel in the run's weight format (bf16,
+//     mxfp8, nvfp4 or fp8b128);
+//   - every other param (norms, biases, tables under fp8b128) travels in BF16.
 // The engine quantizes per bucket shard over its laid-out buffer, but every
 // param starts at a 64-element offset and shards are multiples of 256
 // elements, so MXFP8's 32-blocks and NVFP4's 16-blocks never straddle two
@@ -19,7 +20,9 @@
 // tests/mpitest_trained_weights.cpp holds the two equal at dp 1..4.
 //
 // A checkpoint records the format it was trained with in its `extra` JSON
-// ("weight_format", "mxfp8_scale_rounding"); load_inference_weights() uses it.
+// ("weight_format", "embedding_format", "mxfp8_scale_rounding");
+// load_inference_weights() uses it. One without "embedding_format" predates the
+// fp8b128 tables-in-bf16 rule: its tables are rebuilt in its weight format.
 #pragma once
 
 #include <cstdint>

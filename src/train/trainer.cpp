@@ -25,6 +25,7 @@
 #include "io/checkpoint.h"
 #include "data/data.h"
 #include "engine/engine.h"
+#include "engine/layout.h"
 #include "io/fileio.h"
 #include "data/llmc_shards.h"
 #include "train/runtime.h"
@@ -667,6 +668,7 @@ void Trainer::save(int64_t step) {
   json extra = {{"data", loader_->state()}, {"seed", cfg_.seed}, {"schedule", sched},
                 // what sample/export rebuild the trained weights with
                 {"weight_format", to_string(cfg_.dp.weight_format)},
+                {"embedding_format", to_string(embedding_format(cfg_.dp.weight_format))},
                 {"compute_dtype", to_string(cfg_.dp.compute_dtype)},
                 {"data_vocab", train_ds_->vocab_size()},  // <= 256: bytes (sample needs no tokenizer)
                 {"mxfp8_scale_rounding", to_string(cfg_.dp.mxfp8_scale_rounding)}};

@@ -69,12 +69,13 @@ std::vector<ParamSpec> gpt_param_specs(const GptConfig& c) {
   std::vector<ParamSpec> s;
   // fp8_linear: the four linear layers of a block (compute_dtype fp8 reads
   // them as FP8; the embeddings and the tied head stay as they are).
-  auto add = [&](std::string name, std::vector<int64_t> shape, int layer, bool fp8_linear = false) {
+  auto add = [&](std::string name, std::vector<int64_t> shape, int layer, bool fp8_linear = false,
+                 bool embedding = false) {
     bool decay = shape.size() == 2;
-    s.push_back({std::move(name), std::move(shape), layer, decay, fp8_linear});
+    s.push_back({std::move(name), std::move(shape), layer, decay, fp8_linear, embedding});
   };
-  add("wte", {c.padded_vocab, C}, 0);
-  add("wpe", {c.max_seq, C}, 0);
+  add("wte", {c.padded_vocab, C}, 0, false, true);  // also the tied LM head
+  add("wpe", {c.max_seq, C}, 0, false, true);
   for (int l = 1; l <= c.n_layer; ++l) {
     const std::string p = fmt::format("h{}.", l - 1);
     add(p + "ln1.w", {C}, l);

@@ -79,6 +79,7 @@ std::vector<ParamSpec> llama_param_specs(const LlamaConfig& c) {
     s.push_back({std::move(name), std::move(shape), layer, decay});
   };
   add("embed", {c.vocab, C}, 0);
+  s.back().embedding = true;  // the tied head too, where tie_embeddings
   for (int l = 1; l <= c.n_layer; ++l) {
     const std::string p = fmt::format("h{}.", l - 1);
     add(p + "attn_norm.w", {C}, l);
