@@ -88,11 +88,9 @@ void add_plan_command(CLI::App& app, Runner& run) {
       given.weight_format = given.compute_dtype == LinearCompute::Fp8 ? WeightFormat::Fp8b128 : given.weight_format;
       given.num_layers_at_start_in_bf16 = o->bf16_first;
       given.num_layers_at_end_in_bf16 = o->bf16_last;
-      given.validate_fp8_compute();
       const bool fp8 = given.compute_dtype == LinearCompute::Fp8;
-      if (fp8) check_fp8_compute(mc.spec().param_specs(mc), o->c.model);
       // Under FP8 compute, the blocks kept in bf16 have no W and W^T.
-      const auto params = given.model_fp8_compute().apply(mc.spec().param_specs(mc), mc.spec().n_layer(mc), o->c.model);
+      const auto params = compute_param_specs(mc, given, o->c.model);
       int fp8_weights = 0;
       for (const ParamSpec& p : params) fp8_weights += fp8 && p.fp8_linear;
       std::printf("mxdp plan: %s, %lld params, dp %d, buckets of %lld elements, %s reduce-scatter%s\n",

@@ -46,6 +46,13 @@ ModelConfig resolve_model(const TrainConfig& cfg) {
                                   .max_seq = cfg.max_seq, .vocab = cfg.vocab});
 }
 
+std::vector<ParamSpec> compute_param_specs(const ModelConfig& mc, const DpOptions& dp, const std::string& model) {
+  dp.validate_fp8_compute();
+  std::vector<ParamSpec> params = mc.spec().param_specs(mc);
+  if (dp.compute_dtype == LinearCompute::Fp8) check_fp8_compute(params, model);
+  return dp.model_fp8_compute().apply(std::move(params), mc.spec().n_layer(mc), model);
+}
+
 namespace {
 
 struct OwnedBatch {
@@ -200,11 +207,7 @@ void Trainer::check_options() {
              "--init-from starts a run from given weights, --load resumes one: pass one of them");
   mc_ = resolve_model(cfg_);
   // Refused here, before any data is prepared or directory made, as plan does.
-  cfg_.dp.validate_fp8_compute();
-  if (cfg_.dp.compute_dtype == LinearCompute::Fp8) {
-    check_fp8_compute(mc_.spec().param_specs(mc_), cfg_.model);
-    cfg_.dp.model_fp8_compute().check(mc_.spec().n_layer(mc_), cfg_.model);
-  }
+  compute_param_specs(mc_, cfg_.dp, cfg_.model);
   MXDP_CHECK(cfg_.steps >= 0, "--steps must be >= 0, got ", cfg_.steps);
   MXDP_CHECK(cfg_.batch_size >= 1, "--batch-size must be >= 1, got ", cfg_.batch_size);
   const int max_seq = mc_.spec().max_seq(mc_);
@@ -439,6 +442,7 @@ void Trainer::resume() {
   if (is_lead_) std::printf("loaded %s: step %lld\n", load_path_.c_str(), (long long)start_step_);
 }
 
+// The header's keys are padded to 27 characters, the longest's (num_layers_at_start_in_bf16).
 void Trainer::print_header() {
   if (!is_lead_) return;
   // The first line names the launcher found (comm/launcher.h); the next its details.
@@ -450,13 +454,13 @@ void Trainer::print_header() {
   else
     std::printf("mxdp train: %d rank%s%s (%s), %d thread%s per rank\n", dp_, dp_ > 1 ? "s" : "", by.c_str(),
                 backend_name(comm_.backend()), cfg_.threads, cfg_.threads > 1 ? "s" : "");
-  std::printf("  %-22s = %s\n", "launcher", launch_description().c_str());
+  std::printf("  %-27s = %s\n", "launcher", launch_description().c_str());
   const ModelSpec& spec = mc_.spec();
-  std::printf("  %-22s = %s (%s): %lld params\n", "model", cfg_.model.c_str(), spec.describe(mc_).c_str(),
+  std::printf("  %-27s = %s (%s): %lld params\n", "model", cfg_.model.c_str(), spec.describe(mc_).c_str(),
               (long long)spec.num_parameters(mc_));
-  std::printf("  %-22s = %s (train %zu tokens, val %zu tokens)\n", "data", data_dir_.c_str(), train_ds_->size(),
+  std::printf("  %-27s = %s (train %zu tokens, val %zu tokens)\n", "data", data_dir_.c_str(), train_ds_->size(),
               val_ds_->size());
-  auto line = [](const char* k, const std::string& v) { std::printf("  %-22s = %s\n", k, v.c_str()); };
+  auto line = [](const char* k, const std::string& v) { std::printf("  %-27s = %s\n", k, v.c_str()); };
   line("steps", std::to_string(cfg_.steps));
   line("batch_size", ::fmt::format("{} per rank x {} ranks x {} micro-batches = {} sequences/step", cfg_.batch_size,
                                    dp_, cfg_.dp.micro_batches, cfg_.batch_size * dp_ * cfg_.dp.micro_batches));

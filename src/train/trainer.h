@@ -106,4 +106,11 @@ int train(const TrainConfig& cfg, Communicator& comm);
 // The model config a TrainConfig names (named config plus overrides), validated.
 ModelConfig resolve_model(const TrainConfig& cfg);
 
+// Model `mc`'s params as it lists them under `dp`'s compute options: with
+// compute_dtype fp8, fp8_linear only on the blocks that compute in FP8
+// (Fp8Compute::apply). Throws the one refusal train and plan both give, naming
+// `model`, for FP8 compute options that do not fit each other or the model
+// (DpOptions::validate_fp8_compute, check_fp8_compute, Fp8Compute::check).
+std::vector<ParamSpec> compute_param_specs(const ModelConfig& mc, const DpOptions& dp, const std::string& model);
+
 }  // namespace mxdp
