@@ -10,6 +10,7 @@
 #include "mpi_session.h"
 #include "oracle.h"
 #include "python_util.h"
+#include "train/checkpoints.h"
 #include "train/sample.h"
 #include "train/trained_weights.h"
 #include "tmpdir_util.h"
@@ -126,6 +127,16 @@ std::string corpus(const TempDir& d) {
   return d / "t.txt";
 }
 
+// Trains the small model `steps` steps with `flags` into d/ck; returns its last checkpoint's path.
+std::string train_small(const TempDir& d, const std::string& flags, int steps) {
+  const RunResult tr = run_mxdp(std::string("train --device cpu --data '") + corpus(d) + "' " + kTrainSmall + " " +
+                                    flags + " --steps " + std::to_string(steps) + " --sample-tokens 0 --save-dir '" +
+                                    (d / "ck") + "'",
+                                d / "train.log");
+  MXDP_CHECK(tr.exit_code == 0, "mxdp train failed:\n", tr.output);
+  return resolve_checkpoint(d / "ck");
+}
+
 struct FormatCase {
   const char* format;
   const char* extra;  // more train flags
@@ -187,12 +198,7 @@ INSTANTIATE_TEST_SUITE_P(Formats, SampleAsTrained,
 // why it cannot, --weights master still works.
 TEST(Sample, OldCheckpointWithoutItsFormat) {
   TempDir d;
-  RunResult tr = run_mxdp(std::string("train --device cpu --data '") + corpus(d) + "' " + kTrainSmall +
-                              " --steps 2 --sample-tokens 0 --save-dir '" + (d / "ck") + "'",
-                          d / "train.log");
-  ASSERT_EQ(tr.exit_code, 0) << tr.output;
-  const std::string path = d / "ck/step_000002.ckpt";
-  CheckpointData c = read_checkpoint(path);
+  CheckpointData c = read_checkpoint(train_small(d, "", 2));
   ASSERT_EQ(c.extra.value("weight_format", ""), "mxfp8");
   ASSERT_EQ(c.extra.value("mxfp8_scale_rounding", ""), "rceil");
   c.extra.erase("weight_format");
@@ -212,11 +218,7 @@ TEST(Sample, OldCheckpointWithoutItsFormat) {
 // test oracle's quantize-dequantize of the masters (tests/oracle.h).
 TEST(Sample, Fp8b128EmbeddingTablesAsTrainedOldAndNew) {
   TempDir d;
-  RunResult tr = run_mxdp(std::string("train --device cpu --data '") + corpus(d) + "' " + kTrainSmall +
-                              " --weight-format fp8b128 --steps 3 --sample-tokens 0 --save-dir '" + (d / "ck") + "'",
-                          d / "train.log");
-  ASSERT_EQ(tr.exit_code, 0) << tr.output;
-  const std::string path = d / "ck/step_000003.ckpt";
+  const std::string path = train_small(d, "--weight-format fp8b128", 3);
   CheckpointData c = read_checkpoint(path);
   EXPECT_EQ(c.extra.value("embedding_format", ""), "bf16");
   // The weights of `w` against the oracle's, with the tables gathered in `tables`.
