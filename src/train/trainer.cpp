@@ -454,13 +454,11 @@ void Trainer::print_header() {
   else
     std::printf("mxdp train: %d rank%s%s (%s), %d thread%s per rank\n", dp_, dp_ > 1 ? "s" : "", by.c_str(),
                 backend_name(comm_.backend()), cfg_.threads, cfg_.threads > 1 ? "s" : "");
-  std::printf("  %-27s = %s\n", "launcher", launch_description().c_str());
-  const ModelSpec& spec = mc_.spec();
-  std::printf("  %-27s = %s (%s): %lld params\n", "model", cfg_.model.c_str(), spec.describe(mc_).c_str(),
-              (long long)spec.num_parameters(mc_));
-  std::printf("  %-27s = %s (train %zu tokens, val %zu tokens)\n", "data", data_dir_.c_str(), train_ds_->size(),
-              val_ds_->size());
   auto line = [](const char* k, const std::string& v) { std::printf("  %-27s = %s\n", k, v.c_str()); };
+  line("launcher", launch_description());
+  const ModelSpec& spec = mc_.spec();
+  line("model", ::fmt::format("{} ({}): {} params", cfg_.model, spec.describe(mc_), spec.num_parameters(mc_)));
+  line("data", ::fmt::format("{} (train {} tokens, val {} tokens)", data_dir_, train_ds_->size(), val_ds_->size()));
   line("steps", std::to_string(cfg_.steps));
   line("batch_size", ::fmt::format("{} per rank x {} ranks x {} micro-batches = {} sequences/step", cfg_.batch_size,
                                    dp_, cfg_.dp.micro_batches, cfg_.batch_size * dp_ * cfg_.dp.micro_batches));
