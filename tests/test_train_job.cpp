@@ -316,6 +316,32 @@ TEST_F(TrainJob, PartialMetricsLineIsDroppedOnResume) {
   EXPECT_EQ(train_lines(m).size(), 4u);
 }
 
+// A run resumed under other gather or compute settings than its checkpoint's
+// says so once, naming both; one resumed under the same settings says nothing.
+TEST_F(TrainJob, ResumeUnderOtherSettingsSaysSo) {
+  const std::string ck = quote(d / "ck");
+  auto first = train("--steps 2 --eval-every 0 --weight-format mxfp8 --save-dir " + ck, "first.log");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const nlohmann::json extra = mxdp::read_checkpoint_info(d / "ck" + "/step_000002.ckpt").extra;
+  EXPECT_EQ(extra.value("weight_format", ""), "mxfp8") << extra.dump();
+  EXPECT_EQ(extra.value("compute_dtype", ""), "bf16") << extra.dump();
+  EXPECT_EQ(extra.value("num_layers_at_start_in_bf16", -1), 0) << extra.dump();
+  EXPECT_EQ(extra.value("num_layers_at_end_in_bf16", -1), 0) << extra.dump();
+
+  auto same = train("--steps 3 --eval-every 0 --weight-format mxfp8 --load auto --save-dir " + ck, "same.log");
+  ASSERT_EQ(same.exit_code, 0) << same.output;
+  EXPECT_FALSE(mt::contains(same.output, "was trained with")) << same.output;
+
+  auto other = train("--steps 4 --eval-every 0 --weight-format fp8b128 --compute-dtype fp8 --load auto --save-dir " + ck,
+                     "other.log");
+  ASSERT_EQ(other.exit_code, 0) << other.output;
+  const std::string want = "step_000003.ckpt was trained with weight_format mxfp8, compute_dtype bf16; this run goes "
+                           "on with weight_format fp8b128, compute_dtype fp8.";
+  EXPECT_TRUE(mt::contains(other.output, want)) << other.output;
+  const size_t first_at = other.output.find("was trained with");
+  EXPECT_EQ(other.output.find("was trained with", first_at + 1), std::string::npos) << "said twice:\n" << other.output;
+}
+
 // Item 8: options out of range are refused, naming the option.
 TEST_F(TrainJob, OutOfRangeOptionsAreRefused) {
   for (const char* bad : {"--n-layer -1", "--n-head -2", "--d-model -32", "--max-seq -1", "--vocab -5",

@@ -111,6 +111,7 @@ class Trainer {
   void build_engine();
   void check_finite_init();
   void resume();
+  void note_changed_settings(const json& extra);
   void print_header();
   void clean_save_dir();
   void open_metrics();
@@ -440,6 +441,35 @@ void Trainer::resume() {
              " but its metadata said ", start_step_, " (was it replaced meanwhile?)");
   loader_->set_state(extra["data"].get<DataLoaderState>());
   if (is_lead_) std::printf("loaded %s: step %lld\n", load_path_.c_str(), (long long)start_step_);
+  note_changed_settings(extra);
+}
+
+// A run may resume under other gather or compute settings than its checkpoint
+// was trained with (the checkpoint holds fp32 masters and AdamW state, which
+// every setting reads alike); it says so once, since its steps from here are
+// not those of the checkpoint's own settings. Keys an older checkpoint lacks
+// are not compared.
+void Trainer::note_changed_settings(const json& extra) {
+  const DpOptions& o = cfg_.dp;
+  const bool fp8 = o.compute_dtype == LinearCompute::Fp8;
+  const std::vector<std::pair<const char*, json>> mine = {
+      {"weight_format", to_string(o.weight_format)},
+      {"compute_dtype", to_string(o.compute_dtype)},
+      {"num_layers_at_start_in_bf16", fp8 ? o.num_layers_at_start_in_bf16 : 0},
+      {"num_layers_at_end_in_bf16", fp8 ? o.num_layers_at_end_in_bf16 : 0},
+      {"mxfp8_scale_rounding", to_string(o.mxfp8_scale_rounding)},
+  };
+  std::string theirs, ours;
+  for (const auto& [key, value] : mine) {
+    if (!extra.contains(key) || extra[key] == value) continue;
+    const auto text = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+    theirs += ::fmt::format("{}{} {}", theirs.empty() ? "" : ", ", key, text(extra[key]));
+    ours += ::fmt::format("{}{} {}", ours.empty() ? "" : ", ", key, text(value));
+  }
+  if (theirs.empty()) return;
+  println(::fmt::format("note: {} was trained with {}; this run goes on with {}. The master weights and AdamW "
+                        "state carry over; the steps from here are not those its own settings would give",
+                        load_path_, theirs, ours));
 }
 
 // The header's keys are padded to 27 characters, the longest's (num_layers_at_start_in_bf16).
@@ -672,6 +702,8 @@ void Trainer::save(int64_t step) {
                 {"weight_format", to_string(cfg_.dp.weight_format)},
                 {"embedding_format", to_string(embedding_format(cfg_.dp.weight_format))},
                 {"compute_dtype", to_string(cfg_.dp.compute_dtype)},
+                {"num_layers_at_start_in_bf16", cfg_.dp.num_layers_at_start_in_bf16},
+                {"num_layers_at_end_in_bf16", cfg_.dp.num_layers_at_end_in_bf16},
                 {"data_vocab", train_ds_->vocab_size()},  // <= 256: bytes (sample needs no tokenizer)
                 {"mxfp8_scale_rounding", to_string(cfg_.dp.mxfp8_scale_rounding)}};
   record_model_config(extra, mc_);  // "model" (and "arch" for an architecture other than gpt2)
