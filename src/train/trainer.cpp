@@ -444,25 +444,27 @@ void Trainer::resume() {
   note_changed_settings(extra);
 }
 
+// The gather and compute settings a checkpoint records (what sample/export
+// rebuild the trained weights with, and what a resumed run compares), in the
+// order a resumed run names them.
+std::vector<std::pair<const char*, json>> format_settings(const DpOptions& o) {
+  return {{"weight_format", to_string(o.weight_format)},
+          {"compute_dtype", to_string(o.compute_dtype)},
+          {"num_layers_at_start_in_bf16", o.num_layers_at_start_in_bf16},  // 0 unless compute_dtype fp8 (validate)
+          {"num_layers_at_end_in_bf16", o.num_layers_at_end_in_bf16},
+          {"mxfp8_scale_rounding", to_string(o.mxfp8_scale_rounding)}};
+}
+
 // A run may resume under other gather or compute settings than its checkpoint
 // was trained with (the checkpoint holds fp32 masters and AdamW state, which
 // every setting reads alike); it says so once, since its steps from here are
 // not those of the checkpoint's own settings. Keys an older checkpoint lacks
 // are not compared.
 void Trainer::note_changed_settings(const json& extra) {
-  const DpOptions& o = cfg_.dp;
-  const bool fp8 = o.compute_dtype == LinearCompute::Fp8;
-  const std::vector<std::pair<const char*, json>> mine = {
-      {"weight_format", to_string(o.weight_format)},
-      {"compute_dtype", to_string(o.compute_dtype)},
-      {"num_layers_at_start_in_bf16", fp8 ? o.num_layers_at_start_in_bf16 : 0},
-      {"num_layers_at_end_in_bf16", fp8 ? o.num_layers_at_end_in_bf16 : 0},
-      {"mxfp8_scale_rounding", to_string(o.mxfp8_scale_rounding)},
-  };
+  const auto text = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
   std::string theirs, ours;
-  for (const auto& [key, value] : mine) {
+  for (const auto& [key, value] : format_settings(cfg_.dp)) {
     if (!extra.contains(key) || extra[key] == value) continue;
-    const auto text = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
     theirs += ::fmt::format("{}{} {}", theirs.empty() ? "" : ", ", key, text(extra[key]));
     ours += ::fmt::format("{}{} {}", ours.empty() ? "" : ", ", key, text(value));
   }
@@ -699,13 +701,9 @@ void Trainer::save(int64_t step) {
   sched["steps"] = cfg_.steps;
   json extra = {{"data", loader_->state()}, {"seed", cfg_.seed}, {"schedule", sched},
                 // what sample/export rebuild the trained weights with
-                {"weight_format", to_string(cfg_.dp.weight_format)},
                 {"embedding_format", to_string(embedding_format(cfg_.dp.weight_format))},
-                {"compute_dtype", to_string(cfg_.dp.compute_dtype)},
-                {"num_layers_at_start_in_bf16", cfg_.dp.num_layers_at_start_in_bf16},
-                {"num_layers_at_end_in_bf16", cfg_.dp.num_layers_at_end_in_bf16},
-                {"data_vocab", train_ds_->vocab_size()},  // <= 256: bytes (sample needs no tokenizer)
-                {"mxfp8_scale_rounding", to_string(cfg_.dp.mxfp8_scale_rounding)}};
+                {"data_vocab", train_ds_->vocab_size()}};  // <= 256: bytes (sample needs no tokenizer)
+  for (const auto& [key, value] : format_settings(cfg_.dp)) extra[key] = value;
   record_model_config(extra, mc_);  // "model" (and "arch" for an architecture other than gpt2)
   engine_->save_checkpoint(path, extra);  // refuses a non-finite state on every rank
   std::vector<std::string> removed;
