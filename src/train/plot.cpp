@@ -197,23 +197,15 @@ std::string dash_attr(const char* dash) {
   return *dash ? fmt::format(" stroke-dasharray=\"{}\"", dash) : std::string();
 }
 
-}  // namespace
+// Where a plot draws: its two axes, spanning every run's points, and the
+// margins around the plot area.
+struct Canvas {
+  static constexpr double left = 80, right = 30, top = 50, bottom = 60;
+  double W, H;
+  Axis x, y;
+};
 
-std::string loss_svg(const LossCurves& c, const PlotOptions& o) { return loss_svg({NamedCurves{"", c}}, o); }
-
-std::string loss_svg(const std::vector<NamedCurves>& runs, const PlotOptions& o) {
-  MXDP_CHECK(!runs.empty(), "no runs to plot");
-  for (const auto& r : runs)
-    MXDP_CHECK(!r.curves.train.empty() || !r.curves.eval.empty(), "no train or eval loss points to plot",
-               r.name.empty() ? std::string() : " in run '" + r.name + "'");
-  MXDP_CHECK(o.width >= 200 && o.height >= 150, "plot size ", o.width, "x", o.height, " is too small");
-  const bool multi = runs.size() > 1;
-  // data-run="NAME" on a run's elements, where there are several.
-  const auto run_attr = [&](size_t run) {
-    return multi ? fmt::format(" data-run=\"{}\"", xml_escape(runs[run].name)) : std::string();
-  };
-
-  // Both axes span every run.
+Canvas make_canvas(const std::vector<NamedCurves>& runs, const PlotOptions& o) {
   double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
   const std::string* ymin_run = nullptr;
   for (const auto& r : runs)
@@ -226,28 +218,27 @@ std::string loss_svg(const std::vector<NamedCurves>& runs, const PlotOptions& o)
       }
   if (o.log_y)
     MXDP_CHECK(ymin > 0, "log-scale plot needs every loss > 0, the smallest is ", ymin,
-               multi ? " (run '" + *ymin_run + "')" : std::string());
+               runs.size() > 1 ? " (run '" + *ymin_run + "')" : std::string());
   if (xmin > 0 && xmin <= 0.05 * xmax) xmin = 0;  // a run logged from step 1: start the axis at 0
   if (xmax == xmin) xmin -= 1, xmax += 1;
   double ylo = o.log_y ? std::log10(ymin) : ymin, yhi = o.log_y ? std::log10(ymax) : ymax;
-  if (yhi == ylo) {
-    const double pad = o.log_y ? 0.05 : std::max(std::abs(ylo) * 0.05, 0.5);
-    ylo -= pad, yhi += pad;
-  } else {
-    const double pad = (yhi - ylo) * 0.05;
-    ylo -= pad, yhi += pad;
-  }
+  const double pad = yhi == ylo ? (o.log_y ? 0.05 : std::max(std::abs(ylo) * 0.05, 0.5)) : (yhi - ylo) * 0.05;
+  ylo -= pad, yhi += pad;
 
-  const double left = 80, right = 30, top = 50, bottom = 60;
   const double W = o.width, H = o.height;
-  Axis x{xmin, xmax, false, left, W - right, {}};
-  Axis y{ylo, yhi, o.log_y, H - bottom, top, {}};
-  make_linear_ticks(x, 8, /*integer=*/true);
+  Canvas c{W, H, Axis{xmin, xmax, false, Canvas::left, W - Canvas::right, {}},
+           Axis{ylo, yhi, o.log_y, H - Canvas::bottom, Canvas::top, {}}};
+  make_linear_ticks(c.x, 8, /*integer=*/true);
   if (o.log_y)
-    make_log_ticks(y);
+    make_log_ticks(c.y);
   else
-    make_linear_ticks(y, 6, false);
+    make_linear_ticks(c.y, 6, false);
+  return c;
+}
 
+// The SVG's opening: background, title, grid, ticks, the frame and the axis labels.
+std::string svg_frame(const Canvas& c, const PlotOptions& o) {
+  const double left = c.left, right = c.right, top = c.top, bottom = c.bottom, W = c.W, H = c.H;
   std::string s;
   s += fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
@@ -257,29 +248,27 @@ std::string loss_svg(const std::vector<NamedCurves>& runs, const PlotOptions& o)
   s += fmt::format("<text x=\"{:.1f}\" y=\"30\" text-anchor=\"middle\" font-size=\"16\" font-weight=\"bold\">{}</text>\n",
                    (left + W - right) / 2, xml_escape(o.title));
 
-  // Grid and ticks.
   s += "<g class=\"grid\" stroke=\"#e0e0e0\" stroke-width=\"1\">\n";
-  for (auto& [v, l] : x.ticks)
-    s += fmt::format("<line x1=\"{0:.2f}\" y1=\"{1}\" x2=\"{0:.2f}\" y2=\"{2}\"/>\n", x.to_px(v), top, H - bottom);
-  for (auto& [v, l] : y.ticks)
-    s += fmt::format("<line x1=\"{1}\" y1=\"{0:.2f}\" x2=\"{2}\" y2=\"{0:.2f}\"/>\n", y.to_px(v), left, W - right);
+  for (auto& [v, l] : c.x.ticks)
+    s += fmt::format("<line x1=\"{0:.2f}\" y1=\"{1}\" x2=\"{0:.2f}\" y2=\"{2}\"/>\n", c.x.to_px(v), top, H - bottom);
+  for (auto& [v, l] : c.y.ticks)
+    s += fmt::format("<line x1=\"{1}\" y1=\"{0:.2f}\" x2=\"{2}\" y2=\"{0:.2f}\"/>\n", c.y.to_px(v), left, W - right);
   s += "</g>\n";
   s += "<g class=\"x-ticks\" text-anchor=\"middle\">\n";
-  for (auto& [v, l] : x.ticks) {
-    const double px = x.to_px(v);
+  for (auto& [v, l] : c.x.ticks) {
+    const double px = c.x.to_px(v);
     s += fmt::format("<line x1=\"{0:.2f}\" y1=\"{1}\" x2=\"{0:.2f}\" y2=\"{2}\" stroke=\"black\"/>", px, H - bottom,
                      H - bottom + 5);
     s += fmt::format("<text x=\"{:.2f}\" y=\"{}\">{}</text>\n", px, H - bottom + 19, l);
   }
   s += "</g>\n<g class=\"y-ticks\" text-anchor=\"end\">\n";
-  for (auto& [v, l] : y.ticks) {
-    const double py = y.to_px(v);
+  for (auto& [v, l] : c.y.ticks) {
+    const double py = c.y.to_px(v);
     s += fmt::format("<line x1=\"{1}\" y1=\"{0:.2f}\" x2=\"{2}\" y2=\"{0:.2f}\" stroke=\"black\"/>", py, left - 5,
                      left);
     s += fmt::format("<text x=\"{}\" y=\"{:.2f}\" dy=\"0.35em\">{}</text>\n", left - 8, py, l);
   }
   s += "</g>\n";
-  // Axes (a frame) and their labels.
   s += fmt::format("<rect class=\"frame\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"black\"/>\n",
                    left, top, W - left - right, H - top - bottom);
   s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\" font-size=\"13\">step</text>\n",
@@ -288,33 +277,48 @@ std::string loss_svg(const std::vector<NamedCurves>& runs, const PlotOptions& o)
       "<text x=\"0\" y=\"0\" transform=\"translate(22,{:.1f}) rotate(-90)\" text-anchor=\"middle\" "
       "font-size=\"13\">{}</text>\n",
       (top + H - bottom) / 2, o.log_y ? "loss (log scale)" : "loss");
+  return s;
+}
 
-  // Series: every train line, then every eval line with its markers (on top).
+// data-run="NAME" on a run's elements, where there are several.
+std::string run_attr(const std::vector<NamedCurves>& runs, size_t run) {
+  return runs.size() > 1 ? fmt::format(" data-run=\"{}\"", xml_escape(runs[run].name)) : std::string();
+}
+
+// Every train line, then every eval line with its markers (on top).
+std::string svg_series(const std::vector<NamedCurves>& runs, const Canvas& cv) {
+  const bool multi = runs.size() > 1;
+  std::string s;
   for (size_t i = 0; i < runs.size(); ++i) {
     const LossCurves& c = runs[i].curves;
     if (c.train.empty()) continue;
     const RunStyle st = run_style(i, multi);
     s += fmt::format("<polyline class=\"train\"{} fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"{} "
                      "stroke-linejoin=\"round\" points=\"{}\"/>\n",
-                     run_attr(i), st.train_color, dash_attr(st.train_dash), points_attr(c.train, x, y));
+                     run_attr(runs, i), st.train_color, dash_attr(st.train_dash), points_attr(c.train, cv.x, cv.y));
     if (c.train.size() == 1)  // a one-point line draws nothing
-      s += fmt::format("<circle{} cx=\"{:.2f}\" cy=\"{:.2f}\" r=\"2.5\" fill=\"{}\"/>\n", run_attr(i),
-                       x.to_px(double(c.train[0].step)), y.to_px(c.train[0].loss), st.train_color);
+      s += fmt::format("<circle{} cx=\"{:.2f}\" cy=\"{:.2f}\" r=\"2.5\" fill=\"{}\"/>\n", run_attr(runs, i),
+                       cv.x.to_px(double(c.train[0].step)), cv.y.to_px(c.train[0].loss), st.train_color);
   }
   for (size_t i = 0; i < runs.size(); ++i) {
     const LossCurves& c = runs[i].curves;
     if (c.eval.empty()) continue;
     const RunStyle st = run_style(i, multi);
     s += fmt::format("<polyline class=\"eval\"{} fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"{} points=\"{}\"/>\n",
-                     run_attr(i), st.eval_color, dash_attr(st.eval_dash), points_attr(c.eval, x, y));
-    s += fmt::format("<g class=\"eval-markers\"{} fill=\"white\" stroke=\"{}\" stroke-width=\"1.5\">\n", run_attr(i),
-                     st.eval_color);
+                     run_attr(runs, i), st.eval_color, dash_attr(st.eval_dash), points_attr(c.eval, cv.x, cv.y));
+    s += fmt::format("<g class=\"eval-markers\"{} fill=\"white\" stroke=\"{}\" stroke-width=\"1.5\">\n",
+                     run_attr(runs, i), st.eval_color);
     for (const auto& p : c.eval)
-      s += fmt::format("<circle cx=\"{:.2f}\" cy=\"{:.2f}\" r=\"3.5\"/>\n", x.to_px(double(p.step)), y.to_px(p.loss));
+      s += fmt::format("<circle cx=\"{:.2f}\" cy=\"{:.2f}\" r=\"3.5\"/>\n", cv.x.to_px(double(p.step)),
+                       cv.y.to_px(p.loss));
     s += "</g>\n";
   }
+  return s;
+}
 
-  // Legend, top right inside the plot area: per run its train and its eval entry.
+// The legend, top right inside the plot area: per run its train and its eval entry.
+std::string svg_legend(const std::vector<NamedCurves>& runs, const Canvas& cv) {
+  const bool multi = runs.size() > 1;
   struct Entry {
     std::string label;
     bool eval;
@@ -337,10 +341,11 @@ std::string loss_svg(const std::vector<NamedCurves>& runs, const PlotOptions& o)
   for (const auto& e : entries) longest = std::max(longest, e.label.size());
   // Wide enough for the longest label (about 7 px a character at font-size 12).
   const double lw = multi ? std::max(200.0, 58 + 7.0 * double(longest)) : 200;
-  const double lh = 10 + 20.0 * entries.size(), lx = W - right - lw - 10, ly = top + 10;
-  s += fmt::format("<g class=\"legend\">\n<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"white\" "
-                   "fill-opacity=\"0.9\" stroke=\"#999\"/>\n",
-                   lx, ly, lw, lh);
+  const double lh = 10 + 20.0 * entries.size(), lx = cv.W - cv.right - lw - 10, ly = cv.top + 10;
+  std::string s = fmt::format(
+      "<g class=\"legend\">\n<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"white\" "
+      "fill-opacity=\"0.9\" stroke=\"#999\"/>\n",
+      lx, ly, lw, lh);
   for (size_t i = 0; i < entries.size(); ++i) {
     const double cy = ly + 15 + 20.0 * i;
     const Entry& e = entries[i];
@@ -351,8 +356,21 @@ std::string loss_svg(const std::vector<NamedCurves>& runs, const PlotOptions& o)
                        lx + 25, cy, e.color);
     s += fmt::format("<text x=\"{}\" y=\"{}\" dy=\"0.35em\">{}</text>\n", lx + 48, cy, xml_escape(e.label));
   }
-  s += "</g>\n</svg>\n";
-  return s;
+  return s + "</g>\n";
+}
+
+}  // namespace
+
+std::string loss_svg(const LossCurves& c, const PlotOptions& o) { return loss_svg({NamedCurves{"", c}}, o); }
+
+std::string loss_svg(const std::vector<NamedCurves>& runs, const PlotOptions& o) {
+  MXDP_CHECK(!runs.empty(), "no runs to plot");
+  for (const auto& r : runs)
+    MXDP_CHECK(!r.curves.train.empty() || !r.curves.eval.empty(), "no train or eval loss points to plot",
+               r.name.empty() ? std::string() : " in run '" + r.name + "'");
+  MXDP_CHECK(o.width >= 200 && o.height >= 150, "plot size ", o.width, "x", o.height, " is too small");
+  const Canvas c = make_canvas(runs, o);
+  return svg_frame(c, o) + svg_series(runs, c) + svg_legend(runs, c) + "</svg>\n";
 }
 
 }  // namespace mxdp
