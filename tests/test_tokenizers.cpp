@@ -242,6 +242,23 @@ TEST(Tokenizers, UnknownConfigurationsAreRefused) {
                          j["added_tokens"][0]["normalized"] = true;
                        }),
                        "normalized"));
+  // Malformed files: each error names the field and the value.
+  EXPECT_TRUE(contains(err([](json& j) { j["model"]["merges"][0] = "a b c"; }),
+                       "merge 0 'a b c' is not two tokens separated by one space"));
+  EXPECT_TRUE(contains(err([](json& j) { j["model"]["merges"][1] = json::array({"a"}); }),
+                       "merge 1 [\"a\"] is not a pair of strings"));
+  EXPECT_TRUE(contains(err([](json& j) { j["model"].erase("merges"); }), "model.merges is not an array"));
+  EXPECT_TRUE(contains(err([](json& j) { j["model"]["vocab"]["x"] = "7"; }), "vocab entry 'x' has id \"7\", not an integer"));
+  EXPECT_TRUE(contains(err([](json& j) { j["model"]["vocab"]["x"] = int64_t(1) << 24; }), "vocab entry 'x' has id 16777216"));
+  EXPECT_TRUE(contains(err([](json& j) { j["model"]["vocab"] = json::object(); }), "the vocabulary is empty"));
+  EXPECT_TRUE(contains(err([](json& j) { j["model"]["unk_token"] = "<nope>"; }), "unk_token '<nope>' is not in the vocabulary"));
+  EXPECT_TRUE(contains(err([](json& j) { j["decoder"] = {{"type", "WordPiece"}}; }), "decoder {\"type\":\"WordPiece\"}"));
+  EXPECT_TRUE(contains(err([](json& j) { j["added_tokens"] = json::object(); }), "added_tokens is not an array"));
+  EXPECT_TRUE(contains(err([](json& j) { j["added_tokens"][0]["content"] = ""; }), "is empty"));
+  EXPECT_TRUE(contains(err([](json& j) { j["added_tokens"][0].erase("id"); }), "needs an integer id and a string content"));
+  EXPECT_TRUE(contains(err([](json& j) { j["model"]["continuing_subword_prefix"] = "##"; }), "continuing_subword_prefix"));
+  EXPECT_TRUE(contains(err([](json& j) { j.erase("pre_tokenizer"); }), "has no pre_tokenizer"));
+  EXPECT_TRUE(contains(err([](json& j) { j.erase("model"); }), "no \"model\" object"));
 }
 
 TEST(Tokenizers, PrepareWithEachFamily) {

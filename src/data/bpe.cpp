@@ -69,6 +69,125 @@ std::string read_text_file(const std::string& path) {
   return std::move(s).str();
 }
 
+// The BPE model's switches that change encoding; the ones mxdp lacks are refused.
+struct BpeModelOptions {
+  bool ignore_merges, fuse_unk;
+};
+
+BpeModelOptions read_model_options(const json& m, const std::string& w) {
+  const std::string type = m.value("type", std::string("BPE"));
+  MXDP_CHECK(type == "BPE", "tokenizer '", w, "': model type '", type, "' is not supported (only BPE)");
+  MXDP_CHECK(!m.contains("dropout") || m["dropout"].is_null(), "tokenizer '", w, "': BPE dropout is not supported");
+  MXDP_CHECK(json_empty_or_missing(m, "continuing_subword_prefix") && json_empty_or_missing(m, "end_of_word_suffix"),
+             "tokenizer '", w, "': continuing_subword_prefix / end_of_word_suffix are not supported (GPT-2's BPE has none)");
+  const auto flag = [&](const char* k) { return m.contains(k) && m[k].is_boolean() && m[k].get<bool>(); };
+  const BpeModelOptions o{flag("ignore_merges"), flag("fuse_unk")};
+  MXDP_CHECK(!m.contains("byte_fallback") || json_false_or_missing(m, "byte_fallback"), "tokenizer '", w,
+             "': byte_fallback is not supported (a byte-level BPE has every byte in its vocabulary)");
+  return o;
+}
+
+// Whether the normalizer is NFC; the only other one accepted is none.
+bool read_normalizer(const json& j, const std::string& w) {
+  const json norm = j.value("normalizer", json());
+  const bool nfc = norm.is_object() && norm.value("type", std::string()) == "NFC";
+  MXDP_CHECK(norm.is_null() || nfc, "tokenizer '", w, "': normalizer ", norm.dump(),
+             " is not supported (only NFC or none)");
+  return nfc;
+}
+
+void check_decoder(const json& j, const std::string& w) {
+  if (j.contains("decoder") && !j["decoder"].is_null())
+    MXDP_CHECK(j["decoder"].is_object() && j["decoder"].value("type", std::string()) == "ByteLevel", "tokenizer '", w,
+               "': decoder ", j["decoder"].dump(), " is not supported (only ByteLevel or none)");
+}
+
+// model.vocab: token -> id; `max_id` is set to the largest id.
+std::unordered_map<std::string, int32_t> read_vocab(const json& m, const std::string& w, int64_t& max_id) {
+  MXDP_CHECK(m.contains("vocab") && m["vocab"].is_object(), "tokenizer '", w, "': model.vocab is not an object");
+  std::unordered_map<std::string, int32_t> vocab;
+  max_id = -1;
+  for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) {
+    MXDP_CHECK(it.value().is_number_integer(), "tokenizer '", w, "': vocab entry '", it.key(), "' has id ",
+               it.value().dump(), ", not an integer");
+    const int64_t id = it.value().get<int64_t>();
+    MXDP_CHECK(id >= 0 && id < kMaxTokenizerId, "tokenizer '", w, "': vocab entry '", it.key(), "' has id ", id,
+               " (at most ", kMaxTokenizerId - 1, ")");
+    vocab[it.key()] = int32_t(id);
+    max_id = std::max(max_id, id);
+  }
+  MXDP_CHECK(!vocab.empty(), "tokenizer '", w, "': the vocabulary is empty");
+  return vocab;
+}
+
+// added_tokens as the file lists them: content and the id written there.
+std::vector<std::pair<std::string, int32_t>> read_added_tokens(const json& j, const std::string& w, bool nfc) {
+  std::vector<std::pair<std::string, int32_t>> added;
+  if (!j.contains("added_tokens") || j["added_tokens"].is_null()) return added;
+  MXDP_CHECK(j["added_tokens"].is_array(), "tokenizer '", w, "': added_tokens is not an array");
+  for (const json& a : j["added_tokens"]) {
+    MXDP_CHECK(a.is_object() && a.contains("id") && a["id"].is_number_integer() && a.contains("content") &&
+                   a["content"].is_string(),
+               "tokenizer '", w, "': added token ", a.dump(), " needs an integer id and a string content");
+    const int64_t id = a["id"].get<int64_t>();
+    const std::string content = a["content"].get<std::string>();
+    MXDP_CHECK(id >= 0 && id < kMaxTokenizerId, "tokenizer '", w, "': added token '", content, "' has id ", id);
+    MXDP_CHECK(!content.empty(), "tokenizer '", w, "': added token ", id, " is empty");
+    for (const char* k : {"single_word", "lstrip", "rstrip"})
+      MXDP_CHECK(json_false_or_missing(a, k), "tokenizer '", w, "': added token '", content, "' has ", k,
+                 " set, which is not supported");
+    MXDP_CHECK(!nfc || json_false_or_missing(a, "normalized"), "tokenizer '", w, "': added token '", content,
+               "' is matched in normalized text (\"normalized\": true), which mxdp does not support");
+    added.emplace_back(content, int32_t(id));
+  }
+  return added;
+}
+
+// Gives the added tokens the ids `tokenizers` gives them when it loads the
+// file (the "id" written there is not read back): a token of the vocabulary
+// keeps its id; another gets the vocabulary's size, or one past the largest
+// added id once that is at least the size. For the published files this is the
+// id in the file. Returns the largest id of vocabulary and added tokens.
+int64_t assign_added_ids(std::vector<std::pair<std::string, int32_t>>& added,
+                         const std::unordered_map<std::string, int32_t>& vocab, int64_t max_id, const std::string& w) {
+  const int64_t vocab_len = int64_t(vocab.size());
+  int64_t max_added = -1;
+  std::unordered_map<std::string, int32_t> added_id;
+  auto vocab_has_id = [&](int64_t id) {  // only asked for a vocabulary with gaps in its ids
+    return std::any_of(vocab.begin(), vocab.end(), [&](const auto& e) { return e.second == id; });
+  };
+  for (auto& [content, id] : added) {
+    if (auto v = vocab.find(content); v != vocab.end()) {
+      id = v->second;
+    } else if (auto a = added_id.find(content); a != added_id.end()) {
+      id = a->second;
+    } else {
+      const int64_t next = max_added < 0 || max_added < vocab_len ? vocab_len : max_added + 1;
+      MXDP_CHECK(next < kMaxTokenizerId && (next > max_id || !vocab_has_id(next)), "tokenizer '", w,
+                 "': added token '", content, "' would get id ", next, ", which the vocabulary uses already");
+      id = int32_t(next);
+    }
+    added_id.emplace(content, id);
+    max_added = std::max(max_added, int64_t(id));
+    max_id = std::max(max_id, int64_t(id));
+  }
+  return max_id;
+}
+
+// One entry of model.merges, "a b" or ["a", "b"]; `rank` is its position.
+std::pair<std::string, std::string> read_merge(const json& e, int32_t rank, const std::string& w) {
+  if (e.is_string()) {
+    const std::string s = e.get<std::string>();
+    const size_t sp = s.find(' ');
+    MXDP_CHECK(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos, "tokenizer '", w, "': merge ",
+               rank, " '", s, "' is not two tokens separated by one space");
+    return {s.substr(0, sp), s.substr(sp + 1)};
+  }
+  MXDP_CHECK(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string(), "tokenizer '", w, "': merge ",
+             rank, " ", e.dump(), " is not a pair of strings");
+  return {e[0].get<std::string>(), e[1].get<std::string>()};
+}
+
 }  // namespace
 
 BpeTokenizer::BpeTokenizer(const std::string& path) : what_(path) { parse(read_text_file(path)); }
@@ -86,89 +205,22 @@ void BpeTokenizer::parse(const std::string& text) {
   MXDP_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(), "tokenizer '", w,
              "' is not a Hugging Face tokenizer.json (no \"model\" object)");
   const json& m = j["model"];
-  const std::string type = m.value("type", std::string("BPE"));
-  MXDP_CHECK(type == "BPE", "tokenizer '", w, "': model type '", type, "' is not supported (only BPE)");
-  MXDP_CHECK(!m.contains("dropout") || m["dropout"].is_null(), "tokenizer '", w, "': BPE dropout is not supported");
-  MXDP_CHECK(json_empty_or_missing(m, "continuing_subword_prefix") && json_empty_or_missing(m, "end_of_word_suffix"),
-             "tokenizer '", w, "': continuing_subword_prefix / end_of_word_suffix are not supported (GPT-2's BPE has none)");
-  ignore_merges_ = m.contains("ignore_merges") && m["ignore_merges"].is_boolean() && m["ignore_merges"].get<bool>();
-  fuse_unk_ = m.contains("fuse_unk") && m["fuse_unk"].is_boolean() && m["fuse_unk"].get<bool>();
-
-  MXDP_CHECK(!m.contains("byte_fallback") || json_false_or_missing(m, "byte_fallback"), "tokenizer '", w,
-             "': byte_fallback is not supported (a byte-level BPE has every byte in its vocabulary)");
+  const BpeModelOptions mo = read_model_options(m, w);
+  ignore_merges_ = mo.ignore_merges;
+  fuse_unk_ = mo.fuse_unk;
 
   // Normalizer, pre-tokenizer, post-processor, decoder.
-  const json norm = j.value("normalizer", json());
-  nfc_ = norm.is_object() && norm.value("type", std::string()) == "NFC";
-  MXDP_CHECK(norm.is_null() || nfc_, "tokenizer '", w, "': normalizer ", norm.dump(),
-             " is not supported (only NFC or none)");
+  nfc_ = read_normalizer(j, w);
   MXDP_CHECK(j.contains("pre_tokenizer"), "tokenizer '", w, "' has no pre_tokenizer");
   pre_tokenizer_.emplace(j["pre_tokenizer"], w);
   check_post_processor(j.value("post_processor", json()), w);
-  if (j.contains("decoder") && !j["decoder"].is_null())
-    MXDP_CHECK(j["decoder"].is_object() && j["decoder"].value("type", std::string()) == "ByteLevel", "tokenizer '", w,
-               "': decoder ", j["decoder"].dump(), " is not supported (only ByteLevel or none)");
+  check_decoder(j, w);
 
-  // Vocabulary.
-  MXDP_CHECK(m.contains("vocab") && m["vocab"].is_object(), "tokenizer '", w, "': model.vocab is not an object");
+  // Vocabulary and added tokens: the id tables.
   int64_t max_id = -1;
-  for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) {
-    MXDP_CHECK(it.value().is_number_integer(), "tokenizer '", w, "': vocab entry '", it.key(), "' has id ",
-               it.value().dump(), ", not an integer");
-    const int64_t id = it.value().get<int64_t>();
-    MXDP_CHECK(id >= 0 && id < kMaxTokenizerId, "tokenizer '", w, "': vocab entry '", it.key(), "' has id ", id,
-               " (at most ", kMaxTokenizerId - 1, ")");
-    vocab_[it.key()] = int32_t(id);
-    max_id = std::max(max_id, id);
-  }
-  MXDP_CHECK(!vocab_.empty(), "tokenizer '", w, "': the vocabulary is empty");
-
-  // Added tokens.
-  std::vector<std::pair<std::string, int32_t>> added;
-  if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
-    MXDP_CHECK(j["added_tokens"].is_array(), "tokenizer '", w, "': added_tokens is not an array");
-    for (const json& a : j["added_tokens"]) {
-      MXDP_CHECK(a.is_object() && a.contains("id") && a["id"].is_number_integer() && a.contains("content") &&
-                     a["content"].is_string(),
-                 "tokenizer '", w, "': added token ", a.dump(), " needs an integer id and a string content");
-      const int64_t id = a["id"].get<int64_t>();
-      const std::string content = a["content"].get<std::string>();
-      MXDP_CHECK(id >= 0 && id < kMaxTokenizerId, "tokenizer '", w, "': added token '", content, "' has id ", id);
-      MXDP_CHECK(!content.empty(), "tokenizer '", w, "': added token ", id, " is empty");
-      for (const char* k : {"single_word", "lstrip", "rstrip"})
-        MXDP_CHECK(json_false_or_missing(a, k), "tokenizer '", w, "': added token '", content, "' has ", k,
-                   " set, which is not supported");
-      MXDP_CHECK(!nfc_ || json_false_or_missing(a, "normalized"), "tokenizer '", w, "': added token '", content,
-                 "' is matched in normalized text (\"normalized\": true), which mxdp does not support");
-      added.emplace_back(content, int32_t(id));
-    }
-  }
-  // The ids as `tokenizers` gives them when it loads the file (the "id" written
-  // there is not read back): a token of the vocabulary keeps its id; another
-  // gets the vocabulary's size, or one past the largest added id once that is
-  // at least the size. For the published files this is the id in the file.
-  const int64_t vocab_len = int64_t(vocab_.size());
-  int64_t max_added = -1;
-  std::unordered_map<std::string, int32_t> added_id;
-  auto vocab_has_id = [&](int64_t id) {  // only asked for a vocabulary with gaps in its ids
-    return std::any_of(vocab_.begin(), vocab_.end(), [&](const auto& e) { return e.second == id; });
-  };
-  for (auto& [content, id] : added) {
-    if (auto v = vocab_.find(content); v != vocab_.end()) {
-      id = v->second;
-    } else if (auto a = added_id.find(content); a != added_id.end()) {
-      id = a->second;
-    } else {
-      const int64_t next = max_added < 0 || max_added < vocab_len ? vocab_len : max_added + 1;
-      MXDP_CHECK(next < kMaxTokenizerId && (next > max_id || !vocab_has_id(next)), "tokenizer '", w,
-                 "': added token '", content, "' would get id ", next, ", which the vocabulary uses already");
-      id = int32_t(next);
-    }
-    added_id.emplace(content, id);
-    max_added = std::max(max_added, int64_t(id));
-    max_id = std::max(max_id, int64_t(id));
-  }
-  vocab_size_ = int(max_id + 1);
+  vocab_ = read_vocab(m, w, max_id);
+  added_ = read_added_tokens(j, w, nfc_);
+  vocab_size_ = int(assign_added_ids(added_, vocab_, max_id, w) + 1);
   id_to_token_.assign(vocab_size_, std::string());
   is_added_.assign(vocab_size_, false);
   std::vector<bool> seen(vocab_size_, false);
@@ -178,11 +230,10 @@ void BpeTokenizer::parse(const std::string& text) {
     seen[id] = true;
     id_to_token_[id] = tok;
   }
-  for (const auto& [content, id] : added) {
+  for (const auto& [content, id] : added_) {
     id_to_token_[id] = content;
     is_added_[id] = true;
   }
-  added_ = added;
 
   if (m.contains("unk_token") && m["unk_token"].is_string()) {
     const std::string unk = m["unk_token"].get<std::string>();
@@ -203,20 +254,7 @@ void BpeTokenizer::parse(const std::string& text) {
   MXDP_CHECK(m.contains("merges") && m["merges"].is_array(), "tokenizer '", w, "': model.merges is not an array");
   int32_t rank = 0;
   for (const json& e : m["merges"]) {
-    std::string a, b;
-    if (e.is_string()) {
-      const std::string s = e.get<std::string>();
-      const size_t sp = s.find(' ');
-      MXDP_CHECK(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos, "tokenizer '", w, "': merge ",
-                 rank, " '", s, "' is not two tokens separated by one space");
-      a = s.substr(0, sp);
-      b = s.substr(sp + 1);
-    } else {
-      MXDP_CHECK(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string(), "tokenizer '", w,
-                 "': merge ", rank, " ", e.dump(), " is not a pair of strings");
-      a = e[0].get<std::string>();
-      b = e[1].get<std::string>();
-    }
+    const auto [a, b] = read_merge(e, rank, w);
     auto ia = vocab_.find(a), ib = vocab_.find(b), ic = vocab_.find(a + b);
     MXDP_CHECK(ia != vocab_.end() && ib != vocab_.end() && ic != vocab_.end(), "tokenizer '", w, "': merge ", rank,
                " ('", a, "', '", b, "') uses a token that is not in the vocabulary");
