@@ -90,128 +90,151 @@ void BucketSync::restart_at(int64_t version) {
 // optimizer step) AdamW runs first, in the same pass over memory: the fused ops
 // read g, m, v and the master once and write m, v, the master and the payload.
 // Every element gets exactly the bits of adamw() then quantize() (engine_ops.h).
+// How depends on the format's scales: one per tensor, per 128x128 tile of a
+// slab, or per block of a row.
 void BucketSync::stage(int f, int b, const Update* u) {
   const GatherBuffer& gb = layout_.buffers[f];
-  const Bucket& bk = gb.buckets[b];
-  BufferState& bs = bufs_[f];
   BucketState& st = st_[f][b];
   if (bufs_.reused(f))
     MXDP_CHECK(st.region != Region::Grads, "staging bucket ", b, " of the ", to_string(gb.format),
                " buffer into its grad region, which still holds live gradients");
-  const PayloadShape ps = payload_shape(gb.format, bk);
   const FormatTraits& ft = format_traits(gb.format);
-  uint8_t* base = bufs_.payload_ptr(f, b);
-  // Where element `at` of a shard's payload has its code, and (row-block
-  // formats) its block's scale.
-  const auto codes_at = [&](uint8_t* slot, int64_t at) { return slot + ft.code_bytes(at); };
-  const auto scales_at = [&](uint8_t* slot, int64_t at) { return slot + ps.code_bytes + ft.scales_bytes(at); };
-  const auto adamw_with = [&](bool decay) {
-    return adamw_choice(AdamWParams{u->lr, float(opt_.adam_beta1), float(opt_.adam_beta2), float(opt_.adam_eps),
-                                    decay ? float(opt_.weight_decay) : 0.0f, u->first_t});
-  };
-  const auto adamw_params = [&](int param) { return adamw_with(params_[param].decay); };
-
-  if (ft.tensor_amax) {
-    // One tensor scale per param: the max over every shard's amax of the
-    // (updated) master, so each rank quantizes its piece exactly as a rank holding
-    // the whole tensor would. Pass 1 (fused with AdamW) folds each piece's amax
-    // into its param's slot in device memory, the slots are all-reduced on the
-    // device, and pass 2 quantizes reading them there: no host round trip.
-    float* am = bs.amax.data() + bs.amax_off[b];
-    ops_.zero(am, bk.params.size() * sizeof(float));
-    const auto pass1 = [&](const Piece& pc, int64_t off) {
-      const int64_t at = off + pc.shard_pos;
-      float* slot = bufs_.param_amax(pc.param);
-      if (u)
-        ops_.adamw_amax(bs.master.data() + at, bs.m.data() + at, bs.v.data() + at, bs.main_grad + at, pc.len,
-                         u->ctl, adamw_params(pc.param), slot);
-      else
-        ops_.amax_into(bs.master.data() + at, pc.len, slot);
-    };
-    // dp 1: each param of the bucket is one piece of its one shard, so its amax
-    // is complete after its own pass 1, and pass 2 follows right away (reading
-    // masters just written, from L2 when the param fits there).
-    const bool per_piece = dp_ == 1;
-    if (!per_piece) {
-      for (int s = 0; s < dp_; ++s) {
-        if (!bufs_.owns(s)) continue;
-        for (const Piece& pc : bk.shards[s])
-          if (pc.len > 0) pass1(pc, bufs_.shard_local_off(f, b, s));
-      }
-      if (opt_.distributed_optimizer && dp_ > 1)
-        comm_.all_reduce(am, am, bk.params.size(), DType::F32, RedOp::Max, ops_.stream());
-    }
-    for (int s = 0; s < dp_; ++s) {
-      if (!bufs_.owns(s)) continue;
-      const int64_t off = bufs_.shard_local_off(f, b, s);
-      const float* x = bs.master.data() + off;
-      uint8_t* slot = base + s * ps.shard_bytes;
-      // Segments of the shard, each piece with its param's tensor amax, the
-      // padding between them as zeros (amax 0).
-      auto pad = [&](int64_t at, int64_t len) {
-        if (len > 0)
-          ops_.quantize(gb.format, opt_.mxfp8_scale_rounding, x + at, len, zero_amax_.data(), codes_at(slot, at),
-                         scales_at(slot, at));
-      };
-      int64_t pos = 0;
-      for (const Piece& pc : bk.shards[s]) {
-        pad(pos, pc.shard_pos - pos);
-        if (pc.len > 0) {
-          if (per_piece) pass1(pc, off);
-          ops_.quantize(gb.format, opt_.mxfp8_scale_rounding, x + pc.shard_pos, pc.len, bufs_.param_amax(pc.param),
-                         codes_at(slot, pc.shard_pos), scales_at(slot, pc.shard_pos));
-        }
-        pos = pc.shard_pos + pc.len;
-      }
-      pad(pos, bk.shard_numel - pos);
-    }
-  } else if (ft.block_rows > 1) {
-    // Slab formats (fp8b128): piece by piece, each a (len / cols) x cols matrix
-    // of whole 128-row slabs of its param (the layout guarantees it; the last
-    // may be short), so its tiles are the param's own, its scales at the
-    // piece's scale_pos. The padding between pieces has no scales: its masters
-    // are 0 and its codes stay the zeros (E4M3 0) the payload was allocated
-    // with (a slab format's payload never lives in the grad buffer).
-    for (int s = 0; s < dp_; ++s) {
-      if (!bufs_.owns(s)) continue;
-      const int64_t off = bufs_.shard_local_off(f, b, s);
-      uint8_t* slot = base + s * ps.shard_bytes;
-      for (const Piece& pc : bk.shards[s]) {
-        const int64_t cols = params_[pc.param].shape[1], e = off + pc.shard_pos;
-        uint8_t* codes = codes_at(slot, pc.shard_pos);
-        uint8_t* scales = slot + ps.scales_at(pc);
-        if (u)
-          ops_.adamw_quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + e, bs.m.data() + e,
-                               bs.v.data() + e, bs.main_grad + e, pc.len, u->ctl, adamw_params(pc.param), codes,
-                               scales, cols);
-        else
-          ops_.quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + e, pc.len, nullptr, codes, scales,
-                         cols);
-      }
-    }
-  } else {
-    for (int s = 0; s < dp_; ++s) {
-      if (!bufs_.owns(s)) continue;
-      const int64_t off = bufs_.shard_local_off(f, b, s);
-      uint8_t* slot = base + s * ps.shard_bytes;
-      if (!u) {
-        ops_.quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + off, bk.shard_numel, nullptr, slot,
-                       slot + ps.code_bytes);
-        continue;
-      }
-      // The whole shard in one pass over its decay runs (make_stage_ranges).
-      AdamWChoice choices[2];
-      choices[kNoDecay] = adamw_with(false);
-      choices[kWithDecay] = adamw_with(true);
-      ops_.adamw_quantize_ranges(opt_.mxfp8_scale_rounding, bs.master.data() + off, bs.m.data() + off,
-                                 bs.v.data() + off, bs.main_grad + off, u->ctl, choices, *stage_ranges_[f][b][s],
-                                 slot, slot + ps.code_bytes);
-    }
-  }
+  if (ft.tensor_amax)
+    stage_tensor_scaled(f, b, u);
+  else if (ft.block_rows > 1)
+    stage_slabs(f, b, u);
+  else
+    stage_rows(f, b, u);
   st.staged_v = version_;
   if (bufs_.reused(f)) st.region = Region::Payload;
   // Reference mode: every rank staged every shard; there is nothing to gather.
   if (!opt_.distributed_optimizer) st.gathered_v = st.staged_v;
+}
+
+AdamWChoice BucketSync::adamw_for(const Update& u, bool decay) const {
+  return adamw_choice(AdamWParams{u.lr, float(opt_.adam_beta1), float(opt_.adam_beta2), float(opt_.adam_eps),
+                                  decay ? float(opt_.weight_decay) : 0.0f, u.first_t});
+}
+
+// One tensor scale per param: the max over every shard's amax of the (updated)
+// master, so each rank quantizes its piece exactly as a rank holding the whole
+// tensor would. Pass 1 (fused with AdamW) folds each piece's amax into its
+// param's slot in device memory, the slots are all-reduced on the device, and
+// pass 2 quantizes reading them there: no host round trip.
+void BucketSync::stage_tensor_scaled(int f, int b, const Update* u) {
+  const GatherBuffer& gb = layout_.buffers[f];
+  const Bucket& bk = gb.buckets[b];
+  BufferState& bs = bufs_[f];
+  const PayloadShape ps = payload_shape(gb.format, bk);
+  const FormatTraits& ft = format_traits(gb.format);
+  uint8_t* base = bufs_.payload_ptr(f, b);
+  float* am = bs.amax.data() + bs.amax_off[b];
+  ops_.zero(am, bk.params.size() * sizeof(float));
+  const auto pass1 = [&](const Piece& pc, int64_t off) {
+    const int64_t at = off + pc.shard_pos;
+    float* slot = bufs_.param_amax(pc.param);
+    if (u)
+      ops_.adamw_amax(bs.master.data() + at, bs.m.data() + at, bs.v.data() + at, bs.main_grad + at, pc.len, u->ctl,
+                      adamw_for(*u, params_[pc.param].decay), slot);
+    else
+      ops_.amax_into(bs.master.data() + at, pc.len, slot);
+  };
+  // dp 1: each param of the bucket is one piece of its one shard, so its amax
+  // is complete after its own pass 1, and pass 2 follows right away (reading
+  // masters just written, from L2 when the param fits there).
+  const bool per_piece = dp_ == 1;
+  if (!per_piece) {
+    for (int s = 0; s < dp_; ++s) {
+      if (!bufs_.owns(s)) continue;
+      for (const Piece& pc : bk.shards[s])
+        if (pc.len > 0) pass1(pc, bufs_.shard_local_off(f, b, s));
+    }
+    if (opt_.distributed_optimizer && dp_ > 1)
+      comm_.all_reduce(am, am, bk.params.size(), DType::F32, RedOp::Max, ops_.stream());
+  }
+  for (int s = 0; s < dp_; ++s) {
+    if (!bufs_.owns(s)) continue;
+    const int64_t off = bufs_.shard_local_off(f, b, s);
+    const float* x = bs.master.data() + off;
+    uint8_t* slot = base + s * ps.shard_bytes;
+    // Segment [at, at + len) of the shard with the tensor amax `amax`: its
+    // codes, and its block scales after the shard's codes.
+    const auto quantize = [&](int64_t at, int64_t len, const float* amax) {
+      ops_.quantize(gb.format, opt_.mxfp8_scale_rounding, x + at, len, amax, slot + ft.code_bytes(at),
+                    slot + ps.code_bytes + ft.scales_bytes(at));
+    };
+    // Each piece with its param's tensor amax, the padding between pieces as
+    // zeros (amax 0).
+    int64_t pos = 0;
+    for (const Piece& pc : bk.shards[s]) {
+      if (pc.shard_pos > pos) quantize(pos, pc.shard_pos - pos, zero_amax_.data());
+      if (pc.len > 0) {
+        if (per_piece) pass1(pc, off);
+        quantize(pc.shard_pos, pc.len, bufs_.param_amax(pc.param));
+      }
+      pos = pc.shard_pos + pc.len;
+    }
+    if (bk.shard_numel > pos) quantize(pos, bk.shard_numel - pos, zero_amax_.data());
+  }
+}
+
+// Slab formats (fp8b128): piece by piece, each a (len / cols) x cols matrix of
+// whole 128-row slabs of its param (the layout guarantees it; the last may be
+// short), so its tiles are the param's own, its scales at the piece's
+// scale_pos. The padding between pieces has no scales: its masters are 0 and
+// its codes stay the zeros (E4M3 0) the payload was allocated with (a slab
+// format's payload never lives in the grad buffer).
+void BucketSync::stage_slabs(int f, int b, const Update* u) {
+  const GatherBuffer& gb = layout_.buffers[f];
+  const Bucket& bk = gb.buckets[b];
+  BufferState& bs = bufs_[f];
+  const PayloadShape ps = payload_shape(gb.format, bk);
+  const FormatTraits& ft = format_traits(gb.format);
+  uint8_t* base = bufs_.payload_ptr(f, b);
+  for (int s = 0; s < dp_; ++s) {
+    if (!bufs_.owns(s)) continue;
+    const int64_t off = bufs_.shard_local_off(f, b, s);
+    uint8_t* slot = base + s * ps.shard_bytes;
+    for (const Piece& pc : bk.shards[s]) {
+      const int64_t cols = params_[pc.param].shape[1], e = off + pc.shard_pos;
+      uint8_t* codes = slot + ft.code_bytes(pc.shard_pos);
+      uint8_t* scales = slot + ps.scales_at(pc);
+      if (u)
+        ops_.adamw_quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + e, bs.m.data() + e,
+                            bs.v.data() + e, bs.main_grad + e, pc.len, u->ctl, adamw_for(*u, params_[pc.param].decay),
+                            codes, scales, cols);
+      else
+        ops_.quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + e, pc.len, nullptr, codes, scales,
+                      cols);
+    }
+  }
+}
+
+// Row-block formats without a tensor scale: each owned shard in one call, the
+// shard's codes then its scales; with AdamW, in one pass over the shard's
+// decay runs (make_stage_ranges).
+void BucketSync::stage_rows(int f, int b, const Update* u) {
+  const GatherBuffer& gb = layout_.buffers[f];
+  const Bucket& bk = gb.buckets[b];
+  BufferState& bs = bufs_[f];
+  const PayloadShape ps = payload_shape(gb.format, bk);
+  uint8_t* base = bufs_.payload_ptr(f, b);
+  for (int s = 0; s < dp_; ++s) {
+    if (!bufs_.owns(s)) continue;
+    const int64_t off = bufs_.shard_local_off(f, b, s);
+    uint8_t* slot = base + s * ps.shard_bytes;
+    if (!u) {
+      ops_.quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + off, bk.shard_numel, nullptr, slot,
+                    slot + ps.code_bytes);
+      continue;
+    }
+    AdamWChoice choices[2];
+    choices[kNoDecay] = adamw_for(*u, false);
+    choices[kWithDecay] = adamw_for(*u, true);
+    ops_.adamw_quantize_ranges(opt_.mxfp8_scale_rounding, bs.master.data() + off, bs.m.data() + off,
+                               bs.v.data() + off, bs.main_grad + off, u->ctl, choices, *stage_ranges_[f][b][s], slot,
+                               slot + ps.code_bytes);
+  }
 }
 
 void BucketSync::start_gather(int f, int b) {

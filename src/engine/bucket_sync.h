@@ -86,6 +86,10 @@ class BucketSync final : public ModelHooks {
 
   void weights_for_forward(int f, int b);
   void stage(int f, int b, const Update* u = nullptr);  // u: AdamW first, fused
+  void stage_tensor_scaled(int f, int b, const Update* u);  // by the format's scales
+  void stage_slabs(int f, int b, const Update* u);
+  void stage_rows(int f, int b, const Update* u);
+  AdamWChoice adamw_for(const Update& u, bool decay) const;  // the step's AdamW for a decay class
   void make_stage_ranges();
   void start_gather(int f, int b);
   void finish_gather(int f, int b);
