@@ -98,13 +98,14 @@ void BucketSync::stage(int f, int b, const Update* u) {
   if (bufs_.reused(f))
     MXDP_CHECK(st.region != Region::Grads, "staging bucket ", b, " of the ", to_string(gb.format),
                " buffer into its grad region, which still holds live gradients");
-  const FormatTraits& ft = format_traits(gb.format);
-  if (ft.tensor_amax)
-    stage_tensor_scaled(f, b, u);
-  else if (ft.block_rows > 1)
-    stage_slabs(f, b, u);
+  const Bucket& bk = gb.buckets[b];
+  const Staging t{gb, bk, bufs_[f], payload_shape(gb.format, bk), format_traits(gb.format), bufs_.payload_ptr(f, b)};
+  if (t.ft.tensor_amax)
+    stage_tensor_scaled(t, f, b, u);
+  else if (t.ft.block_rows > 1)
+    stage_slabs(t, f, b, u);
   else
-    stage_rows(f, b, u);
+    stage_rows(t, f, b, u);
   st.staged_v = version_;
   if (bufs_.reused(f)) st.region = Region::Payload;
   // Reference mode: every rank staged every shard; there is nothing to gather.
@@ -121,13 +122,8 @@ AdamWChoice BucketSync::adamw_for(const Update& u, bool decay) const {
 // tensor would. Pass 1 (fused with AdamW) folds each piece's amax into its
 // param's slot in device memory, the slots are all-reduced on the device, and
 // pass 2 quantizes reading them there: no host round trip.
-void BucketSync::stage_tensor_scaled(int f, int b, const Update* u) {
-  const GatherBuffer& gb = layout_.buffers[f];
-  const Bucket& bk = gb.buckets[b];
-  BufferState& bs = bufs_[f];
-  const PayloadShape ps = payload_shape(gb.format, bk);
-  const FormatTraits& ft = format_traits(gb.format);
-  uint8_t* base = bufs_.payload_ptr(f, b);
+void BucketSync::stage_tensor_scaled(const Staging& t, int f, int b, const Update* u) {
+  const auto& [gb, bk, bs, ps, ft, base] = t;
   float* am = bs.amax.data() + bs.amax_off[b];
   ops_.zero(am, bk.params.size() * sizeof(float));
   const auto pass1 = [&](const Piece& pc, int64_t off) {
@@ -184,13 +180,8 @@ void BucketSync::stage_tensor_scaled(int f, int b, const Update* u) {
 // scale_pos. The padding between pieces has no scales: its masters are 0 and
 // its codes stay the zeros (E4M3 0) the payload was allocated with (a slab
 // format's payload never lives in the grad buffer).
-void BucketSync::stage_slabs(int f, int b, const Update* u) {
-  const GatherBuffer& gb = layout_.buffers[f];
-  const Bucket& bk = gb.buckets[b];
-  BufferState& bs = bufs_[f];
-  const PayloadShape ps = payload_shape(gb.format, bk);
-  const FormatTraits& ft = format_traits(gb.format);
-  uint8_t* base = bufs_.payload_ptr(f, b);
+void BucketSync::stage_slabs(const Staging& t, int f, int b, const Update* u) {
+  const auto& [gb, bk, bs, ps, ft, base] = t;
   for (int s = 0; s < dp_; ++s) {
     if (!bufs_.owns(s)) continue;
     const int64_t off = bufs_.shard_local_off(f, b, s);
@@ -213,12 +204,8 @@ void BucketSync::stage_slabs(int f, int b, const Update* u) {
 // Row-block formats without a tensor scale: each owned shard in one call, the
 // shard's codes then its scales; with AdamW, in one pass over the shard's
 // decay runs (make_stage_ranges).
-void BucketSync::stage_rows(int f, int b, const Update* u) {
-  const GatherBuffer& gb = layout_.buffers[f];
-  const Bucket& bk = gb.buckets[b];
-  BufferState& bs = bufs_[f];
-  const PayloadShape ps = payload_shape(gb.format, bk);
-  uint8_t* base = bufs_.payload_ptr(f, b);
+void BucketSync::stage_rows(const Staging& t, int f, int b, const Update* u) {
+  const auto& [gb, bk, bs, ps, ft, base] = t;
   for (int s = 0; s < dp_; ++s) {
     if (!bufs_.owns(s)) continue;
     const int64_t off = bufs_.shard_local_off(f, b, s);

@@ -86,9 +86,19 @@ class BucketSync final : public ModelHooks {
 
   void weights_for_forward(int f, int b);
   void stage(int f, int b, const Update* u = nullptr);  // u: AdamW first, fused
-  void stage_tensor_scaled(int f, int b, const Update* u);  // by the format's scales
-  void stage_slabs(int f, int b, const Update* u);
-  void stage_rows(int f, int b, const Update* u);
+  // What stage() writes to: the bucket of buffer f, its state and its payload.
+  struct Staging {
+    const GatherBuffer& gb;
+    const Bucket& bk;
+    BufferState& bs;
+    PayloadShape ps;
+    const FormatTraits& ft;
+    uint8_t* base;  // the payload's first shard slot
+  };
+  // stage() by the format's scales: one per tensor, per 128x128 tile, per row block.
+  void stage_tensor_scaled(const Staging& t, int f, int b, const Update* u);
+  void stage_slabs(const Staging& t, int f, int b, const Update* u);
+  void stage_rows(const Staging& t, int f, int b, const Update* u);
   AdamWChoice adamw_for(const Update& u, bool decay) const;  // the step's AdamW for a decay class
   void make_stage_ranges();
   void start_gather(int f, int b);
