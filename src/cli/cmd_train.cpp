@@ -37,7 +37,6 @@ std::string find_default_corpus() {
             ": pass --data DIR (made by `mxdp prepare`) or a text file");
 }
 
-// Ranks the launcher started (Open MPI, MPICH/Hydra), 0 when not under one.
 // "tiny, gpt2-124m, ...": the presets of every registered model.
 std::string model_preset_names() {
   std::string s;
@@ -62,30 +61,16 @@ struct Switches {
     return s == "auto" ? when_auto : s == "on";
   }
 };
-}  // namespace
+// The train command's options as the command line gives them.
+struct TrainArgs {
+  TrainConfig c;
+  Switches sw;
+  std::string weight_format = "mxfp8", rounding = "rceil", grad_dtype = "fp32", backend = "auto";
+  std::string compute_dtype = "bf16";
+  bool data_given = false;  // else the shipped corpus (find_default_corpus)
+};
 
-void add_train_command(CLI::App& app, Runner& run) {
-  struct Opts {
-    TrainConfig c;
-    Switches sw;
-    std::string weight_format = "mxfp8", rounding = "rceil", grad_dtype = "fp32", backend = "auto";
-    std::string compute_dtype = "bf16";
-  };
-  auto o = std::make_shared<Opts>();
-  TrainConfig& c = o->c;
-  c.data = kDefaultCorpus;
-  c.dp.lr_decay_steps = -1;  // = --steps
-  // Defaults of the training job: the tiny GPT on the shipped corpus learns
-  // clearly in a couple of minutes on two CPU ranks.
-  c.steps = 1200;
-  c.seq_len = 128;
-  c.eval_every = 100;
-  c.lr_follows_model = true;  // --lr / --min-lr not given: by the model's width (train/schedule.h)
-  c.dp.warmup_steps = 20;
-  CLI::App* cmd = app.add_subcommand("train", "Train a GPT with data parallelism (run under mpirun for several ranks)");
-  cmd->option_defaults()->always_capture_default();
-
-  c.device = "auto";
+void add_model_options(CLI::App* cmd, TrainConfig& c) {
   auto model = "Model";
   cmd->add_option("--device", c.device, "Where to train: cuda (one GPU per rank), cpu, or auto (cuda where a GPU is present)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->group(model);
@@ -99,7 +84,9 @@ void add_train_command(CLI::App& app, Runner& run) {
                   "Start from a Hugging Face model of the architecture (GPT-2, Llama, Qwen2): a directory (config.json + "
                   "model.safetensors or its sharded index) or a .safetensors file")
       ->group(model);
+}
 
+void add_data_options(CLI::App* cmd, TrainConfig& c) {
   auto data = "Data and schedule";
   cmd->add_option("--data", c.data, "Directory with train.bin/val.bin (mxdp prepare), or a text file to prepare")->group(data);
   cmd->add_option("--steps", c.steps, "Optimizer steps to train to (a resumed run continues up to this step)")->group(data);
@@ -108,7 +95,9 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_option("--seed", c.seed, "Seed of the weights and of the data order")
       ->check(CLI::NonNegativeNumber)->group(data);
   cmd->add_option("--threads", c.threads, "OpenMP threads per rank (0 = cores / ranks on the node)")->group(data);
+}
 
+void add_output_options(CLI::App* cmd, TrainConfig& c) {
   auto ev = "Eval, checkpoints, output";
   cmd->add_option("--eval-every", c.eval_every, "Evaluate every N steps and after the last (0 = never)")->group(ev);
   cmd->add_option("--eval-batches", c.eval_batches, "Validation batches per eval (the same every time)")->group(ev);
@@ -130,32 +119,36 @@ void add_train_command(CLI::App& app, Runner& run) {
       ->check(CLI::IsMember({"auto", "bar", "lines"}))->group(ev);
   cmd->add_option("--sample-tokens", c.sample_tokens, "Tokens to generate at the end (0 = none)")->group(ev);
   cmd->add_option("--sample-prompt", c.sample_prompt, "Text the final sample continues (empty: a new line)")->group(ev);
+}
 
+void add_core_options(CLI::App* cmd, TrainArgs& a) {
   auto core = "Data-parallel core";
-  o->sw.add(cmd, "--distributed-optimizer", "on", "Shard fp32 masters + AdamW state over ranks (off = reference mode)", core);
-  cmd->add_option("--weight-format", o->weight_format, "Param gather format of 2-D weights")
+  a.sw.add(cmd, "--distributed-optimizer", "on", "Shard fp32 masters + AdamW state over ranks (off = reference mode)", core);
+  cmd->add_option("--weight-format", a.weight_format, "Param gather format of 2-D weights")
       ->check(CLI::IsMember({"bf16", "mxfp8", "nvfp4", "fp8b128"}))->group(core);
-  add_compute_dtype_option(cmd, o->compute_dtype, "needs --weight-format fp8b128")->group(core);
-  cmd->add_option("--num-layers-at-start-in-bf16", c.dp.num_layers_at_start_in_bf16,
+  add_compute_dtype_option(cmd, a.compute_dtype, "needs --weight-format fp8b128")->group(core);
+  cmd->add_option("--num-layers-at-start-in-bf16", a.c.dp.num_layers_at_start_in_bf16,
                   "With --compute-dtype fp8: the first N blocks compute their linear layers in bf16 (Megatron-LM's option)")
       ->check(CLI::NonNegativeNumber)->group(core);
-  cmd->add_option("--num-layers-at-end-in-bf16", c.dp.num_layers_at_end_in_bf16,
+  cmd->add_option("--num-layers-at-end-in-bf16", a.c.dp.num_layers_at_end_in_bf16,
                   "With --compute-dtype fp8: the last N blocks compute their linear layers in bf16")
       ->check(CLI::NonNegativeNumber)->group(core);
-  cmd->add_option("--mxfp8-scale-rounding", o->rounding, "E8M0 scale rounding: rceil (TransformerEngine) or floor (OCP MX)")
+  cmd->add_option("--mxfp8-scale-rounding", a.rounding, "E8M0 scale rounding: rceil (TransformerEngine) or floor (OCP MX)")
       ->check(CLI::IsMember({"rceil", "floor"}))->group(core);
-  o->sw.add(cmd, "--overlap-param-gather", "auto", "Defer each bucket's all-gather to just before its first layer (auto: on with the distributed optimizer)", core);
-  o->sw.add(cmd, "--overlap-grad-reduce", "on", "Start each bucket's reduce-scatter as soon as its grads are in", core);
-  o->sw.add(cmd, "--reuse-grad-buf", "auto", "Put the MXFP8 gather payload in the idle grad buffer (auto: on for mxfp8 with the distributed optimizer)", core);
-  cmd->add_option("--bucket-size", c.dp.bucket_size, "Elements per bucket")->group(core);
-  cmd->add_option("--grad-reduce-dtype", o->grad_dtype, "Reduce-scatter dtype")
+  a.sw.add(cmd, "--overlap-param-gather", "auto", "Defer each bucket's all-gather to just before its first layer (auto: on with the distributed optimizer)", core);
+  a.sw.add(cmd, "--overlap-grad-reduce", "on", "Start each bucket's reduce-scatter as soon as its grads are in", core);
+  a.sw.add(cmd, "--reuse-grad-buf", "auto", "Put the MXFP8 gather payload in the idle grad buffer (auto: on for mxfp8 with the distributed optimizer)", core);
+  cmd->add_option("--bucket-size", a.c.dp.bucket_size, "Elements per bucket")->group(core);
+  cmd->add_option("--grad-reduce-dtype", a.grad_dtype, "Reduce-scatter dtype")
       ->check(CLI::IsMember({"fp32", "bf16"}))->group(core);
-  cmd->add_option("--micro-batches", c.dp.micro_batches, "Gradient accumulation steps per optimizer step")->group(core);
-  cmd->add_option("--backend", o->backend, "Communication backend (auto: self for one rank, else mpi on the CPU; "
+  cmd->add_option("--micro-batches", a.c.dp.micro_batches, "Gradient accumulation steps per optimizer step")->group(core);
+  cmd->add_option("--backend", a.backend, "Communication backend (auto: self for one rank, else mpi on the CPU; "
                   "on cuda NCCL, bootstrapped over MPI or the launcher's rendezvous)")
       ->check(CLI::IsMember({"auto", "self", "mpi"}))->group(core);
-  cmd->add_option("--comm-timeout", c.comm_timeout, "Seconds a collective may take before the job aborts")->group(core);
+  cmd->add_option("--comm-timeout", a.c.comm_timeout, "Seconds a collective may take before the job aborts")->group(core);
+}
 
+void add_optimizer_options(CLI::App* cmd, TrainConfig& c) {
   auto optg = "Optimizer";
   cmd->add_option("--lr", c.dp.lr,
                   "Peak learning rate (default: by the model's width: 3e-3 up to d_model 256, then GPT-3's for the width: "
@@ -172,44 +165,72 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_option("--clip-grad", c.dp.clip_grad, "Clip the global grad norm to this (0 = off)")->group(optg);
   cmd->add_flag("--override-schedule", c.override_schedule,
                 "Resuming: use the command line's lr, min-lr, warmup and decay instead of the checkpoint's")->group(optg);
+}
 
-  cmd->callback([o, cmd, &run] {
+// The run the options describe: every switch resolved, the device and the
+// communicator made, then the training job.
+int run_train(const TrainArgs& a) {
+  TrainConfig cfg = a.c;
+  if (!a.data_given) cfg.data = find_default_corpus();
+  cfg.dp.weight_format = parse_weight_format(a.weight_format);
+  cfg.dp.compute_dtype = parse_compute_dtype(a.compute_dtype);
+  const bool dist = a.sw.get("--distributed-optimizer");
+  cfg.dp.distributed_optimizer = dist;
+  cfg.dp.overlap_param_gather = a.sw.get("--overlap-param-gather", dist);
+  cfg.dp.overlap_grad_reduce = a.sw.get("--overlap-grad-reduce");
+  cfg.dp.reuse_grad_buf =
+      a.sw.get("--reuse-grad-buf", dist && format_traits(cfg.dp.weight_format).fits_grad_buffer);
+  cfg.dp.mxfp8_scale_rounding = parse_scale_rounding(a.rounding);
+  cfg.dp.grad_reduce_dtype = parse_grad_reduce_dtype(a.grad_dtype);
+  Communicator::Options co;
+  co.backend = a.backend == "self" ? Backend::Self : a.backend == "mpi" ? Backend::Mpi : Backend::Auto;
+  co.timeout_s = cfg.comm_timeout;
+  if (co.backend == Backend::Self) {
+    // Each process would be a one-rank job of its own, unaware of the others.
+    const LaunchInfo& l = this_launch();
+    MXDP_CHECK(l.size <= 1, "--backend self runs one rank, but ", launcher_name(l.launcher), " started ", l.size,
+               " ranks: each would train alone on its own. Use --backend auto (or mpi, nccl), or start one "
+               "process");
+  }
+  const Device device = resolve_device(cfg.device);
+  cfg.device = to_string(device);
+  auto comm = make_job_communicator(device, co);
+  return train(cfg, *comm);
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app, Runner& run) {
+  auto a = std::make_shared<TrainArgs>();
+  TrainConfig& c = a->c;
+  c.data = kDefaultCorpus;
+  c.device = "auto";
+  c.dp.lr_decay_steps = -1;  // = --steps
+  // Defaults of the training job: the tiny GPT on the shipped corpus learns
+  // clearly in a couple of minutes on two CPU ranks.
+  c.steps = 1200;
+  c.seq_len = 128;
+  c.eval_every = 100;
+  c.lr_follows_model = true;  // --lr / --min-lr not given: by the model's width (train/schedule.h)
+  c.dp.warmup_steps = 20;
+  CLI::App* cmd = app.add_subcommand("train", "Train a GPT with data parallelism (run under mpirun for several ranks)");
+  cmd->option_defaults()->always_capture_default();
+  add_model_options(cmd, c);
+  add_data_options(cmd, c);
+  add_output_options(cmd, c);
+  add_core_options(cmd, *a);
+  add_optimizer_options(cmd, c);
+
+  cmd->callback([a, cmd, &run] {
     // Which schedule options the command line set: a resumed run checks them
     // against the checkpoint's schedule (trainer.h).
-    auto& given = o->c.schedule_given;
+    auto& given = a->c.schedule_given;
     given.lr = cmd->count("--lr") > 0;
     given.min_lr = cmd->count("--min-lr") > 0;
     given.warmup_steps = cmd->count("--warmup-steps") > 0;
     given.lr_decay_steps = cmd->count("--lr-decay-steps") > 0;
-    const bool data_given = cmd->count("--data") > 0;
-    run = [o, data_given] {
-      TrainConfig cfg = o->c;
-      if (!data_given) cfg.data = find_default_corpus();
-      cfg.dp.weight_format = parse_weight_format(o->weight_format);
-      cfg.dp.compute_dtype = parse_compute_dtype(o->compute_dtype);
-      const bool dist = o->sw.get("--distributed-optimizer");
-      cfg.dp.distributed_optimizer = dist;
-      cfg.dp.overlap_param_gather = o->sw.get("--overlap-param-gather", dist);
-      cfg.dp.overlap_grad_reduce = o->sw.get("--overlap-grad-reduce");
-      cfg.dp.reuse_grad_buf =
-          o->sw.get("--reuse-grad-buf", dist && format_traits(cfg.dp.weight_format).fits_grad_buffer);
-      cfg.dp.mxfp8_scale_rounding = parse_scale_rounding(o->rounding);
-      cfg.dp.grad_reduce_dtype = parse_grad_reduce_dtype(o->grad_dtype);
-      Communicator::Options co;
-      co.backend = o->backend == "self" ? Backend::Self : o->backend == "mpi" ? Backend::Mpi : Backend::Auto;
-      co.timeout_s = cfg.comm_timeout;
-      if (co.backend == Backend::Self) {
-        // Each process would be a one-rank job of its own, unaware of the others.
-        const LaunchInfo& l = this_launch();
-        MXDP_CHECK(l.size <= 1, "--backend self runs one rank, but ", launcher_name(l.launcher), " started ", l.size,
-                   " ranks: each would train alone on its own. Use --backend auto (or mpi, nccl), or start one "
-                   "process");
-      }
-      const Device device = resolve_device(cfg.device);
-      cfg.device = to_string(device);
-      auto comm = make_job_communicator(device, co);
-      return train(cfg, *comm);
-    };
+    a->data_given = cmd->count("--data") > 0;
+    run = [a] { return run_train(*a); };
   });
 }
 
