@@ -12,8 +12,9 @@
 #        options for both runs of every pair, e.g. "--lr 6e-4 --min-lr 6e-5"), FP8_ARGS (more
 #        options for the FP8 runs only, e.g. "--num-layers-at-start-in-bf16 1
 #        --num-layers-at-end-in-bf16 1"), SEEDS (e.g.
-#        "1 2 3": a pair per seed, then FP8's ratio over the seeds beside bf16's own spread
-#        from seed to seed; default: one pair at mxdp's default seed), DEVICE (cuda), SEQ
+#        "1 2 3": a pair per seed, then FP8's mean ratio over the seeds, its standard error,
+#        whether it is within 1% at two standard errors (yes, no or undecided), and bf16's own
+#        spread from seed to seed; default: one pair at mxdp's default seed), DEVICE (cuda), SEQ
 #        (1024), EVAL_EVERY (250). On the CPU, as a check of the script itself:
 #        DEVICE=cpu SEQ=128 MODELS="tiny:8" CORPORA=kjv STEPS=40 EVAL_EVERY=20 SEEDS="1 2"
 # Corpora: kjv = the shipped data/kjv.txt (2.3 MB, byte tokens); stdlib = the
@@ -130,7 +131,14 @@ pairs = [(float(b), float(f)) for what, b, f in (line.rstrip("\n").split("\t") f
          if what.startswith(sys.argv[2] + " seed ")]
 r = [f / b for b, f in pairs]
 b = [b for b, _ in pairs]
-print(f"{sys.argv[2]}, {len(pairs)} seeds: fp8/bf16 mean {sum(r) / len(r):.4f} (min {min(r):.4f}, max {max(r):.4f}); "
+mean = sum(r) / len(r)
+# The standard error of the mean ratio: a run's final loss moves by a fraction of a percent from
+# any change to its arithmetic (docs/fp8.md, "One switch at a time"), so the verdict on the 1%
+# target is the mean +- two standard errors, and "undecided" asks for more seeds.
+se = (sum((x - mean) ** 2 for x in r) / (len(r) - 1) / len(r)) ** 0.5
+verdict = "yes" if mean + 2 * se <= 1.01 else "no" if mean - 2 * se > 1.01 else "undecided, more seeds decide it"
+print(f"{sys.argv[2]}, {len(pairs)} seeds: fp8/bf16 mean {mean:.4f} +- {se:.4f} (standard error; min {min(r):.4f}, "
+      f"max {max(r):.4f}); within 1% at two standard errors: {verdict}; "
       f"bf16 eval from seed to seed {min(b):.4f}-{max(b):.4f} ({(max(b) / min(b) - 1) * 100:.2f}% apart)")
 EOF
   tail -1 "$summary"
