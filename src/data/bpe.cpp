@@ -102,11 +102,10 @@ void check_decoder(const json& j, const std::string& w) {
                "': decoder ", j["decoder"].dump(), " is not supported (only ByteLevel or none)");
 }
 
-// model.vocab: token -> id; `max_id` is set to the largest id.
-std::unordered_map<std::string, int32_t> read_vocab(const json& m, const std::string& w, int64_t& max_id) {
+// model.vocab: token -> id.
+std::unordered_map<std::string, int32_t> read_vocab(const json& m, const std::string& w) {
   MXDP_CHECK(m.contains("vocab") && m["vocab"].is_object(), "tokenizer '", w, "': model.vocab is not an object");
   std::unordered_map<std::string, int32_t> vocab;
-  max_id = -1;
   for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) {
     MXDP_CHECK(it.value().is_number_integer(), "tokenizer '", w, "': vocab entry '", it.key(), "' has id ",
                it.value().dump(), ", not an integer");
@@ -114,7 +113,6 @@ std::unordered_map<std::string, int32_t> read_vocab(const json& m, const std::st
     MXDP_CHECK(id >= 0 && id < kMaxTokenizerId, "tokenizer '", w, "': vocab entry '", it.key(), "' has id ", id,
                " (at most ", kMaxTokenizerId - 1, ")");
     vocab[it.key()] = int32_t(id);
-    max_id = std::max(max_id, id);
   }
   MXDP_CHECK(!vocab.empty(), "tokenizer '", w, "': the vocabulary is empty");
   return vocab;
@@ -149,8 +147,10 @@ std::vector<std::pair<std::string, int32_t>> read_added_tokens(const json& j, co
 // added id once that is at least the size. For the published files this is the
 // id in the file. Returns the largest id of vocabulary and added tokens.
 int64_t assign_added_ids(std::vector<std::pair<std::string, int32_t>>& added,
-                         const std::unordered_map<std::string, int32_t>& vocab, int64_t max_id, const std::string& w) {
+                         const std::unordered_map<std::string, int32_t>& vocab, const std::string& w) {
   const int64_t vocab_len = int64_t(vocab.size());
+  int64_t max_id = -1;
+  for (const auto& [tok, id] : vocab) max_id = std::max(max_id, int64_t(id));
   int64_t max_added = -1;
   std::unordered_map<std::string, int32_t> added_id;
   auto vocab_has_id = [&](int64_t id) {  // only asked for a vocabulary with gaps in its ids
@@ -217,10 +217,9 @@ void BpeTokenizer::parse(const std::string& text) {
   check_decoder(j, w);
 
   // Vocabulary and added tokens: the id tables.
-  int64_t max_id = -1;
-  vocab_ = read_vocab(m, w, max_id);
+  vocab_ = read_vocab(m, w);
   added_ = read_added_tokens(j, w, nfc_);
-  vocab_size_ = int(assign_added_ids(added_, vocab_, max_id, w) + 1);
+  vocab_size_ = int(assign_added_ids(added_, vocab_, w) + 1);
   id_to_token_.assign(vocab_size_, std::string());
   is_added_.assign(vocab_size_, false);
   std::vector<bool> seen(vocab_size_, false);
