@@ -2,16 +2,24 @@
 # Everything that needs a GPU, in one go (the GPU machine has no network: the
 # cuDNN frontend headers travel with the tree, see the README). Logs to $LOGDIR.
 #   bash scripts/gpu_checks.sh [build dir=build]
+#   ONLY='^(memcheck|train_)' bash scripts/gpu_checks.sh   # only the steps whose names match
+# Each step prints PASS or FAIL with its seconds, so a rerun of what a short
+# call left out can name those steps in ONLY.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 B=${1:-build}
 LOGDIR=${LOGDIR:-/tmp/mxdp-gpu-checks}
 mkdir -p "$LOGDIR"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
-fail=0
+ONLY=${ONLY:-}
+fail=0 ran=0
 step() {  # name, command...
-  local name=$1; shift
-  if timeout 420 "$@" >"$LOGDIR/$name.log" 2>&1; then echo "PASS $name"; else echo "FAIL $name (rc $?)"; tail -25 "$LOGDIR/$name.log"; fail=1; fi
+  local name=$1 t0=$SECONDS rc=0; shift
+  if [ -n "$ONLY" ] && ! [[ $name =~ $ONLY ]]; then return 0; fi
+  ran=$((ran + 1))
+  timeout 420 "$@" >"$LOGDIR/$name.log" 2>&1 || rc=$?
+  if [ $rc -eq 0 ]; then echo "PASS $name ($((SECONDS - t0)) s)"
+  else echo "FAIL $name (rc $rc, $((SECONDS - t0)) s)"; tail -25 "$LOGDIR/$name.log"; fail=1; fi
 }
 step gputest_gpt "$B/tests/gputest_gpt"
 step gputest_gpt_golden "$B/tests/gputest_gpt_golden"
@@ -80,4 +88,6 @@ step sample_cuda "$B/mxdp" sample --device cuda --load "$LOGDIR/ckpt" --tokens 8
 step train_llama_cuda "$B/mxdp" train --device cuda --model llama-tiny --steps 200 --eval-every 100 --eval-batches 4 \
   --sample-tokens 0 --progress lines --log-every 50 --save-dir "$LOGDIR/ckpt_llama"
 step sample_llama_cuda "$B/mxdp" sample --device cuda --load "$LOGDIR/ckpt_llama" --tokens 80
+if [ $ran -eq 0 ]; then echo "no step's name matches ONLY='$ONLY'" >&2; exit 2; fi
+echo "$ran steps in $SECONDS s"
 exit $fail
