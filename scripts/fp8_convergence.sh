@@ -15,7 +15,7 @@
 #        "1 2 3": a pair per seed, then FP8's mean ratio over the seeds, its standard error,
 #        whether it is within 1% at two standard errors (yes, no or undecided), and bf16's own
 #        spread from seed to seed; default: one pair at mxdp's default seed), DEVICE (cuda), SEQ
-#        (1024), EVAL_EVERY (250). On the CPU, as a check of the script itself:
+#        (1024), EVAL_EVERY (250), EVAL_BATCHES (16). On the CPU, as a check of the script itself:
 #        DEVICE=cpu SEQ=128 MODELS="tiny:8" CORPORA=kjv STEPS=40 EVAL_EVERY=20 SEEDS="1 2"
 # Corpora: kjv = the shipped data/kjv.txt (2.3 MB, byte tokens); stdlib = the
 # Python standard library's .py sources concatenated (about 10 MB of real text,
@@ -31,7 +31,7 @@ OUT=${RUNS:-runs/fp8_convergence}
 STEPS=${STEPS:-2000}
 MODELS=${MODELS:-"gpt2-124m:16 gpt2-350m:8"}
 CORPORA=${CORPORA:-"kjv stdlib"}
-DEVICE=${DEVICE:-cuda} SEQ=${SEQ:-1024} EVAL_EVERY=${EVAL_EVERY:-250}
+DEVICE=${DEVICE:-cuda} SEQ=${SEQ:-1024} EVAL_EVERY=${EVAL_EVERY:-250} EVAL_BATCHES=${EVAL_BATCHES:-16}
 mkdir -p "$OUT"
 
 # The .py files under some of sysconfig's paths (keys, comma-separated), in
@@ -83,7 +83,7 @@ run_pair() {
     local args=(--weight-format bf16)
     [ "$v" = fp8 ] && args=(--weight-format fp8b128 --compute-dtype fp8 ${FP8_ARGS:-})
     "$B/mxdp" train --device "$DEVICE" --model "$model" --data "$data" --batch-size "$batch" --seq-len "$SEQ" \
-      --steps "$STEPS" --eval-every "$EVAL_EVERY" --eval-batches 16 --sample-tokens 0 --progress lines \
+      --steps "$STEPS" --eval-every "$EVAL_EVERY" --eval-batches "$EVAL_BATCHES" --sample-tokens 0 --progress lines \
       --log-every "$EVAL_EVERY" --save-dir "$OUT/$name/ckpt" --save-every 0 --start-over \
       --metrics "$OUT/$name/metrics.jsonl" "${args[@]}" "${seed_args[@]}" ${TRAIN_ARGS:-} \
       >"$OUT/$name.log" 2>&1 || { echo "FAILED: $name (log: $OUT/$name.log)"; tail -5 "$OUT/$name.log"; exit 1; }
