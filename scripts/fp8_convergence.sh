@@ -5,6 +5,7 @@
 # both plotted on one `mxdp plot`, then a summary line per pair: the final eval
 # losses, their ratio, and the largest loss spike of each run (the largest rise
 # of the 20-step mean train loss above its running minimum after step 200).
+# The statistics are scripts/convergence_summary.py's (tested by ctest).
 #
 #   bash scripts/fp8_convergence.sh [build dir=build]
 #   env: RUNS (runs/fp8_convergence), STEPS (2000), MODELS ("gpt2-124m:16 gpt2-350m:8"
@@ -94,61 +95,14 @@ run_pair() {
     --label bf16 --label fp8 --title "$model on $corpus: bf16 vs FP8 compute" --output "$OUT/$tag.svg" || true
   local what="$model $corpus"
   [ "$seed" != default ] && what="$what seed $seed"
-  python3 - "$OUT/$tag-bf16/metrics.jsonl" "$OUT/$tag-fp8/metrics.jsonl" "$what" "$pairs" >>"$summary" <<'EOF'
-import json, sys
-def read(path):
-    train, ev = {}, {}
-    for line in open(path):
-        try:
-            j = json.loads(line)
-        except ValueError:
-            continue
-        if j.get("loss") is None:
-            continue
-        (train if j.get("kind") == "train" else ev if j.get("kind") == "eval" else {})[j["step"]] = j["loss"]
-    return [train[k] for k in sorted(train)], ev[max(ev)] if ev else float("nan")
-def spike(losses, window=20, after=200):
-    best, worst = float("inf"), 0.0
-    for i in range(window, len(losses) + 1):
-        m = sum(losses[i - window:i]) / window
-        if i > after:
-            worst = max(worst, m / best - 1)
-        best = min(best, m)
-    return worst
-(tb, eb), (tf, ef) = read(sys.argv[1]), read(sys.argv[2])
-print(f"{sys.argv[3]}: final eval bf16 {eb:.4f}, fp8 {ef:.4f}, fp8/bf16 {ef / eb:.4f} "
-      f"({(ef / eb - 1) * 100:+.2f}%); largest spike bf16 {spike(tb) * 100:.1f}%, fp8 {spike(tf) * 100:.1f}%")
-with open(sys.argv[4], "a") as f:  # the final evals as the metrics hold them, for seed_summary
-    f.write(f"{sys.argv[3]}\t{eb!r}\t{ef!r}\n")
-EOF
+  python3 scripts/convergence_summary.py pair "$OUT/$tag-bf16/metrics.jsonl" "$OUT/$tag-fp8/metrics.jsonl" \
+    "$what" "$pairs" >>"$summary"
   tail -1 "$summary"
 }
 
 # Several seeds of one model and corpus: FP8's ratio over them beside bf16's own spread from seed to seed.
 seed_summary() {
-  python3 - "$pairs" "$1" >>"$summary" <<'EOF'
-import math, statistics, sys
-pairs = [(float(b), float(f)) for what, b, f in (line.rstrip("\n").split("\t") for line in open(sys.argv[1]))
-         if what.startswith(sys.argv[2] + " seed ")]
-r = [f / b for b, f in pairs]
-b = [b for b, _ in pairs]
-mean = sum(r) / len(r)
-# The standard error of the mean ratio: a run's final loss moves by a fraction of a percent from
-# any change to its arithmetic (docs/fp8.md, "One switch at a time"), so the verdict on the 1%
-# target is the mean +- two standard errors, and "undecided" asks for more seeds.
-se = (sum((x - mean) ** 2 for x in r) / (len(r) - 1) / len(r)) ** 0.5
-verdict = "yes" if mean + 2 * se <= 1.01 else "no" if mean - 2 * se > 1.01 else "undecided, more seeds decide it"
-# The sign test: in how many seeds FP8 ends above bf16, and the two-sided chance of a split at
-# least that uneven if either were as likely. One late loss spike moves the mean by points; it
-# moves this by one seed (docs/fp8.md, "The proxy on the GPU, 53 seeds").
-above, n = sum(x > 1 for x in r), sum(x != 1 for x in r)
-k = min(above, n - above)
-p = min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n) if n else 1.0
-print(f"{sys.argv[2]}, {len(pairs)} seeds: fp8/bf16 mean {mean:.4f} +- {se:.4f} (standard error; median "
-      f"{statistics.median(r):.4f}, min {min(r):.4f}, max {max(r):.4f}); within 1% at two standard errors: {verdict}; "
-      f"fp8 above bf16 in {above} of {len(r)} seeds (sign test p = {p:.2g}); "
-      f"bf16 eval from seed to seed {min(b):.4f}-{max(b):.4f} ({(max(b) / min(b) - 1) * 100:.2f}% apart)")
-EOF
+  python3 scripts/convergence_summary.py seeds "$pairs" "$1" >>"$summary"
   tail -1 "$summary"
 }
 
