@@ -43,11 +43,16 @@ step mpigputest_comm "$B/tests/mpigputest_comm"
 # alone ran clean; so those three run one process each (memcheck_each). The
 # two filters together are every test of the binary.
 memcheck_each() {  # binary, gtest filter: memcheck of each matching test in a process of its own
-  local bin=$1 filter=$2 t rc=0
+  # The log ends with one line per test, so the tail a failure prints names every test's outcome.
+  local bin=$1 filter=$2 t r rc=0 verdicts=""
   for t in $("$bin" --gtest_list_tests --gtest_filter="$filter" | awk '/^[^ ]/ { s = $1 } /^  / { print s $1 }'); do
     echo "== $t"
-    env CUDA_MODULE_LOADING=EAGER compute-sanitizer --tool memcheck --error-exitcode 1 "$bin" --gtest_filter="$t" || rc=1
+    r=0
+    env CUDA_MODULE_LOADING=EAGER compute-sanitizer --tool memcheck --error-exitcode 1 "$bin" --gtest_filter="$t" || r=$?
+    verdicts+="memcheck $t: $([ $r -eq 0 ] && echo PASS || echo "FAIL (rc $r)")"$'\n'
+    [ $r -eq 0 ] || rc=1
   done
+  printf '%s' "$verdicts"
   return $rc
 }
 export -f memcheck_each
