@@ -17,7 +17,10 @@
 #        whether it is within 1% at two standard errors (yes, no or undecided), in how many
 #        seeds FP8 ends above bf16 with the sign test's p, and bf16's own
 #        spread from seed to seed; default: one pair at mxdp's default seed), DEVICE (cuda), SEQ
-#        (1024), EVAL_EVERY (250), EVAL_BATCHES (16). On the CPU, as a check of the script itself:
+#        (1024), EVAL_EVERY (250), EVAL_BATCHES (16), SAVE (1: each run's last checkpoint under
+#        RUNS, 1.5 GB a gpt2-124m run; 0: none, for many seeds on a small disk), PAIRS_FROM (a
+#        pairs.tsv of earlier runs, e.g. another session's: its rows start this run's, so the
+#        seed summaries count both; a seed in both is counted twice, so give new seeds). On the CPU, as a check of the script itself:
 #        DEVICE=cpu SEQ=128 MODELS="tiny:8" CORPORA=kjv STEPS=40 EVAL_EVERY=20 SEEDS="1 2"
 # Corpora: kjv = the shipped data/kjv.txt (2.3 MB, byte tokens); stdlib = the
 # Python standard library's .py sources concatenated (about 10 MB of real text,
@@ -73,7 +76,13 @@ corpus_file() {
 
 summary="$OUT/summary.txt" pairs="$OUT/pairs.tsv"  # pairs: what, bf16 and FP8 final eval, full precision
 : >"$summary"
-: >"$pairs"
+if [ -n "${PAIRS_FROM:-}" ]; then
+  [ -s "$PAIRS_FROM" ] || { echo "PAIRS_FROM=$PAIRS_FROM: no such file, or empty" >&2; exit 2; }
+  [ "$(realpath "$PAIRS_FROM")" != "$(realpath -m "$pairs")" ] || { echo "PAIRS_FROM is RUNS' own pairs.tsv: copy it elsewhere first" >&2; exit 2; }
+  cp "$PAIRS_FROM" "$pairs"
+else
+  : >"$pairs"
+fi
 
 # One pair (bf16, then FP8) of a model, batch, corpus and seed ("default": mxdp's), plotted and summed up.
 run_pair() {
@@ -82,11 +91,13 @@ run_pair() {
   if [ "$seed" != default ]; then tag=$model-$corpus-s$seed; seed_args=(--seed "$seed"); fi
   for v in bf16 fp8; do
     name="$tag-$v"
-    local args=(--weight-format bf16)
+    local args=(--weight-format bf16) save=(--save-dir "$OUT/$name/ckpt" --save-every 0 --start-over)
+    [ "${SAVE:-1}" = 0 ] && save=()
+    mkdir -p "$OUT/$name"
     [ "$v" = fp8 ] && args=(--weight-format fp8b128 --compute-dtype fp8 ${FP8_ARGS:-})
     "$B/mxdp" train --device "$DEVICE" --model "$model" --data "$data" --batch-size "$batch" --seq-len "$SEQ" \
       --steps "$STEPS" --eval-every "$EVAL_EVERY" --eval-batches "$EVAL_BATCHES" --sample-tokens 0 --progress lines \
-      --log-every "$EVAL_EVERY" --save-dir "$OUT/$name/ckpt" --save-every 0 --start-over \
+      --log-every "$EVAL_EVERY" "${save[@]}" \
       --metrics "$OUT/$name/metrics.jsonl" "${args[@]}" "${seed_args[@]}" ${TRAIN_ARGS:-} \
       >"$OUT/$name.log" 2>&1 || { echo "FAILED: $name (log: $OUT/$name.log)"; tail -5 "$OUT/$name.log"; exit 1; }
     grep -E "^done:" "$OUT/$name.log" || true
@@ -111,6 +122,8 @@ for mb in $MODELS; do
   for corpus in $CORPORA; do
     data=$(corpus_file "$corpus")
     for seed in ${SEEDS:-default}; do run_pair "$model" "$batch" "$corpus" "$data" "$seed"; done
-    if [ "$(echo ${SEEDS:-default} | wc -w)" -gt 1 ]; then seed_summary "$model $corpus"; fi
+    if [ -n "${SEEDS:-}" ] && { [ "$(echo $SEEDS | wc -w)" -gt 1 ] || [ -n "${PAIRS_FROM:-}" ]; }; then
+      seed_summary "$model $corpus"
+    fi
   done
 done
