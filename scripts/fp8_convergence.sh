@@ -15,12 +15,13 @@
 #        --num-layers-at-end-in-bf16 1"), SEEDS (e.g.
 #        "1 2 3": a pair per seed, then FP8's mean ratio over the seeds, its standard error,
 #        whether it is within 1% at two standard errors (yes, no or undecided), in how many
-#        seeds FP8 ends above bf16 with the sign test's p, and bf16's own
-#        spread from seed to seed; default: one pair at mxdp's default seed), DEVICE (cuda), SEQ
-#        (1024), EVAL_EVERY (250), EVAL_BATCHES (16), SAVE (1: each run's last checkpoint under
-#        RUNS, 1.5 GB a gpt2-124m run; 0: none, for many seeds on a small disk), PAIRS_FROM (a
+#        seeds FP8 ends above bf16 with the sign test's p, and bf16's own spread from seed to
+#        seed; default: one pair at mxdp's default seed), DEVICE (cuda), SEQ (1024),
+#        EVAL_EVERY (250), EVAL_BATCHES (16), SAVE (1: each run's last checkpoint under RUNS,
+#        1.5 GB a gpt2-124m run; 0: none, for many seeds on a small disk), PAIRS_FROM (a
 #        pairs.tsv of earlier runs, e.g. another session's: its rows start this run's, so the
-#        seed summaries count both; a seed in both is counted twice, so give new seeds). On the CPU, as a check of the script itself:
+#        seed summaries count both; a seed in both is counted twice, so give new seeds).
+#        On the CPU, as a check of the script itself:
 #        DEVICE=cpu SEQ=128 MODELS="tiny:8" CORPORA=kjv STEPS=40 EVAL_EVERY=20 SEEDS="1 2"
 # Corpora: kjv = the shipped data/kjv.txt (2.3 MB, byte tokens); stdlib = the
 # Python standard library's .py sources concatenated (about 10 MB of real text,
@@ -92,9 +93,9 @@ run_pair() {
   for v in bf16 fp8; do
     name="$tag-$v"
     local args=(--weight-format bf16) save=(--save-dir "$OUT/$name/ckpt" --save-every 0 --start-over)
-    [ "${SAVE:-1}" = 0 ] && save=()
-    mkdir -p "$OUT/$name"
     [ "$v" = fp8 ] && args=(--weight-format fp8b128 --compute-dtype fp8 ${FP8_ARGS:-})
+    [ "${SAVE:-1}" = 0 ] && save=()
+    mkdir -p "$OUT/$name"  # the metrics file's directory, with or without a checkpoint
     "$B/mxdp" train --device "$DEVICE" --model "$model" --data "$data" --batch-size "$batch" --seq-len "$SEQ" \
       --steps "$STEPS" --eval-every "$EVAL_EVERY" --eval-batches "$EVAL_BATCHES" --sample-tokens 0 --progress lines \
       --log-every "$EVAL_EVERY" "${save[@]}" \
