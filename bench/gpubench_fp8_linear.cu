@@ -105,18 +105,19 @@ int main(int argc, char** argv) {
       // mxdp's own sm_90a GEMM on the same operands: fprop and dgrad against cuBLASLt's.
       if (cuda::fp8_gemm_sm90_supported(M, L.N, L.K)) {
         for (const int variant : {3, 2, 1, 0}) {
-          const bool staged = variant & 1, persistent = variant & 2;
+          const int cluster = variant & 1 ? 2 : 1;
+          const bool persistent = variant & 2;
           const double own[2] = {
               bench::best_window_ms(
-                  s, reps, [&] { cuda::fp8_gemm_nt_sm90(act, wt, M, L.N, L.K, nullptr, y, s, staged, persistent); }),
+                  s, reps, [&] { cuda::fp8_gemm_nt_sm90(act, wt, M, L.N, L.K, nullptr, y, s, cluster, persistent); }),
               bench::best_window_ms(
-                  s, reps, [&] { cuda::fp8_gemm_nt_sm90(act, wt, M, L.K, L.N, nullptr, y, s, staged, persistent); }),
+                  s, reps, [&] { cuda::fp8_gemm_nt_sm90(act, wt, M, L.K, L.N, nullptr, y, s, cluster, persistent); }),
           };
           for (int g = 0; g < 2; ++g)
-            std::printf("{\"what\": \"own_sm90\", \"layer\": \"%s\", \"gemm\": \"%s\", \"staged\": %d, "
+            std::printf("{\"what\": \"own_sm90\", \"layer\": \"%s\", \"gemm\": \"%s\", \"cluster\": %d, "
                         "\"persistent\": %d, \"cublaslt_ms\": %.4f, \"own_ms\": %.4f, \"cublaslt_tflops\": %.0f, "
                         "\"own_tflops\": %.0f, \"own_speedup\": %.3f}\n",
-                        L.name, gemm[g], int(staged), int(persistent), t[2 * g + 1], own[g],
+                        L.name, gemm[g], cluster, int(persistent), t[2 * g + 1], own[g],
                         flops / (t[2 * g + 1] * 1e-3) / 1e12, flops / (own[g] * 1e-3) / 1e12, t[2 * g + 1] / own[g]);
         }
       }

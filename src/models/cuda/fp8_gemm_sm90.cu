@@ -53,6 +53,17 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
         : "r"(smem_u32(bar)), "r"(parity)
         : "memory");
 }
+// The same, acquiring at cluster scope: for arrivals released by other CTAs of the cluster.
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+}
 // A box of {128 bytes of K, 128 rows} at (x = k, y = row) into shared memory, 128-byte swizzled.
 __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint64_t* bar, int x, int y) {
   asm volatile(
@@ -60,6 +71,31 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint
           smem_u32(dst)),
       "l"(map), "r"(smem_u32(bar)), "r"(x), "r"(y)
       : "memory");
+}
+
+// The same box multicast to the shared memory of every CTA in `mask` of the
+// cluster (same offset, each CTA's barrier at the same offset credited).
+__device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int x, int y,
+                                                   uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_u32(dst)),
+      "l"(map), "r"(smem_u32(bar)), "r"(x), "r"(y), "h"(mask)
+      : "memory");
+}
+// An arrival on the barrier at the same offset in the shared memory of CTA `rank` of the cluster.
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_u32(bar)), "r"(rank));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
 }
 
 // wgmma's shared-memory matrix descriptor for a K-major operand in the
@@ -89,15 +125,19 @@ __device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t desc_a
 }
 #endif  // MXDP_SM90A_KERNEL
 
-// d = a . b^T (fp8_gemm_sm90.h), 128x128 tiles of d, tile t at rows
-// (t / n_tiles) * 128 and columns (t % n_tiles) * 128; a CTA takes the tiles
-// blockIdx.x, + gridDim.x, ... (one each when the grid has a CTA per tile; a
-// persistent grid of one CTA an SM keeps loading the next tile's stages while
-// its consumers finish the last). sa: a's 1x128 scales at kb * lda_s + row; sb:
-// b's tile scales at (n / 128) * ldb_s + kb.
-// kStagedStore: the bf16 tile goes through shared memory and out in 16-byte
-// row segments (coalesced); otherwise each thread stores its 4-byte pairs.
-template <bool kStagedStore>
+// d = a . b^T (fp8_gemm_sm90.h) in 128x128 tiles of d. Tiles go to clusters
+// of kCluster CTAs (1 or 2) in groups: group g covers the rows
+// (g / n_tiles) * 128 kCluster + [0, 128 kCluster) and the columns
+// (g % n_tiles) * 128; CTA `rank` of the cluster takes the rank-th 128 rows.
+// With 2, both CTAs read the same 128 rows of b: each loads half of the tile
+// and multicasts it to both, so a CTA pulls 24 KB a stage from L2 instead of
+// 32 (at 128 FLOP a byte, a 128x128 tile is bound by the L2's bandwidth).
+// A cluster takes the groups cluster_id, + clusters, ... (one each when the
+// grid has a cluster per group; a persistent grid keeps loading the next
+// group's stages while its consumers finish the last). sa: a's 1x128 scales at
+// kb * lda_s + row; sb: b's tile scales at (n / 128) * ldb_s + kb. The tile
+// leaves through shared memory in 16-byte row segments.
+template <int kCluster>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_gemm_nt_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                        const float* __restrict__ sa, int lda_s, const float* __restrict__ sb, int ldb_s,
@@ -107,87 +147,103 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* stage_a = smem;
   uint8_t* stage_b = smem + kStages * kStageBytes;
-  uint8_t* out = smem + 2 * kStages * kStageBytes;  // the staged store's tile
+  uint8_t* out = smem + 2 * kStages * kStageBytes;  // the tile on its way out
   uint64_t* full = reinterpret_cast<uint64_t*>(out + kOutBytes);
   uint64_t* empty = full + kStages;
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
+  const int cluster = blockIdx.x / kCluster, clusters = gridDim.x / kCluster;
   const int nk = (K + kTile - 1) / kTile, n_tiles = (N + kTile - 1) / kTile;
-  const int tiles = n_tiles * ((M + kTile - 1) / kTile);
+  const int groups = n_tiles * ((M + kTile * kCluster - 1) / (kTile * kCluster));
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], kConsumerWarps);
+      mbar_init(&empty[s], kConsumerWarps * kCluster);  // a stage is free when every CTA's consumers are done
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
+  if constexpr (kCluster > 1) cluster_sync();  // no multicast before the peer's barriers exist
+  else __syncthreads();
 
   if (wg == 0) {  // the loader: one thread issues every TMA copy
     if (t == 0) {
       int it = 0;  // k-blocks loaded so far, across tiles: the ring position and phase
-      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const int n0 = (tile % n_tiles) * kTile, m0 = (tile / n_tiles) * kTile;
+      for (int g = cluster; g < groups; g += clusters) {
+        const int n0 = (g % n_tiles) * kTile, m0 = ((g / n_tiles) * kCluster + rank) * kTile;
         for (int kb = 0; kb < nk; ++kb, ++it) {
           const int s = it % kStages;
-          if (it >= kStages) mbar_wait(&empty[s], ((it / kStages) + 1) & 1);
+          if (it >= kStages) {
+            if constexpr (kCluster == 1) mbar_wait(&empty[s], ((it / kStages) + 1) & 1);
+            else mbar_wait_cluster(&empty[s], ((it / kStages) + 1) & 1);
+          }
           mbar_expect_tx(&full[s], 2 * kStageBytes);
           tma_load(stage_a + s * kStageBytes, &map_a, &full[s], kb * kTile, m0);
-          tma_load(stage_b + s * kStageBytes, &map_b, &full[s], kb * kTile, n0);
+          if constexpr (kCluster == 1) {
+            tma_load(stage_b + s * kStageBytes, &map_b, &full[s], kb * kTile, n0);
+          } else {
+            constexpr int kPart = kTile / kCluster;  // b's rows this CTA loads for all
+            tma_load_multicast(stage_b + s * kStageBytes + rank * kPart * kTile, &map_b, &full[s], kb * kTile,
+                               n0 + int(rank) * kPart, uint16_t((1u << kCluster) - 1));
+          }
         }
       }
     }
-    return;
-  }
-
-  // A consumer: rows cw * 64 .. + 63 of the tile. Thread t holds rows r_lo and
-  // r_lo + 8, columns 8 i + 2 (lane % 4) + {0, 1} (wgmma's accumulator layout).
-  const int cw = wg - 1, warp = t / 32, lane = t % 32;
-  int it = 0;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int n0 = (tile % n_tiles) * kTile, m0 = (tile / n_tiles) * kTile;
-    const int r_lo = m0 + cw * 64 + warp * 16 + lane / 4, r_hi = r_lo + 8;
-    const float* sb_row = sb + int64_t(n0 / kTile) * ldb_s;
-    float acc[64], part[64];
+  } else {
+    // A consumer: rows cw * 64 .. + 63 of the tile. Thread t holds rows r_lo and
+    // r_lo + 8, columns 8 i + 2 (lane % 4) + {0, 1} (wgmma's accumulator layout).
+    const int cw = wg - 1, warp = t / 32, lane = t % 32;
+    int it = 0;
+    for (int g = cluster; g < groups; g += clusters) {
+      const int n0 = (g % n_tiles) * kTile, m0 = ((g / n_tiles) * kCluster + rank) * kTile;
+      const int r_lo = m0 + cw * 64 + warp * 16 + lane / 4, r_hi = r_lo + 8;
+      const float* sb_row = sb + int64_t(n0 / kTile) * ldb_s;
+      float acc[64], part[64];
 #pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-    for (int kb = 0; kb < nk; ++kb, ++it) {
-      const int s = it % kStages;
-      const float b_scale = sb_row[kb];
-      const float s_lo = (r_lo < M ? sa[int64_t(kb) * lda_s + r_lo] : 0.f) * b_scale;
-      const float s_hi = (r_hi < M ? sa[int64_t(kb) * lda_s + r_hi] : 0.f) * b_scale;
-      mbar_wait(&full[s], (it / kStages) & 1);
-      const uint64_t da = sw128_desc(stage_a + s * kStageBytes + cw * 64 * kTile);
-      const uint64_t db = sw128_desc(stage_b + s * kStageBytes);
-      fence_regs(part);
-      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+      for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+      for (int kb = 0; kb < nk; ++kb, ++it) {
+        const int s = it % kStages;
+        const float b_scale = sb_row[kb];
+        const float s_lo = (r_lo < M ? sa[int64_t(kb) * lda_s + r_lo] : 0.f) * b_scale;
+        const float s_hi = (r_hi < M ? sa[int64_t(kb) * lda_s + r_hi] : 0.f) * b_scale;
+        mbar_wait(&full[s], (it / kStages) & 1);
+        const uint64_t da = sw128_desc(stage_a + s * kStageBytes + cw * 64 * kTile);
+        const uint64_t db = sw128_desc(stage_b + s * kStageBytes);
+        fence_regs(part);
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-      for (int k = 0; k < kTile / 32; ++k) wgmma_m64n128k32(part, da + 2 * k, db + 2 * k, k > 0);
-      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-      fence_regs(part);
-      if (lane == 0) mbar_arrive(&empty[s]);
-      // Promotion: the 128-deep partial product, scaled, into the fp32 sum.
+        for (int k = 0; k < kTile / 32; ++k) wgmma_m64n128k32(part, da + 2 * k, db + 2 * k, k > 0);
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        fence_regs(part);
+        if (lane == 0) {
+          if constexpr (kCluster == 1) {
+            mbar_arrive(&empty[s]);
+          } else {
 #pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        acc[4 * i + 0] = fmaf(part[4 * i + 0], s_lo, acc[4 * i + 0]);
-        acc[4 * i + 1] = fmaf(part[4 * i + 1], s_lo, acc[4 * i + 1]);
-        acc[4 * i + 2] = fmaf(part[4 * i + 2], s_hi, acc[4 * i + 2]);
-        acc[4 * i + 3] = fmaf(part[4 * i + 3], s_hi, acc[4 * i + 3]);
+            for (int c = 0; c < kCluster; ++c) mbar_arrive_cluster(&empty[s], c);
+          }
+        }
+        // Promotion: the 128-deep partial product, scaled, into the fp32 sum.
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          acc[4 * i + 0] = fmaf(part[4 * i + 0], s_lo, acc[4 * i + 0]);
+          acc[4 * i + 1] = fmaf(part[4 * i + 1], s_lo, acc[4 * i + 1]);
+          acc[4 * i + 2] = fmaf(part[4 * i + 2], s_hi, acc[4 * i + 2]);
+          acc[4 * i + 3] = fmaf(part[4 * i + 3], s_hi, acc[4 * i + 3]);
+        }
       }
-    }
-    if (bias != nullptr) {  // added in fp32 before the one rounding to bf16, as cuBLASLt's BIAS epilogue
+      if (bias != nullptr) {  // added in fp32 before the one rounding to bf16, as cuBLASLt's BIAS epilogue
 #pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const int col = n0 + 8 * i + 2 * (lane % 4);
-        if (col >= N) continue;
-        const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + col));
-        acc[4 * i + 0] += b.x;
-        acc[4 * i + 1] += b.y;
-        acc[4 * i + 2] += b.x;
-        acc[4 * i + 3] += b.y;
+        for (int i = 0; i < 16; ++i) {
+          const int col = n0 + 8 * i + 2 * (lane % 4);
+          if (col >= N) continue;
+          const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + col));
+          acc[4 * i + 0] += b.x;
+          acc[4 * i + 1] += b.y;
+          acc[4 * i + 2] += b.x;
+          acc[4 * i + 3] += b.y;
+        }
       }
-    }
-    if constexpr (kStagedStore) {
       // Every consumer thread is done copying the previous tile out of `out`.
       asm volatile("bar.sync 1, 256;" ::: "memory");
 #pragma unroll
@@ -208,19 +264,12 @@ __global__ void __launch_bounds__(kThreads, 1)
           *reinterpret_cast<uint4*>(d + int64_t(row) * N + col) =
               *reinterpret_cast<const uint4*>(out + r * kOutRowBytes + seg * 16);
       }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const int col = n0 + 8 * i + 2 * (lane % 4);
-        if (col >= N) continue;  // N is a multiple of 16: a pair is wholly in or out
-        if (r_lo < M)
-          *reinterpret_cast<__nv_bfloat162*>(d + int64_t(r_lo) * N + col) =
-              __floats2bfloat162_rn(acc[4 * i + 0], acc[4 * i + 1]);
-        if (r_hi < M)
-          *reinterpret_cast<__nv_bfloat162*>(d + int64_t(r_hi) * N + col) =
-              __floats2bfloat162_rn(acc[4 * i + 2], acc[4 * i + 3]);
-      }
     }
+  }
+  // No CTA leaves while its peer may still multicast into it or arrive on its barriers.
+  if constexpr (kCluster > 1) {
+    __syncwarp();
+    cluster_sync();
   }
 #else
   __trap();  // compiled for an architecture without wgmma: fp8_gemm_sm90_supported() said no
@@ -239,13 +288,13 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
-// rows x K row-major E4M3 codes as TMA sees them: boxes of 128 rows x 128 bytes, 128-byte swizzle,
-// zeros outside the matrix.
-CUtensorMap codes_map(const uint8_t* codes, int rows, int K) {
+// rows x K row-major E4M3 codes as TMA sees them: boxes of box_rows rows x 128
+// bytes, 128-byte swizzle, zeros outside the matrix.
+CUtensorMap codes_map(const uint8_t* codes, int rows, int K, int box_rows) {
   CUtensorMap m;
   const cuuint64_t dims[2] = {cuuint64_t(K), cuuint64_t(rows)};
   const cuuint64_t strides[1] = {cuuint64_t(K)};
-  const cuuint32_t box[2] = {kTile, kTile}, elem_strides[2] = {1, 1};
+  const cuuint32_t box[2] = {kTile, cuuint32_t(box_rows)}, elem_strides[2] = {1, 1};
   const CUresult r = tensor_map_encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(codes), dims,
                                           strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                           CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -253,6 +302,39 @@ CUtensorMap codes_map(const uint8_t* codes, int rows, int K) {
   MXDP_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (CUresult ", int(r), ") for a ", rows, " x ", K,
              " FP8 operand");
   return m;
+}
+
+template <int kCluster>
+void launch(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const uint16_t* bias, uint16_t* d,
+            cudaStream_t stream, bool persistent) {
+  auto* kernel = fp8_gemm_nt_kernel<kCluster>;
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = kCluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = kSmemBytes;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  // Clusters that fit on the device at once: the persistent grid's size.
+  static const int resident = [&] {
+    MXDP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    cudaLaunchConfig_t probe = cfg;
+    probe.gridDim = dim3(kCluster);
+    int n = 0;
+    MXDP_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &probe));
+    MXDP_CHECK(n > 0, "fp8_gemm_nt_sm90: no cluster of ", kCluster, " CTAs fits on this device");
+    return n;
+  }();
+  const int groups = ((N + kTile - 1) / kTile) * ((M + kTile * kCluster - 1) / (kTile * kCluster));
+  cfg.gridDim = dim3((persistent ? std::min(groups, resident) : groups) * kCluster);
+  const CUtensorMap ma = codes_map(a.codes, M, K, kTile), mb = codes_map(b.codes, N, K, kTile / kCluster);
+  MXDP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ma, mb, a.scales, int(fp8_1x128_scale_ld(M)), b.scales,
+                                     int(fp8b128_gemm_scale_ld(K)), reinterpret_cast<const __nv_bfloat16*>(bias),
+                                     reinterpret_cast<__nv_bfloat16*>(d), M, N, K));
 }
 
 }  // namespace
@@ -268,7 +350,7 @@ bool fp8_gemm_sm90_supported(int M, int N, int K) {
 }
 
 void fp8_gemm_nt_sm90(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const uint16_t* bias,
-                      uint16_t* d, cudaStream_t stream, bool staged_store, bool persistent) {
+                      uint16_t* d, cudaStream_t stream, int cluster, bool persistent) {
   MXDP_CHECK(a.kind == Fp8Kind::E4M3 && b.kind == Fp8Kind::E4M3, "fp8_gemm_nt_sm90 takes E4M3 operands");
   MXDP_CHECK(a.scaling == Fp8Scaling::Rows1x128 && b.scaling == Fp8Scaling::Tiles128,
              "fp8_gemm_nt_sm90 takes a with 1x128 scales and b with 128x128 tiles");
@@ -277,28 +359,11 @@ void fp8_gemm_nt_sm90(const Fp8Operand& a, const Fp8Operand& b, int M, int N, in
   MXDP_CHECK((reinterpret_cast<uintptr_t>(a.codes) | reinterpret_cast<uintptr_t>(b.codes)) % 16 == 0 &&
                  reinterpret_cast<uintptr_t>(d) % 16 == 0 && reinterpret_cast<uintptr_t>(bias) % 4 == 0,
              "fp8_gemm_nt_sm90: the operands' codes and d must be 16-byte aligned");
-  static const bool configured = [] {
-    MXDP_CUDA_CHECK(
-        cudaFuncSetAttribute(fp8_gemm_nt_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-    MXDP_CUDA_CHECK(
-        cudaFuncSetAttribute(fp8_gemm_nt_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-    return true;
-  }();
-  (void)configured;
-  auto* kernel = staged_store ? fp8_gemm_nt_kernel<true> : fp8_gemm_nt_kernel<false>;
-  const CUtensorMap ma = codes_map(a.codes, M, K), mb = codes_map(b.codes, N, K);
-  const int tiles = ((N + kTile - 1) / kTile) * ((M + kTile - 1) / kTile);
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    MXDP_CUDA_CHECK(cudaGetDevice(&dev));
-    MXDP_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  const int grid = persistent ? std::min(tiles, sms) : tiles;
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(
-      ma, mb, a.scales, int(fp8_1x128_scale_ld(M)), b.scales, int(fp8b128_gemm_scale_ld(K)),
-      reinterpret_cast<const __nv_bfloat16*>(bias), reinterpret_cast<__nv_bfloat16*>(d), M, N, K);
-  MXDP_CUDA_CHECK_LAUNCH();
+  MXDP_CHECK(cluster == 1 || cluster == 2, "fp8_gemm_nt_sm90: cluster ", cluster, " (1 or 2)");
+  if (cluster == 2)
+    launch<2>(a, b, M, N, K, bias, d, stream, persistent);
+  else
+    launch<1>(a, b, M, N, K, bias, d, stream, persistent);
 }
 
 }  // namespace mxdp::cuda

@@ -7,7 +7,7 @@
 // on the same operands (gputest_fp8_gemm, gpubench_fp8_linear). Not yet
 // called by the model: it has to be at least as fast as cuBLASLt first.
 //
-// The kernel: a CTA computes a 128x128 tile of d with three warpgroups, one
+// The kernel: a CTA computes 128x128 tiles of d with three warpgroups, one
 // loading 128x128 tiles of a and b into a ring of shared-memory stages by TMA
 // (128-byte swizzle), two each multiplying 64 rows by wgmma (m64n128k32, fp32
 // accumulators). Every 128 of K the partial product is scaled by the row's
@@ -31,11 +31,11 @@ bool fp8_gemm_sm90_supported(int M, int N, int K);
 // d = a . b^T (+ bias[N], bf16, added in fp32 before the rounding to bf16; may
 // be null): a {M, K} Rows1x128 E4M3, b {N, K} Tiles128 E4M3 (GEMM scale layout).
 // Throws (util/check.h) for other kinds or scalings, or an unsupported shape.
-// staged_store: the output tile leaves through shared memory in 16-byte row
-// segments, instead of each thread's 4-byte pairs. persistent: one CTA an SM,
-// each taking tile after tile, instead of one CTA a tile. Same bits every way;
-// gpubench_fp8_linear times them.
+// cluster: 2 (two CTAs, 256 rows of d, share each tile of b through a TMA
+// multicast) or 1. persistent: a grid of as many clusters as fit on the device
+// at once, each taking tile after tile, instead of one a tile. Same bits every
+// way; gpubench_fp8_linear times them.
 void fp8_gemm_nt_sm90(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const uint16_t* bias,
-                      uint16_t* d, cudaStream_t stream, bool staged_store = true, bool persistent = true);
+                      uint16_t* d, cudaStream_t stream, int cluster = 2, bool persistent = true);
 
 }  // namespace mxdp::cuda
