@@ -4,8 +4,10 @@
 // Fp8Gemm::nt (models/cuda/fp8_gemm.h, cuBLASLt) computes for fprop and dgrad:
 //   d[M,N] (bf16) = a[M,K] (E4M3, 1x128 scales) . b[N,K]^T (E4M3, 128x128 tiles)
 // in the operand layouts of formats/fp8_block.h, so the two can be compared
-// on the same operands (gputest_fp8_gemm, gpubench_fp8_linear). Not yet
-// called by the model: it has to be at least as fast as cuBLASLt first.
+// on the same operands (gputest_fp8_gemm, gpubench_fp8_linear); on an H100 it
+// gave cuBLASLt's bits at every shape tested, at 0.6-0.7x its speed. The model
+// calls it only with MXDP_FP8_GEMM=own (Fp8Linear): it has to be at least as
+// fast as cuBLASLt first.
 //
 // The kernel: a CTA computes 128x128 tiles of d with three warpgroups, one
 // loading 128x128 tiles of a and b into a ring of shared-memory stages by TMA
@@ -31,11 +33,13 @@ bool fp8_gemm_sm90_supported(int M, int N, int K);
 // d = a . b^T (+ bias[N], bf16, added in fp32 before the rounding to bf16; may
 // be null): a {M, K} Rows1x128 E4M3, b {N, K} Tiles128 E4M3 (GEMM scale layout).
 // Throws (util/check.h) for other kinds or scalings, or an unsupported shape.
-// cluster: 2 (two CTAs, 256 rows of d, share each tile of b through a TMA
-// multicast) or 1. persistent: a grid of as many clusters as fit on the device
-// at once, each taking tile after tile, instead of one a tile. Same bits every
-// way; gpubench_fp8_linear times them.
+// cluster: 1 (each CTA loads its own tiles) or 2 (two CTAs, 256 rows of d,
+// share each tile of b through a TMA multicast; measured 2.3x slower than 1
+// on an H100, docs/fp8.md "Our own FP8 GEMM" says why that may be).
+// persistent: a grid of as many clusters as fit on the device at once, each
+// taking tile after tile, instead of one a tile. Same bits every way;
+// gpubench_fp8_linear times them.
 void fp8_gemm_nt_sm90(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const uint16_t* bias,
-                      uint16_t* d, cudaStream_t stream, int cluster = 2, bool persistent = true);
+                      uint16_t* d, cudaStream_t stream, int cluster = 1, bool persistent = true);
 
 }  // namespace mxdp::cuda
