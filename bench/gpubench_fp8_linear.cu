@@ -16,6 +16,7 @@
 #include "formats/codec.h"
 #include "formats/fp8_block.h"
 #include "models/cuda/fp8_gemm.h"
+#include "models/cuda/fp8_gemm_sm90.h"
 #include "models/cuda/fp8_linear.h"
 #include "models/cuda/gemm.h"
 #include "models/gpt2/gpt.h"
@@ -101,6 +102,25 @@ int main(int argc, char** argv) {
                     "\"fp8_speedup\": %.3f}\n",
                     L.name, gemm[g], M, L.N, L.K, t[2 * g], t[2 * g + 1], flops / (t[2 * g] * 1e-3) / 1e12,
                     flops / (t[2 * g + 1] * 1e-3) / 1e12, t[2 * g] / t[2 * g + 1]);
+      // mxdp's own sm_90a GEMM on the same operands: fprop and dgrad against cuBLASLt's.
+      if (cuda::fp8_gemm_sm90_supported(M, L.N, L.K)) {
+        for (const int variant : {3, 2, 1, 0}) {
+          const int cluster = variant & 1 ? 2 : 1;
+          const bool persistent = variant & 2;
+          const double own[2] = {
+              bench::best_window_ms(
+                  s, reps, [&] { cuda::fp8_gemm_nt_sm90(act, wt, M, L.N, L.K, nullptr, y, s, cluster, persistent); }),
+              bench::best_window_ms(
+                  s, reps, [&] { cuda::fp8_gemm_nt_sm90(act, wt, M, L.K, L.N, nullptr, y, s, cluster, persistent); }),
+          };
+          for (int g = 0; g < 2; ++g)
+            std::printf("{\"what\": \"own_sm90\", \"layer\": \"%s\", \"gemm\": \"%s\", \"cluster\": %d, "
+                        "\"persistent\": %d, \"cublaslt_ms\": %.4f, \"own_ms\": %.4f, \"cublaslt_tflops\": %.0f, "
+                        "\"own_tflops\": %.0f, \"own_speedup\": %.3f}\n",
+                        L.name, gemm[g], cluster, int(persistent), t[2 * g + 1], own[g],
+                        flops / (t[2 * g + 1] * 1e-3) / 1e12, flops / (own[g] * 1e-3) / 1e12, t[2 * g + 1] / own[g]);
+        }
+      }
     }
     // act_quantize at each width: rows only (forward), rows + cols (an output
     // gradient), cols only (an input's transpose), GELU + bias + rows (fc).

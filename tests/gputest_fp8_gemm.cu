@@ -23,6 +23,7 @@
 #include "formats/fp8_block.h"
 #include "gpu_test_util.h"
 #include "models/cuda/fp8_gemm.h"
+#include "models/cuda/fp8_gemm_sm90.h"
 #include "util/cuda_check.h"
 
 namespace mxdp {
@@ -250,6 +251,76 @@ TEST(GpuFp8Gemm, BadShapesAreErrors) {
   EXPECT_THROW(gemm.nt(a, t, 256, 200, 256, d.p), Error);  // N not a multiple of 16
   EXPECT_THROW(gemm.nt(a, t, 256, 256, 120, d.p), Error);  // K not a multiple of 16
   EXPECT_THROW(gemm.nt(t, t, 256, 256, 256, d.p), Error);
+}
+
+// mxdp's own sm_90a GEMM (models/cuda/fp8_gemm_sm90.h) for fprop and dgrad,
+// against the same references and bounds as cuBLASLt above, and against
+// cuBLASLt's output on the same operands. The shapes add gpt2-1558m's (d_model
+// 1600: a last K block and N tile of 64) and a token count that ends in a
+// partial 128-row tile (M 1040), where TMA's zero fill and the row guards work.
+TEST(GpuFp8Gemm, OwnSm90GemmAgainstFp32ReferencesAndCublasLt) {
+  if (!gputest::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (!cuda::fp8_gemm_sm90_supported(1024, 1024, 1024)) GTEST_SKIP() << "not a compute capability 9.0 device";
+  cuda::Fp8Gemm gemm(0);
+  struct Case {
+    const char* name;
+    int M, N, K;
+  };
+  uint32_t seed = 101;
+  for (const Case& c : {Case{"124m attn.qkv", 1024, 2304, 768}, Case{"124m mlp.proj", 1024, 768, 3072},
+                        Case{"774m mlp.fc", 1024, 5120, 1280}, Case{"1558m attn.qkv", 1024, 4800, 1600},
+                        Case{"1558m mlp.proj", 1040, 1600, 6400}, Case{"small", 48, 80, 144}}) {
+    SCOPED_TRACE(c.name);
+    const int M = c.M, N = c.N, K = c.K;
+    const auto hx = input(M, K, 1.0f, seed), hw = input(N, K, 0.02f, seed + 1);
+    seed += 3;
+    Dev<float> x(hx), w(hw);
+    Act qx(x, M, K, false);
+    Tiles qw(N, K);
+    cuda::fp8b128_quantize(w.p, N, K, qw.q.p, qw.s.p, 0);
+    qw.finish(N, K);
+    Dev<uint16_t> y(size_t(M) * N), y2(size_t(M) * N), yl(size_t(M) * N);
+    cuda::fp8_gemm_nt_sm90(qx.op(), qw.op(), M, N, K, nullptr, y.p, 0);
+    cuda::fp8_gemm_nt_sm90(qx.op(), qw.op(), M, N, K, nullptr, y2.p, 0, /*cluster=*/1, /*persistent=*/false);
+    Dev<uint16_t> y3(size_t(M) * N), y4(size_t(M) * N);
+    cuda::fp8_gemm_nt_sm90(qx.op(), qw.op(), M, N, K, nullptr, y3.p, 0, /*cluster=*/2, /*persistent=*/false);
+    cuda::fp8_gemm_nt_sm90(qx.op(), qw.op(), M, N, K, nullptr, y4.p, 0, /*cluster=*/1, /*persistent=*/true);
+    gemm.nt(qx.op(), qw.op(), M, N, K, yl.p);
+    const auto hy = y.get(), hl = yl.get();
+    EXPECT_EQ(hy, y2.get()) << "cluster 1, a CTA a tile: not the same bits";
+    EXPECT_EQ(hy, y3.get()) << "cluster 2, a cluster a tile pair: not the same bits";
+    EXPECT_EQ(hy, y4.get()) << "cluster 1, persistent: not the same bits";
+    const Err e = error_of([&](size_t i) { return double(bf16(hy[i])); }, reference(qx.y, qw.y, M, N, K));
+    const Err f = error_of([&](size_t i) { return double(bf16(hy[i])); }, reference(x, w, M, N, K));
+    std::vector<double> lt(hl.size());
+    for (size_t i = 0; i < hl.size(); ++i) lt[i] = bf16(hl[i]);
+    const Err l = error_of([&](size_t i) { return double(bf16(hy[i])); }, lt);
+    std::printf("own sm90 %-15s M %5d N %5d K %5d | vs dequantized %.2e (max %.2e) | vs fp32 inputs %.4f | "
+                "vs cuBLASLt %.2e\n",
+                c.name, M, N, K, e.frob, e.max_elem, f.frob, l.frob);
+    EXPECT_LE(e.frob, 5e-3);
+    EXPECT_LE(e.max_elem, 1e-2);
+    EXPECT_LE(f.frob, 0.08);
+    EXPECT_LE(l.frob, 5e-3);
+    // With a bias (N(0, 1) in bf16, so that it is as large as the product).
+    std::vector<uint16_t> hb(N);
+    std::mt19937 g(seed);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    for (auto& v : hb) {
+      const float f = nd(g);
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      v = uint16_t(u >> 16);
+    }
+    Dev<uint16_t> bias(hb), yb(size_t(M) * N);
+    cuda::fp8_gemm_nt_sm90(qx.op(), qw.op(), M, N, K, bias.p, yb.p, 0);
+    auto want = reference(qx.y, qw.y, M, N, K);
+    for (size_t i = 0; i < want.size(); ++i) want[i] += bf16(hb[i % N]);
+    const auto hyb = yb.get();
+    const Err be = error_of([&](size_t i) { return double(bf16(hyb[i])); }, want);
+    EXPECT_LE(be.frob, 5e-3) << "with a bias";
+    EXPECT_LE(be.max_elem, 1e-2) << "with a bias";
+  }
 }
 
 }  // namespace

@@ -38,10 +38,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "formats/codec.h"
 #include "formats/cuda/bf16_pack.cuh"
 #include "formats/cuda/fp8_encode.cuh"
+#include "models/cuda/fp8_gemm_sm90.h"
 #include "models/cuda/column_sums.h"  // bias_backward_finish and its scratch layout
 #include "models/cuda/layernorm_value.cuh"
 #include "util/check.h"
@@ -430,7 +433,10 @@ void act_quantize(const ActQuant& q, int M, int N, cudaStream_t s) {
 
 // ---- Fp8Linear ------------------------------------------------------------------
 
-Fp8Linear::Fp8Linear(cudaStream_t stream) : s_(stream), gemm_(stream) {}
+Fp8Linear::Fp8Linear(cudaStream_t stream) : s_(stream), gemm_(stream) {
+  const char* g = std::getenv("MXDP_FP8_GEMM");
+  own_gemm_ = g != nullptr && std::string_view(g) == "own";
+}
 
 Fp8Linear::~Fp8Linear() {
   cudaStreamSynchronize(s_);
@@ -471,8 +477,14 @@ void Fp8Linear::fprop(uint16_t* y, const Fp8Slot& x, const Fp8Weight& w, const u
   MXDP_CHECK(int64_t(Mp) * N <= cap_codes_, "internal: Fp8Linear scratch too small");
   const Fp8Operand wo{w.codes, w.scales, Fp8Kind::E4M3, Fp8Scaling::Tiles128};
   uint16_t* d = Mp == M ? y : pad_;
-  const bool fused = bias && gemm_.nt_bias(x.operand(), wo, Mp, N, K, bias, d);
-  if (!fused) gemm_.fprop(x.operand(), wo, Mp, N, K, d);
+  bool fused = false;
+  if (own_gemm_ && fp8_gemm_sm90_supported(Mp, N, K)) {
+    fp8_gemm_nt_sm90(x.operand(), wo, Mp, N, K, bias, d, s_);
+    fused = bias != nullptr;
+  } else {
+    fused = bias && gemm_.nt_bias(x.operand(), wo, Mp, N, K, bias, d);
+    if (!fused) gemm_.fprop(x.operand(), wo, Mp, N, K, d);
+  }
   if (Mp != M) write_rows(y, M, N);
   if (bias && !fused) act_quantize({.x = y, .bias = bias, .biased = y}, M, N, s_);
 }
@@ -482,7 +494,10 @@ void Fp8Linear::dgrad(uint16_t* dx, const Fp8Slot& dy, const Fp8Weight& wt, int 
   const int Mp = int(fp8_rows_padded(M));
   MXDP_CHECK(int64_t(Mp) * K <= cap_codes_, "internal: Fp8Linear scratch too small");
   const Fp8Operand wo{wt.codes, wt.scales, Fp8Kind::E4M3, Fp8Scaling::Tiles128};
-  gemm_.dgrad(dy.operand(), wo, Mp, N, K, Mp == M ? dx : pad_);
+  if (own_gemm_ && fp8_gemm_sm90_supported(Mp, K, N))
+    fp8_gemm_nt_sm90(dy.operand(), wo, Mp, K, N, nullptr, Mp == M ? dx : pad_, s_);
+  else
+    gemm_.dgrad(dy.operand(), wo, Mp, N, K, Mp == M ? dx : pad_);
   if (Mp != M) write_rows(dx, M, K);
 }
 

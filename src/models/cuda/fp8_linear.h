@@ -124,6 +124,10 @@ class Fp8Linear {
   void write_rows(uint16_t* dst, int M, int N);
   cudaStream_t s_;
   Fp8Gemm gemm_;
+  // MXDP_FP8_GEMM=own: fprop and dgrad through mxdp's own sm_90a GEMM
+  // (fp8_gemm_sm90.h) instead of cuBLASLt, where it runs: an experiment's
+  // switch while it is slower than cuBLASLt (docs/fp8.md, "Our own FP8 GEMM").
+  bool own_gemm_ = false;
   Fp8Slot slots_[kSlots];
   uint16_t* pad_ = nullptr;  // [Mp, max_n] bf16 when M % 128 != 0
   int64_t cap_codes_ = 0, cap_scales_ = 0, cap_m_ = 0;

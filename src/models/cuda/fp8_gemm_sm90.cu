@@ -1,0 +1,369 @@
+// mxdp's own block-scaled FP8 GEMM for Hopper (fp8_gemm_sm90.h says what and
+// why). Compiled for sm_90a only (src/CMakeLists.txt): wgmma and the TMA
+// tensor loads exist only in Hopper's arch-specific instruction set.
+#include "models/cuda/fp8_gemm_sm90.h"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "formats/fp8_block.h"
+#include "util/check.h"
+#include "util/cuda_check.h"
+
+namespace mxdp::cuda {
+
+namespace {
+
+constexpr int kTile = 128;                  // BM = BN = BK: one 1x128 block, one 128x128 scale tile
+constexpr int kStages = 5;                  // ring of shared-memory stages
+constexpr int kStageBytes = kTile * kTile;  // one operand's stage: 128 rows of 128 E4M3 codes
+constexpr int kThreads = 384;               // warpgroup 0 loads, 1 and 2 multiply 64 rows each
+constexpr int kConsumerWarps = 8;
+constexpr int kOutRowBytes = kTile * 2 + 16;  // the staged store's rows, padded: a quad's rows in different banks
+constexpr int kOutBytes = kTile * kOutRowBytes;
+constexpr int kSmemBytes = 2 * kStages * kStageBytes + kOutBytes + 2 * kStages * 8 + 1024;  // + barriers, alignment
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MXDP_SM90A_KERNEL 1
+#endif
+
+#ifdef MXDP_SM90A_KERNEL
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+// Until the phase of the given parity has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+}
+// The same, acquiring at cluster scope: for arrivals released by other CTAs of the cluster.
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+}
+// A box of {128 bytes of K, 128 rows} at (x = k, y = row) into shared memory, 128-byte swizzled.
+__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint64_t* bar, int x, int y) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
+          smem_u32(dst)),
+      "l"(map), "r"(smem_u32(bar)), "r"(x), "r"(y)
+      : "memory");
+}
+
+// The same box multicast to the shared memory of every CTA in `mask` of the
+// cluster (same offset, each CTA's barrier at the same offset credited).
+__device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int x, int y,
+                                                   uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_u32(dst)),
+      "l"(map), "r"(smem_u32(bar)), "r"(x), "r"(y), "h"(mask)
+      : "memory");
+}
+// An arrival on the barrier at the same offset in the shared memory of CTA `rank` of the cluster.
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_u32(bar)), "r"(rank));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+// wgmma's shared-memory matrix descriptor for a K-major operand in the
+// 128-byte swizzle that TMA wrote: rows of 128 bytes, 8-row groups 1024 bytes
+// apart (the stride byte offset), base 1024-aligned. The k-th 32-deep slice of
+// the 128-deep tile starts 32 k bytes further (start address in 16-byte units).
+__device__ __forceinline__ uint64_t sw128_desc(const void* p) {
+  return uint64_t((smem_u32(p) & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) |
+         (uint64_t(1) << 62);
+}
+
+// Keeps the compiler from moving reads or writes of the accumulators across
+// the asynchronous wgmma (they are written until wgmma.wait_group returns).
+__device__ __forceinline__ void fence_regs(float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d (64 x 128 fp32, the warpgroup's accumulator fragments) = a . b^T (+ d when accumulate).
+__device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+#endif  // MXDP_SM90A_KERNEL
+
+// d = a . b^T (fp8_gemm_sm90.h) in 128x128 tiles of d. Tiles go to clusters
+// of kCluster CTAs (1 or 2) in groups: group g covers the rows
+// (g / n_tiles) * 128 kCluster + [0, 128 kCluster) and the columns
+// (g % n_tiles) * 128; CTA `rank` of the cluster takes the rank-th 128 rows.
+// With 2, both CTAs read the same 128 rows of b: each loads half of the tile
+// and multicasts it to both, so a CTA pulls 24 KB a stage from L2 instead of
+// 32 (at 128 FLOP a byte, a 128x128 tile is bound by the L2's bandwidth).
+// A cluster takes the groups cluster_id, + clusters, ... (one each when the
+// grid has a cluster per group; a persistent grid keeps loading the next
+// group's stages while its consumers finish the last). sa: a's 1x128 scales at
+// kb * lda_s + row; sb: b's tile scales at (n / 128) * ldb_s + kb. The tile
+// leaves through shared memory in 16-byte row segments.
+template <int kCluster>
+__global__ void __launch_bounds__(kThreads, 1)
+    fp8_gemm_nt_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                       const float* __restrict__ sa, int lda_s, const float* __restrict__ sb, int ldb_s,
+                       const __nv_bfloat16* __restrict__ bias, __nv_bfloat16* __restrict__ d, int M, int N, int K) {
+#ifdef MXDP_SM90A_KERNEL
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* stage_a = smem;
+  uint8_t* stage_b = smem + kStages * kStageBytes;
+  uint8_t* out = smem + 2 * kStages * kStageBytes;  // the tile on its way out
+  uint64_t* full = reinterpret_cast<uint64_t*>(out + kOutBytes);
+  uint64_t* empty = full + kStages;
+  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
+  const int cluster = blockIdx.x / kCluster, clusters = gridDim.x / kCluster;
+  const int nk = (K + kTile - 1) / kTile, n_tiles = (N + kTile - 1) / kTile;
+  const int groups = n_tiles * ((M + kTile * kCluster - 1) / (kTile * kCluster));
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], kConsumerWarps * kCluster);  // a stage is free when every CTA's consumers are done
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  if constexpr (kCluster > 1) cluster_sync();  // no multicast before the peer's barriers exist
+  else __syncthreads();
+
+  if (wg == 0) {  // the loader: one thread issues every TMA copy
+    if (t == 0) {
+      int it = 0;  // k-blocks loaded so far, across tiles: the ring position and phase
+      for (int g = cluster; g < groups; g += clusters) {
+        const int n0 = (g % n_tiles) * kTile, m0 = ((g / n_tiles) * kCluster + rank) * kTile;
+        for (int kb = 0; kb < nk; ++kb, ++it) {
+          const int s = it % kStages;
+          if (it >= kStages) {
+            if constexpr (kCluster == 1) mbar_wait(&empty[s], ((it / kStages) + 1) & 1);
+            else mbar_wait_cluster(&empty[s], ((it / kStages) + 1) & 1);
+          }
+          mbar_expect_tx(&full[s], 2 * kStageBytes);
+          tma_load(stage_a + s * kStageBytes, &map_a, &full[s], kb * kTile, m0);
+          if constexpr (kCluster == 1) {
+            tma_load(stage_b + s * kStageBytes, &map_b, &full[s], kb * kTile, n0);
+          } else {
+            constexpr int kPart = kTile / kCluster;  // b's rows this CTA loads for all
+            tma_load_multicast(stage_b + s * kStageBytes + rank * kPart * kTile, &map_b, &full[s], kb * kTile,
+                               n0 + int(rank) * kPart, uint16_t((1u << kCluster) - 1));
+          }
+        }
+      }
+    }
+  } else {
+    // A consumer: rows cw * 64 .. + 63 of the tile. Thread t holds rows r_lo and
+    // r_lo + 8, columns 8 i + 2 (lane % 4) + {0, 1} (wgmma's accumulator layout).
+    const int cw = wg - 1, warp = t / 32, lane = t % 32;
+    int it = 0;
+    for (int g = cluster; g < groups; g += clusters) {
+      const int n0 = (g % n_tiles) * kTile, m0 = ((g / n_tiles) * kCluster + rank) * kTile;
+      const int r_lo = m0 + cw * 64 + warp * 16 + lane / 4, r_hi = r_lo + 8;
+      const float* sb_row = sb + int64_t(n0 / kTile) * ldb_s;
+      float acc[64], part[64];
+#pragma unroll
+      for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+      for (int kb = 0; kb < nk; ++kb, ++it) {
+        const int s = it % kStages;
+        const float b_scale = sb_row[kb];
+        const float s_lo = (r_lo < M ? sa[int64_t(kb) * lda_s + r_lo] : 0.f) * b_scale;
+        const float s_hi = (r_hi < M ? sa[int64_t(kb) * lda_s + r_hi] : 0.f) * b_scale;
+        mbar_wait(&full[s], (it / kStages) & 1);
+        const uint64_t da = sw128_desc(stage_a + s * kStageBytes + cw * 64 * kTile);
+        const uint64_t db = sw128_desc(stage_b + s * kStageBytes);
+        fence_regs(part);
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (int k = 0; k < kTile / 32; ++k) wgmma_m64n128k32(part, da + 2 * k, db + 2 * k, k > 0);
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        fence_regs(part);
+        if (lane == 0) {
+          if constexpr (kCluster == 1) {
+            mbar_arrive(&empty[s]);
+          } else {
+#pragma unroll
+            for (int c = 0; c < kCluster; ++c) mbar_arrive_cluster(&empty[s], c);
+          }
+        }
+        // Promotion: the 128-deep partial product, scaled, into the fp32 sum.
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          acc[4 * i + 0] = fmaf(part[4 * i + 0], s_lo, acc[4 * i + 0]);
+          acc[4 * i + 1] = fmaf(part[4 * i + 1], s_lo, acc[4 * i + 1]);
+          acc[4 * i + 2] = fmaf(part[4 * i + 2], s_hi, acc[4 * i + 2]);
+          acc[4 * i + 3] = fmaf(part[4 * i + 3], s_hi, acc[4 * i + 3]);
+        }
+      }
+      if (bias != nullptr) {  // added in fp32 before the one rounding to bf16, as cuBLASLt's BIAS epilogue
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          const int col = n0 + 8 * i + 2 * (lane % 4);
+          if (col >= N) continue;
+          const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + col));
+          acc[4 * i + 0] += b.x;
+          acc[4 * i + 1] += b.y;
+          acc[4 * i + 2] += b.x;
+          acc[4 * i + 3] += b.y;
+        }
+      }
+      // Every consumer thread is done copying the previous tile out of `out`.
+      asm volatile("bar.sync 1, 256;" ::: "memory");
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const int c = 8 * i + 2 * (lane % 4), r = cw * 64 + warp * 16 + lane / 4;
+        *reinterpret_cast<__nv_bfloat162*>(out + r * kOutRowBytes + c * 2) =
+            __floats2bfloat162_rn(acc[4 * i], acc[4 * i + 1]);
+        *reinterpret_cast<__nv_bfloat162*>(out + (r + 8) * kOutRowBytes + c * 2) =
+            __floats2bfloat162_rn(acc[4 * i + 2], acc[4 * i + 3]);
+      }
+      asm volatile("bar.sync 1, 256;" ::: "memory");
+      // 256 threads, 16 bytes each: 16 rows of 256 bytes a pass, 8 passes.
+      const int u = threadIdx.x - 128, seg = u % 16;
+#pragma unroll
+      for (int pass = 0; pass < 8; ++pass) {
+        const int r = pass * 16 + u / 16, row = m0 + r, col = n0 + seg * 8;
+        if (row < M && col < N)
+          *reinterpret_cast<uint4*>(d + int64_t(row) * N + col) =
+              *reinterpret_cast<const uint4*>(out + r * kOutRowBytes + seg * 16);
+      }
+    }
+  }
+  // No CTA leaves while its peer may still multicast into it or arrive on its barriers.
+  if constexpr (kCluster > 1) {
+    __syncwarp();
+    cluster_sync();
+  }
+#else
+  __trap();  // compiled for an architecture without wgmma: fp8_gemm_sm90_supported() said no
+#endif
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    MXDP_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
+    MXDP_CHECK(q == cudaDriverEntryPointSuccess && p != nullptr,
+               "the CUDA driver has no cuTensorMapEncodeTiled (the FP8 GEMM needs a CUDA 12 driver)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+// rows x K row-major E4M3 codes as TMA sees them: boxes of box_rows rows x 128
+// bytes, 128-byte swizzle, zeros outside the matrix.
+CUtensorMap codes_map(const uint8_t* codes, int rows, int K, int box_rows) {
+  CUtensorMap m;
+  const cuuint64_t dims[2] = {cuuint64_t(K), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(K)};
+  const cuuint32_t box[2] = {kTile, cuuint32_t(box_rows)}, elem_strides[2] = {1, 1};
+  const CUresult r = tensor_map_encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(codes), dims,
+                                          strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  MXDP_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (CUresult ", int(r), ") for a ", rows, " x ", K,
+             " FP8 operand");
+  return m;
+}
+
+template <int kCluster>
+void launch(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const uint16_t* bias, uint16_t* d,
+            cudaStream_t stream, bool persistent) {
+  auto* kernel = fp8_gemm_nt_kernel<kCluster>;
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = kCluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = kSmemBytes;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  // Clusters that fit on the device at once: the persistent grid's size.
+  static const int resident = [&] {
+    MXDP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    cudaLaunchConfig_t probe = cfg;
+    probe.gridDim = dim3(kCluster);
+    int n = 0;
+    MXDP_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &probe));
+    MXDP_CHECK(n > 0, "fp8_gemm_nt_sm90: no cluster of ", kCluster, " CTAs fits on this device");
+    return n;
+  }();
+  const int groups = ((N + kTile - 1) / kTile) * ((M + kTile * kCluster - 1) / (kTile * kCluster));
+  cfg.gridDim = dim3((persistent ? std::min(groups, resident) : groups) * kCluster);
+  const CUtensorMap ma = codes_map(a.codes, M, K, kTile), mb = codes_map(b.codes, N, K, kTile / kCluster);
+  MXDP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ma, mb, a.scales, int(fp8_1x128_scale_ld(M)), b.scales,
+                                     int(fp8b128_gemm_scale_ld(K)), reinterpret_cast<const __nv_bfloat16*>(bias),
+                                     reinterpret_cast<__nv_bfloat16*>(d), M, N, K));
+}
+
+}  // namespace
+
+bool fp8_gemm_sm90_supported(int M, int N, int K) {
+  if (M <= 0 || N <= 0 || K <= 0 || M % 16 || N % 16 || K % 16) return false;
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;
+}
+
+void fp8_gemm_nt_sm90(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const uint16_t* bias,
+                      uint16_t* d, cudaStream_t stream, int cluster, bool persistent) {
+  MXDP_CHECK(a.kind == Fp8Kind::E4M3 && b.kind == Fp8Kind::E4M3, "fp8_gemm_nt_sm90 takes E4M3 operands");
+  MXDP_CHECK(a.scaling == Fp8Scaling::Rows1x128 && b.scaling == Fp8Scaling::Tiles128,
+             "fp8_gemm_nt_sm90 takes a with 1x128 scales and b with 128x128 tiles");
+  MXDP_CHECK(fp8_gemm_sm90_supported(M, N, K), "fp8_gemm_nt_sm90: shape ", M, " x ", N, " x ", K,
+             " (multiples of 16) on a compute capability 9.0 device");
+  MXDP_CHECK((reinterpret_cast<uintptr_t>(a.codes) | reinterpret_cast<uintptr_t>(b.codes)) % 16 == 0 &&
+                 reinterpret_cast<uintptr_t>(d) % 16 == 0 && reinterpret_cast<uintptr_t>(bias) % 4 == 0,
+             "fp8_gemm_nt_sm90: the operands' codes and d must be 16-byte aligned");
+  MXDP_CHECK(cluster == 1 || cluster == 2, "fp8_gemm_nt_sm90: cluster ", cluster, " (1 or 2)");
+  if (cluster == 2)
+    launch<2>(a, b, M, N, K, bias, d, stream, persistent);
+  else
+    launch<1>(a, b, M, N, K, bias, d, stream, persistent);
+}
+
+}  // namespace mxdp::cuda

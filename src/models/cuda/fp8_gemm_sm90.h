@@ -1,0 +1,45 @@
+// mxdp's own block-scaled FP8 GEMM for Hopper (sm_90a: TMA loads, wgmma,
+// fp32 promotion every 128 of K), the first step of docs/fp8.md's "an FP8 GEMM
+// of our own whose epilogue quantizes its output". It computes what
+// Fp8Gemm::nt (models/cuda/fp8_gemm.h, cuBLASLt) computes for fprop and dgrad:
+//   d[M,N] (bf16) = a[M,K] (E4M3, 1x128 scales) . b[N,K]^T (E4M3, 128x128 tiles)
+// in the operand layouts of formats/fp8_block.h, so the two can be compared
+// on the same operands (gputest_fp8_gemm, gpubench_fp8_linear); on an H100 it
+// gave cuBLASLt's bits at every shape tested, at 0.6-0.7x its speed. The model
+// calls it only with MXDP_FP8_GEMM=own (Fp8Linear): it has to be at least as
+// fast as cuBLASLt first.
+//
+// The kernel: a CTA computes 128x128 tiles of d with three warpgroups, one
+// loading 128x128 tiles of a and b into a ring of shared-memory stages by TMA
+// (128-byte swizzle), two each multiplying 64 rows by wgmma (m64n128k32, fp32
+// accumulators). Every 128 of K the partial product is scaled by the row's
+// 1x128 scale times the tile scale and added to the running fp32 sum
+// (DeepSeek-V3's "promotion"); the sum is rounded to bf16 once at the end.
+// Partial tiles at the edges (M, N, K multiples of 16) are zero-filled by TMA.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "models/fp8/fp8_operand.h"
+
+namespace mxdp::cuda {
+
+// True when the device and the build can run fp8_gemm_nt_sm90 (compute
+// capability 9.0, the sm_90a kernel compiled in) and M, N, K are multiples of 16.
+bool fp8_gemm_sm90_supported(int M, int N, int K);
+
+// d = a . b^T (+ bias[N], bf16, added in fp32 before the rounding to bf16; may
+// be null): a {M, K} Rows1x128 E4M3, b {N, K} Tiles128 E4M3 (GEMM scale layout).
+// Throws (util/check.h) for other kinds or scalings, or an unsupported shape.
+// cluster: 1 (each CTA loads its own tiles) or 2 (two CTAs, 256 rows of d,
+// share each tile of b through a TMA multicast; measured 2.3x slower than 1
+// on an H100, docs/fp8.md "Our own FP8 GEMM" says why that may be).
+// persistent: a grid of as many clusters as fit on the device at once, each
+// taking tile after tile, instead of one a tile. Same bits every way;
+// gpubench_fp8_linear times them.
+void fp8_gemm_nt_sm90(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const uint16_t* bias,
+                      uint16_t* d, cudaStream_t stream, int cluster = 1, bool persistent = true);
+
+}  // namespace mxdp::cuda
