@@ -131,7 +131,8 @@ __device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t desc_a
 // (g % n_tiles) * 128; CTA `rank` of the cluster takes the rank-th 128 rows.
 // With 2, both CTAs read the same 128 rows of b: each loads half of the tile
 // and multicasts it to both, so a CTA pulls 24 KB a stage from L2 instead of
-// 32 (at 128 FLOP a byte, a 128x128 tile is bound by the L2's bandwidth).
+// 32 (a 128x128 tile does 128 FLOP a byte, which may leave one CTA bound by
+// the L2's bandwidth; measured 2.3x slower so far: docs/fp8.md).
 // A cluster takes the groups cluster_id, + clusters, ... (one each when the
 // grid has a cluster per group; a persistent grid keeps loading the next
 // group's stages while its consumers finish the last). sa: a's 1x128 scales at
