@@ -61,6 +61,9 @@ step memcheck env CUDA_MODULE_LOADING=EAGER compute-sanitizer --tool memcheck --
 step memcheck_fp8 bash -c 'memcheck_each "$0" "$1"' "$B/tests/gputest_gpt" 'GpuGpt.Fp8Compute*'
 step memcheck_llama env CUDA_MODULE_LOADING=EAGER compute-sanitizer --tool memcheck --error-exitcode 1 "$B/tests/gputest_llama" \
   --gtest_filter='GpuLlamaKernels.*:GpuLlama.LossLogits*'
+# mxdp's own sm_90a FP8 GEMM (TMA loads, wgmma; docs/fp8.md "Our own FP8 GEMM"): its tests under memcheck.
+step memcheck_fp8_gemm env CUDA_MODULE_LOADING=EAGER compute-sanitizer --tool memcheck --error-exitcode 1 \
+  "$B/tests/gputest_fp8_gemm" --gtest_filter='*OwnSm90*'
 # racecheck on mxdp's own kernels only: the full-model tests (GpuGpt.*) run
 # cuDNN's attention kernels, whose wgmma/TMA code racecheck reports hazards in
 # (seen on an H200: only in sdpa_sm90_flash_bprop_wgmma), so a whole-model
