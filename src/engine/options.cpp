@@ -120,4 +120,17 @@ bool env_flag(const char* name, bool unset) {
   return s == "1";
 }
 
+std::string env_choice(const char* name, std::initializer_list<const char*> choices, const char* unset) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return unset;
+  const std::string s = v;
+  std::string all;
+  for (const char* c : choices) {
+    if (s == c) return s;
+    all += all.empty() ? "" : ", ";
+    all += std::string("'") + c + "'";
+  }
+  MXDP_FAIL(name, " must be one of ", all, ", got '", s, "'");
+}
+
 }  // namespace mxdp

@@ -38,14 +38,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 
+#include "engine/options.h"  // env_choice
 #include "formats/codec.h"
 #include "formats/cuda/bf16_pack.cuh"
 #include "formats/cuda/fp8_encode.cuh"
-#include "models/cuda/fp8_gemm_sm90.h"
 #include "models/cuda/column_sums.h"  // bias_backward_finish and its scratch layout
+#include "models/cuda/fp8_gemm_sm90.h"
 #include "models/cuda/layernorm_value.cuh"
 #include "util/check.h"
 #include "util/cuda_check.h"
@@ -433,10 +432,8 @@ void act_quantize(const ActQuant& q, int M, int N, cudaStream_t s) {
 
 // ---- Fp8Linear ------------------------------------------------------------------
 
-Fp8Linear::Fp8Linear(cudaStream_t stream) : s_(stream), gemm_(stream) {
-  const char* g = std::getenv("MXDP_FP8_GEMM");
-  own_gemm_ = g != nullptr && std::string_view(g) == "own";
-}
+Fp8Linear::Fp8Linear(cudaStream_t stream)
+    : s_(stream), gemm_(stream), own_gemm_(env_choice("MXDP_FP8_GEMM", {"cublaslt", "own"}, "cublaslt") == "own") {}
 
 Fp8Linear::~Fp8Linear() {
   cudaStreamSynchronize(s_);

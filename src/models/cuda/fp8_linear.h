@@ -127,6 +127,7 @@ class Fp8Linear {
   // MXDP_FP8_GEMM=own: fprop and dgrad through mxdp's own sm_90a GEMM
   // (fp8_gemm_sm90.h) instead of cuBLASLt, where it runs: an experiment's
   // switch while it is slower than cuBLASLt (docs/fp8.md, "Our own FP8 GEMM").
+  // Unset, empty or "cublaslt": cuBLASLt; any other value is an error.
   bool own_gemm_ = false;
   Fp8Slot slots_[kSlots];
   uint16_t* pad_ = nullptr;  // [Mp, max_n] bf16 when M % 128 != 0
