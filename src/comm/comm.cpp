@@ -6,7 +6,7 @@
 
 #include "comm/comm_internal.h"
 #include "comm/launcher.h"
-#include "engine/options.h"
+#include "util/env.h"
 
 namespace mxdp {
 

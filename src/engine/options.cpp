@@ -1,7 +1,6 @@
 #include "engine/options.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <fmt/format.h>
 
 #include "util/check.h"
@@ -110,27 +109,6 @@ DpOptions DpOptions::reference() const {
   r.overlap_param_gather = false;
   r.reuse_grad_buf = false;
   return r;
-}
-
-bool env_flag(const char* name, bool unset) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return unset;
-  const std::string s = v;
-  MXDP_CHECK(s == "0" || s == "1", name, " must be 0 or 1, got '", s, "'");
-  return s == "1";
-}
-
-std::string env_choice(const char* name, std::initializer_list<const char*> choices, const char* unset) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return unset;
-  const std::string s = v;
-  std::string all;
-  for (const char* c : choices) {
-    if (s == c) return s;
-    all += all.empty() ? "" : ", ";
-    all += std::string("'") + c + "'";
-  }
-  MXDP_FAIL(name, " must be one of ", all, ", got '", s, "'");
 }
 
 }  // namespace mxdp

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -28,13 +27,6 @@ const char* to_string(ScaleRounding r);
 ScaleRounding parse_scale_rounding(const std::string& s);
 GradReduceDType parse_grad_reduce_dtype(const std::string& s);
 
-// An on/off environment variable: unset or empty gives `unset`, "1" true,
-// "0" false; anything else is an error naming the variable.
-bool env_flag(const char* name, bool unset);
-// An environment variable with a fixed set of values: unset or empty gives
-// `unset`, one of `choices` itself; anything else is an error naming the
-// variable and the values it takes.
-std::string env_choice(const char* name, std::initializer_list<const char*> choices, const char* unset);
 
 struct DpOptions {
   // -- sharding and gather

@@ -39,7 +39,6 @@
 
 #include <algorithm>
 
-#include "engine/options.h"  // env_choice
 #include "formats/codec.h"
 #include "formats/cuda/bf16_pack.cuh"
 #include "formats/cuda/fp8_encode.cuh"
@@ -48,6 +47,7 @@
 #include "models/cuda/layernorm_value.cuh"
 #include "util/check.h"
 #include "util/cuda_check.h"
+#include "util/env.h"
 
 namespace mxdp::cuda {
 

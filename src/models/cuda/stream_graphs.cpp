@@ -6,7 +6,7 @@
 
 #include "util/check.h"
 #include "util/cuda_check.h"
-#include "engine/options.h"
+#include "util/env.h"
 
 namespace mxdp::cuda {
 
