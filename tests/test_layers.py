@@ -22,8 +22,6 @@ KNOWN = {
     ("models/gpt2/hf_gpt2.h", "train"),
     ("models/llama/hf_llama.h", "train"),
     ("models/hf_files.cpp", "train"),
-    # The loaders fill the Batch that models/model.h defines (the type belongs below both).
-    ("data/data.h", "models"),
 }
 
 
