@@ -39,8 +39,10 @@ def layer_map(doc_text):
         above = [r[0] for r in rows[:i]]
         if rule == "the standard library":
             allowed[layer] = set()
-        elif rule == "everything" or rule == "everything above":
-            allowed[layer] = set(above) if rule == "everything above" else {r[0] for r in rows}
+        elif rule == "everything":
+            allowed[layer] = {r[0] for r in rows}
+        elif rule == "everything above":
+            allowed[layer] = set(above)
         elif rule.startswith("everything above but "):
             allowed[layer] = set(above) - set(re.findall(r"`(\w+)/`", rule))
         else:

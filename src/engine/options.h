@@ -27,7 +27,6 @@ const char* to_string(ScaleRounding r);
 ScaleRounding parse_scale_rounding(const std::string& s);
 GradReduceDType parse_grad_reduce_dtype(const std::string& s);
 
-
 struct DpOptions {
   // -- sharding and gather
   bool distributed_optimizer = true;   // shard fp32 masters + AdamW state (ZeRO-1); off = reference mode
