@@ -68,6 +68,9 @@ int main(int argc, char** argv) {
     const double copy_ms = bench::best_window_ms(s, reps, [&] { cudaMemcpyAsync(y, x, big * 2, cudaMemcpyDeviceToDevice, s); });
     const double copy_gbs = 2.0 * big * 2 / (copy_ms * 1e-3) / 1e9;
     std::printf("{\"what\": \"copy\", \"bytes\": %zu, \"ms\": %.4f, \"gb_s\": %.0f}\n", big * 4, copy_ms, copy_gbs);
+    if (cuda::fp8_gemm_sm90_supported(M, C, C))
+      std::printf("{\"what\": \"own_sm90_grid\", \"resident_clusters_of_1\": %d, \"resident_clusters_of_2\": %d}\n",
+                  cuda::fp8_gemm_sm90_resident_clusters(1), cuda::fp8_gemm_sm90_resident_clusters(2));
     cuda::Gemm bf(s), bf_nosplit(s, /*wgrad_split_k=*/false);
     cuda::Fp8Gemm f8(s), f8_nosplit(s, /*wgrad_split_k=*/false);
     const Fp8Operand act{xc, xs, Fp8Kind::E4M3, Fp8Scaling::Rows1x128};

@@ -83,11 +83,13 @@ __device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap*
       "l"(map), "r"(smem_u32(bar)), "r"(x), "r"(y), "h"(mask)
       : "memory");
 }
-// An arrival on the barrier at the same offset in the shared memory of CTA `rank` of the cluster.
+// An arrival on the barrier at the same offset in the shared memory of CTA `rank` of the cluster,
+// at the default (release, CTA) semantics: what orders the arrival after this warp's wgmma reads
+// of the stage is their wgmma.wait_group, not a cluster-wide fence (as CUTLASS's ClusterBarrier).
 __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {
   uint32_t remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_u32(bar)), "r"(rank));
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
 }
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
@@ -316,31 +318,46 @@ CUtensorMap codes_map(const uint8_t* codes, int rows, int K, int box_rows) {
   return m;
 }
 
+// The kernel's launch configuration (grid left to the caller).
 template <int kCluster>
-void launch(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const uint16_t* bias, uint16_t* d,
-            cudaStream_t stream, bool persistent) {
-  auto* kernel = fp8_gemm_nt_kernel<kCluster>;
+cudaLaunchConfig_t launch_config(cudaStream_t stream, cudaLaunchAttribute* attr) {
   cudaLaunchConfig_t cfg{};
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = kCluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = kCluster;
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = kSmemBytes;
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  // Clusters that fit on the device at once: the persistent grid's size.
-  static const int resident = [&] {
+  return cfg;
+}
+
+// Clusters of kCluster CTAs that fit on the device at once: the persistent grid's size.
+template <int kCluster>
+int resident_clusters() {
+  static const int n = [] {
+    auto* kernel = fp8_gemm_nt_kernel<kCluster>;
     MXDP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-    cudaLaunchConfig_t probe = cfg;
+    cudaLaunchAttribute attr;
+    cudaLaunchConfig_t probe = launch_config<kCluster>(0, &attr);
     probe.gridDim = dim3(kCluster);
-    int n = 0;
-    MXDP_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &probe));
-    MXDP_CHECK(n > 0, "fp8_gemm_nt_sm90: no cluster of ", kCluster, " CTAs fits on this device");
-    return n;
+    int count = 0;
+    MXDP_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&count, kernel, &probe));
+    MXDP_CHECK(count > 0, "fp8_gemm_nt_sm90: no cluster of ", kCluster, " CTAs fits on this device");
+    return count;
   }();
+  return n;
+}
+
+template <int kCluster>
+void launch(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const uint16_t* bias, uint16_t* d,
+            cudaStream_t stream, bool persistent) {
+  auto* kernel = fp8_gemm_nt_kernel<kCluster>;
+  cudaLaunchAttribute attr;
+  cudaLaunchConfig_t cfg = launch_config<kCluster>(stream, &attr);
+  const int resident = resident_clusters<kCluster>();
   const int groups = ((N + kTile - 1) / kTile) * ((M + kTile * kCluster - 1) / (kTile * kCluster));
   cfg.gridDim = dim3((persistent ? std::min(groups, resident) : groups) * kCluster);
   const CUtensorMap ma = codes_map(a.codes, M, K, kTile), mb = codes_map(b.codes, N, K, kTile / kCluster);
@@ -359,6 +376,11 @@ bool fp8_gemm_sm90_supported(int M, int N, int K) {
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
     return false;
   return major == 9 && minor == 0;
+}
+
+int fp8_gemm_sm90_resident_clusters(int cluster) {
+  MXDP_CHECK(cluster == 1 || cluster == 2, "fp8_gemm_sm90_resident_clusters: cluster ", cluster, " (1 or 2)");
+  return cluster == 2 ? resident_clusters<2>() : resident_clusters<1>();
 }
 
 void fp8_gemm_nt_sm90(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const uint16_t* bias,

@@ -30,6 +30,10 @@ namespace mxdp::cuda {
 // capability 9.0, the sm_90a kernel compiled in) and M, N, K are multiples of 16.
 bool fp8_gemm_sm90_supported(int M, int N, int K);
 
+// How many clusters of `cluster` CTAs (1 or 2) fit on the device at once: the
+// persistent grid (gpubench_fp8_linear prints it).
+int fp8_gemm_sm90_resident_clusters(int cluster);
+
 // d = a . b^T (+ bias[N], bf16, added in fp32 before the rounding to bf16; may
 // be null): a {M, K} Rows1x128 E4M3, b {N, K} Tiles128 E4M3 (GEMM scale layout).
 // Throws (util/check.h) for other kinds or scalings, or an unsupported shape.
