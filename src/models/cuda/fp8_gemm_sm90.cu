@@ -370,12 +370,16 @@ void launch(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const
 
 bool fp8_gemm_sm90_supported(int M, int N, int K) {
   if (M <= 0 || N <= 0 || K <= 0 || M % 16 || N % 16 || K % 16) return false;
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-    return false;
-  return major == 9 && minor == 0;
+  // Asked once: a process drives one device (the GEMM is called per linear layer, per step).
+  static const bool hopper = [] {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+      return false;
+    return major == 9 && minor == 0;
+  }();
+  return hopper;
 }
 
 int fp8_gemm_sm90_resident_clusters(int cluster) {
