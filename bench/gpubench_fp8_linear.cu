@@ -116,6 +116,13 @@ int main(int argc, char** argv) {
               bench::best_window_ms(
                   s, reps, [&] { cuda::fp8_gemm_nt_sm90(act, wt, M, L.K, L.N, nullptr, y, s, cluster, persistent); }),
           };
+          const double own_wgrad =
+              bench::best_window_ms(s, reps, [&] { cuda::fp8_gemm_nt_accumulate_sm90(act, act, L.N, L.K, M, dw, s, cluster, persistent); });
+          std::printf("{\"what\": \"own_sm90\", \"layer\": \"%s\", \"gemm\": \"wgrad\", \"cluster\": %d, "
+                      "\"persistent\": %d, \"cublaslt_ms\": %.4f, \"own_ms\": %.4f, \"own_tflops\": %.0f, "
+                      "\"own_speedup\": %.3f}\n",
+                      L.name, cluster, int(persistent), t[5], own_wgrad, flops / (own_wgrad * 1e-3) / 1e12,
+                      t[5] / own_wgrad);
           for (int g = 0; g < 2; ++g)
             std::printf("{\"what\": \"own_sm90\", \"layer\": \"%s\", \"gemm\": \"%s\", \"cluster\": %d, "
                         "\"persistent\": %d, \"cublaslt_ms\": %.4f, \"own_ms\": %.4f, \"cublaslt_tflops\": %.0f, "

@@ -323,5 +323,49 @@ TEST(GpuFp8Gemm, OwnSm90GemmAgainstFp32ReferencesAndCublasLt) {
   }
 }
 
+// The own GEMM's weight-gradient form (fp8_gemm_nt_accumulate_sm90): dW[N,K] +=
+// dY^T X over the tokens, both operands 1x128 along the tokens, into an fp32
+// gradient holding 1.0; the bounds of LinearLayerGemmsAgainstFp32References'
+// wgrad, and against cuBLASLt's accumulate on the same operands. Token counts
+// that end in a partial 128-deep block (1040) and an N below one tile.
+TEST(GpuFp8Gemm, OwnSm90WgradAgainstFp32ReferencesAndCublasLt) {
+  if (!gputest::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (!cuda::fp8_gemm_sm90_supported(1024, 1024, 1024)) GTEST_SKIP() << "not a compute capability 9.0 device";
+  cuda::Fp8Gemm gemm(0);
+  struct Case {
+    const char* name;
+    int M, N, K;  // tokens, W {N, K}
+  };
+  uint32_t seed = 301;
+  for (const Case& c : {Case{"124m attn.qkv", 1024, 2304, 768}, Case{"1558m mlp.proj", 1040, 1600, 6400},
+                        Case{"small", 144, 48, 80}}) {
+    SCOPED_TRACE(c.name);
+    const int M = c.M, N = c.N, K = c.K;
+    const auto hx = input(M, K, 1.0f, seed), hdy = input(M, N, 1e-3f, seed + 2);
+    seed += 3;
+    Dev<float> x(hx), dy(hdy), xt(transpose(hx, M, K)), dyt(transpose(hdy, M, N));
+    Act qxt(x, K, M, true), qdyt(dy, N, M, true);
+    Dev<float> dw(std::vector<float>(size_t(N) * K, 1.0f)), dw2(std::vector<float>(size_t(N) * K, 1.0f)),
+        lt(std::vector<float>(size_t(N) * K, 1.0f));
+    cuda::fp8_gemm_nt_accumulate_sm90(qdyt.op(), qxt.op(), N, K, M, dw.p, 0);
+    cuda::fp8_gemm_nt_accumulate_sm90(qdyt.op(), qxt.op(), N, K, M, dw2.p, 0, /*cluster=*/2, /*persistent=*/false);
+    gemm.wgrad(qdyt.op(), qxt.op(), M, N, K, lt.p);
+    const auto hdw = dw.get(), hlt = lt.get();
+    EXPECT_EQ(hdw, dw2.get()) << "cluster 2, a cluster a tile pair: not the same bits";
+    const Err e = error_of([&](size_t i) { return double(hdw[i]) - 1.0; }, reference(qdyt.y, qxt.y, N, K, M));
+    const Err f = error_of([&](size_t i) { return double(hdw[i]) - 1.0; }, reference(dyt, xt, N, K, M));
+    std::vector<double> want_lt(hlt.size());
+    for (size_t i = 0; i < hlt.size(); ++i) want_lt[i] = double(hlt[i]) - 1.0;
+    const Err l = error_of([&](size_t i) { return double(hdw[i]) - 1.0; }, want_lt);
+    std::printf("own sm90 wgrad %-15s tokens %5d N %5d K %5d | vs dequantized %.2e (max %.2e) | vs fp32 inputs "
+                "%.4f | vs cuBLASLt %.2e\n",
+                c.name, M, N, K, e.frob, e.max_elem, f.frob, l.frob);
+    EXPECT_LE(e.frob, 1e-3);
+    EXPECT_LE(e.max_elem, 1e-2);
+    EXPECT_LE(f.frob, 0.08);
+    EXPECT_LE(l.frob, 1e-3);
+  }
+}
+
 }  // namespace
 }  // namespace mxdp

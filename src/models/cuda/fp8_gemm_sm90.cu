@@ -25,7 +25,9 @@ constexpr int kThreads = 384;               // warpgroup 0 loads, 1 and 2 multip
 constexpr int kConsumerWarps = 8;
 constexpr int kOutRowBytes = kTile * 2 + 16;  // the staged store's rows, padded: a quad's rows in different banks
 constexpr int kOutBytes = kTile * kOutRowBytes;
-constexpr int kSmemBytes = 2 * kStages * kStageBytes + kOutBytes + 2 * kStages * 8 + 1024;  // + barriers, alignment
+constexpr int kColScaleBytes = kTile * 4;  // the wgrad's b scales of one stage: a 1x128 scale per b row
+constexpr int kSmemBytes =
+    2 * kStages * kStageBytes + kOutBytes + kStages * kColScaleBytes + 2 * kStages * 8 + 1024;  // + barriers, alignment
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define MXDP_SM90A_KERNEL 1
@@ -71,6 +73,15 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint
           smem_u32(dst)),
       "l"(map), "r"(smem_u32(bar)), "r"(x), "r"(y)
       : "memory");
+}
+
+// bytes (a multiple of 16, both addresses 16-aligned) from global memory into shared memory,
+// credited to the barrier like a tensor copy.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_u32(dst)),
+               "l"(src), "r"(bytes), "r"(smem_u32(bar))
+               : "memory");
 }
 
 // The same box multicast to the shared memory of every CTA in `mask` of the
@@ -149,20 +160,25 @@ __device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t desc_a
 // A cluster takes the groups cluster_id, + clusters, ... (one each when the
 // grid has a cluster per group; a persistent grid keeps loading the next
 // group's stages while its consumers finish the last). sa: a's 1x128 scales at
-// kb * lda_s + row; sb: b's tile scales at (n / 128) * ldb_s + kb. The tile
-// leaves through shared memory in 16-byte row segments.
-template <int kCluster>
+// kb * lda_s + row. kWgrad false (fprop, dgrad): sb holds b's tile scales at
+// (n / 128) * ldb_s + kb, and the bf16 tile (+ bias) leaves through shared
+// memory in 16-byte row segments. kWgrad true: b has 1x128 scales too, sb at
+// kb * ldb_s + n (the loader copies a stage's 128 of them into shared memory
+// beside its codes), each product is scaled by its row's and its column's
+// scale, and the fp32 tile is added into d (d += a . b^T).
+template <int kCluster, bool kWgrad>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_gemm_nt_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                        const float* __restrict__ sa, int lda_s, const float* __restrict__ sb, int ldb_s,
-                       const __nv_bfloat16* __restrict__ bias, __nv_bfloat16* __restrict__ d, int M, int N, int K) {
+                       const __nv_bfloat16* __restrict__ bias, void* __restrict__ d_out, int M, int N, int K) {
 #ifdef MXDP_SM90A_KERNEL
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* stage_a = smem;
   uint8_t* stage_b = smem + kStages * kStageBytes;
   uint8_t* out = smem + 2 * kStages * kStageBytes;  // the tile on its way out
-  uint64_t* full = reinterpret_cast<uint64_t*>(out + kOutBytes);
+  float* col_scales = reinterpret_cast<float*>(out + kOutBytes);  // kStages x 128, the wgrad's
+  uint64_t* full = reinterpret_cast<uint64_t*>(out + kOutBytes + kStages * kColScaleBytes);
   uint64_t* empty = full + kStages;
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
@@ -190,7 +206,14 @@ __global__ void __launch_bounds__(kThreads, 1)
             if constexpr (kCluster == 1) mbar_wait(&empty[s], ((it / kStages) + 1) & 1);
             else mbar_wait_cluster(&empty[s], ((it / kStages) + 1) & 1);
           }
-          mbar_expect_tx(&full[s], 2 * kStageBytes);
+          if constexpr (kWgrad) {
+            // ldb_s is a multiple of 4 and n0 of 128: 16-byte aligned, a multiple of 16 bytes.
+            const uint32_t bytes = uint32_t(min(kTile, ldb_s - n0)) * 4;
+            mbar_expect_tx(&full[s], 2 * kStageBytes + bytes);
+            bulk_load(col_scales + s * kTile, sb + int64_t(kb) * ldb_s + n0, bytes, &full[s]);
+          } else {
+            mbar_expect_tx(&full[s], 2 * kStageBytes);
+          }
           tma_load(stage_a + s * kStageBytes, &map_a, &full[s], kb * kTile, m0);
           if constexpr (kCluster == 1) {
             tma_load(stage_b + s * kStageBytes, &map_b, &full[s], kb * kTile, n0);
@@ -210,13 +233,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int g = cluster; g < groups; g += clusters) {
       const int n0 = (g % n_tiles) * kTile, m0 = ((g / n_tiles) * kCluster + rank) * kTile;
       const int r_lo = m0 + cw * 64 + warp * 16 + lane / 4, r_hi = r_lo + 8;
-      const float* sb_row = sb + int64_t(n0 / kTile) * ldb_s;
+      const float* sb_row = kWgrad ? nullptr : sb + int64_t(n0 / kTile) * ldb_s;
       float acc[64], part[64];
 #pragma unroll
       for (int i = 0; i < 64; ++i) acc[i] = 0.f;
       for (int kb = 0; kb < nk; ++kb, ++it) {
         const int s = it % kStages;
-        const float b_scale = sb_row[kb];
+        const float b_scale = kWgrad ? 1.f : sb_row[kb];
         const float s_lo = (r_lo < M ? sa[int64_t(kb) * lda_s + r_lo] : 0.f) * b_scale;
         const float s_hi = (r_hi < M ? sa[int64_t(kb) * lda_s + r_hi] : 0.f) * b_scale;
         mbar_wait(&full[s], (it / kStages) & 1);
@@ -229,54 +252,93 @@ __global__ void __launch_bounds__(kThreads, 1)
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
         fence_regs(part);
-        if (lane == 0) {
+        auto release = [&] {
+          if (lane != 0) return;
           if constexpr (kCluster == 1) {
             mbar_arrive(&empty[s]);
           } else {
 #pragma unroll
             for (int c = 0; c < kCluster; ++c) mbar_arrive_cluster(&empty[s], c);
           }
-        }
+        };
         // Promotion: the 128-deep partial product, scaled, into the fp32 sum.
+        if constexpr (kWgrad) {
+          // The column scales live in the stage: it is released only after they are read
+          // (every lane of the warp: __syncwarp before lane 0 arrives).
+          const float2* col = reinterpret_cast<const float2*>(col_scales + s * kTile) + lane % 4;
 #pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          acc[4 * i + 0] = fmaf(part[4 * i + 0], s_lo, acc[4 * i + 0]);
-          acc[4 * i + 1] = fmaf(part[4 * i + 1], s_lo, acc[4 * i + 1]);
-          acc[4 * i + 2] = fmaf(part[4 * i + 2], s_hi, acc[4 * i + 2]);
-          acc[4 * i + 3] = fmaf(part[4 * i + 3], s_hi, acc[4 * i + 3]);
+          for (int i = 0; i < 16; ++i) {
+            const float2 cs = col[4 * i];
+            acc[4 * i + 0] = fmaf(part[4 * i + 0], s_lo * cs.x, acc[4 * i + 0]);
+            acc[4 * i + 1] = fmaf(part[4 * i + 1], s_lo * cs.y, acc[4 * i + 1]);
+            acc[4 * i + 2] = fmaf(part[4 * i + 2], s_hi * cs.x, acc[4 * i + 2]);
+            acc[4 * i + 3] = fmaf(part[4 * i + 3], s_hi * cs.y, acc[4 * i + 3]);
+          }
+          __syncwarp();
+          release();
+        } else {
+          release();
+#pragma unroll
+          for (int i = 0; i < 16; ++i) {
+            acc[4 * i + 0] = fmaf(part[4 * i + 0], s_lo, acc[4 * i + 0]);
+            acc[4 * i + 1] = fmaf(part[4 * i + 1], s_lo, acc[4 * i + 1]);
+            acc[4 * i + 2] = fmaf(part[4 * i + 2], s_hi, acc[4 * i + 2]);
+            acc[4 * i + 3] = fmaf(part[4 * i + 3], s_hi, acc[4 * i + 3]);
+          }
         }
       }
-      if (bias != nullptr) {  // added in fp32 before the one rounding to bf16, as cuBLASLt's BIAS epilogue
+      if constexpr (kWgrad) {
+        // d += the tile: each thread's pairs, a quad's four pairs one 32-byte sector of a row.
+        float* d = static_cast<float*>(d_out);
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
           const int col = n0 + 8 * i + 2 * (lane % 4);
-          if (col >= N) continue;
-          const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + col));
-          acc[4 * i + 0] += b.x;
-          acc[4 * i + 1] += b.y;
-          acc[4 * i + 2] += b.x;
-          acc[4 * i + 3] += b.y;
+          if (col >= N) continue;  // N is a multiple of 16: a pair is wholly in or out
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = h ? r_hi : r_lo;
+            if (row >= M) continue;
+            float2* p = reinterpret_cast<float2*>(d + int64_t(row) * N + col);
+            float2 v = *p;
+            v.x += acc[4 * i + 2 * h];
+            v.y += acc[4 * i + 2 * h + 1];
+            *p = v;
+          }
         }
-      }
-      // Every consumer thread is done copying the previous tile out of `out`.
-      asm volatile("bar.sync 1, 256;" ::: "memory");
+      } else {
+        __nv_bfloat16* d = static_cast<__nv_bfloat16*>(d_out);
+        if (bias != nullptr) {  // added in fp32 before the one rounding to bf16, as cuBLASLt's BIAS epilogue
 #pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const int c = 8 * i + 2 * (lane % 4), r = cw * 64 + warp * 16 + lane / 4;
-        *reinterpret_cast<__nv_bfloat162*>(out + r * kOutRowBytes + c * 2) =
-            __floats2bfloat162_rn(acc[4 * i], acc[4 * i + 1]);
-        *reinterpret_cast<__nv_bfloat162*>(out + (r + 8) * kOutRowBytes + c * 2) =
-            __floats2bfloat162_rn(acc[4 * i + 2], acc[4 * i + 3]);
-      }
-      asm volatile("bar.sync 1, 256;" ::: "memory");
-      // 256 threads, 16 bytes each: 16 rows of 256 bytes a pass, 8 passes.
-      const int u = threadIdx.x - 128, seg = u % 16;
+          for (int i = 0; i < 16; ++i) {
+            const int col = n0 + 8 * i + 2 * (lane % 4);
+            if (col >= N) continue;
+            const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + col));
+            acc[4 * i + 0] += b.x;
+            acc[4 * i + 1] += b.y;
+            acc[4 * i + 2] += b.x;
+            acc[4 * i + 3] += b.y;
+          }
+        }
+        // Every consumer thread is done copying the previous tile out of `out`.
+        asm volatile("bar.sync 1, 256;" ::: "memory");
 #pragma unroll
-      for (int pass = 0; pass < 8; ++pass) {
-        const int r = pass * 16 + u / 16, row = m0 + r, col = n0 + seg * 8;
-        if (row < M && col < N)
-          *reinterpret_cast<uint4*>(d + int64_t(row) * N + col) =
-              *reinterpret_cast<const uint4*>(out + r * kOutRowBytes + seg * 16);
+        for (int i = 0; i < 16; ++i) {
+          const int c = 8 * i + 2 * (lane % 4), r = cw * 64 + warp * 16 + lane / 4;
+          *reinterpret_cast<__nv_bfloat162*>(out + r * kOutRowBytes + c * 2) =
+              __floats2bfloat162_rn(acc[4 * i], acc[4 * i + 1]);
+          *reinterpret_cast<__nv_bfloat162*>(out + (r + 8) * kOutRowBytes + c * 2) =
+              __floats2bfloat162_rn(acc[4 * i + 2], acc[4 * i + 3]);
+        }
+        asm volatile("bar.sync 1, 256;" ::: "memory");
+        // 256 threads, 16 bytes each: 16 rows of 256 bytes a pass, 8 passes.
+        const int u = threadIdx.x - 128, seg = u % 16;
+#pragma unroll
+        for (int pass = 0; pass < 8; ++pass) {
+          const int r = pass * 16 + u / 16, row = m0 + r, col = n0 + seg * 8;
+          if (row < M && col < N)
+            *reinterpret_cast<uint4*>(d + int64_t(row) * N + col) =
+                *reinterpret_cast<const uint4*>(out + r * kOutRowBytes + seg * 16);
+        }
       }
     }
   }
@@ -335,10 +397,10 @@ cudaLaunchConfig_t launch_config(cudaStream_t stream, cudaLaunchAttribute* attr)
 }
 
 // Clusters of kCluster CTAs that fit on the device at once: the persistent grid's size.
-template <int kCluster>
+template <int kCluster, bool kWgrad>
 int resident_clusters() {
   static const int n = [] {
-    auto* kernel = fp8_gemm_nt_kernel<kCluster>;
+    auto* kernel = fp8_gemm_nt_kernel<kCluster, kWgrad>;
     MXDP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     cudaLaunchAttribute attr;
     cudaLaunchConfig_t probe = launch_config<kCluster>(0, &attr);
@@ -351,19 +413,34 @@ int resident_clusters() {
   return n;
 }
 
-template <int kCluster>
-void launch(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const uint16_t* bias, uint16_t* d,
+// d (bf16, or fp32 added into for kWgrad) = a . b^T; b's scale layout is its kind's (tiles, or 1x128 for kWgrad).
+template <int kCluster, bool kWgrad>
+void launch(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const uint16_t* bias, void* d,
             cudaStream_t stream, bool persistent) {
-  auto* kernel = fp8_gemm_nt_kernel<kCluster>;
+  auto* kernel = fp8_gemm_nt_kernel<kCluster, kWgrad>;
   cudaLaunchAttribute attr;
   cudaLaunchConfig_t cfg = launch_config<kCluster>(stream, &attr);
-  const int resident = resident_clusters<kCluster>();
+  const int resident = resident_clusters<kCluster, kWgrad>();
   const int groups = ((N + kTile - 1) / kTile) * ((M + kTile * kCluster - 1) / (kTile * kCluster));
   cfg.gridDim = dim3((persistent ? std::min(groups, resident) : groups) * kCluster);
   const CUtensorMap ma = codes_map(a.codes, M, K, kTile), mb = codes_map(b.codes, N, K, kTile / kCluster);
-  MXDP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ma, mb, a.scales, int(fp8_1x128_scale_ld(M)), b.scales,
-                                     int(fp8b128_gemm_scale_ld(K)), reinterpret_cast<const __nv_bfloat16*>(bias),
-                                     reinterpret_cast<__nv_bfloat16*>(d), M, N, K));
+  const int ldb_s = int(kWgrad ? fp8_1x128_scale_ld(N) : fp8b128_gemm_scale_ld(K));
+  MXDP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ma, mb, a.scales, int(fp8_1x128_scale_ld(M)), b.scales, ldb_s,
+                                     reinterpret_cast<const __nv_bfloat16*>(bias), d, M, N, K));
+}
+
+// What every entry point checks: E4M3 operands of the scalings given, the shape, the alignment.
+void check_operands(const char* what, const Fp8Operand& a, const Fp8Operand& b, Fp8Scaling b_scaling, int M, int N,
+                    int K, const void* d, int cluster) {
+  MXDP_CHECK(a.kind == Fp8Kind::E4M3 && b.kind == Fp8Kind::E4M3, what, " takes E4M3 operands");
+  MXDP_CHECK(a.scaling == Fp8Scaling::Rows1x128 && b.scaling == b_scaling, what, " takes a with 1x128 scales and b with ",
+             b_scaling == Fp8Scaling::Rows1x128 ? "1x128 scales" : "128x128 tiles");
+  MXDP_CHECK(fp8_gemm_sm90_supported(M, N, K), what, ": shape ", M, " x ", N, " x ", K,
+             " (multiples of 16) on a compute capability 9.0 device");
+  MXDP_CHECK((reinterpret_cast<uintptr_t>(a.codes) | reinterpret_cast<uintptr_t>(b.codes) |
+              reinterpret_cast<uintptr_t>(d)) % 16 == 0,
+             what, ": the operands' codes and d must be 16-byte aligned");
+  MXDP_CHECK(cluster == 1 || cluster == 2, what, ": cluster ", cluster, " (1 or 2)");
 }
 
 }  // namespace
@@ -384,24 +461,22 @@ bool fp8_gemm_sm90_supported(int M, int N, int K) {
 
 int fp8_gemm_sm90_resident_clusters(int cluster) {
   MXDP_CHECK(cluster == 1 || cluster == 2, "fp8_gemm_sm90_resident_clusters: cluster ", cluster, " (1 or 2)");
-  return cluster == 2 ? resident_clusters<2>() : resident_clusters<1>();
+  return cluster == 2 ? resident_clusters<2, false>() : resident_clusters<1, false>();
 }
 
 void fp8_gemm_nt_sm90(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const uint16_t* bias,
                       uint16_t* d, cudaStream_t stream, int cluster, bool persistent) {
-  MXDP_CHECK(a.kind == Fp8Kind::E4M3 && b.kind == Fp8Kind::E4M3, "fp8_gemm_nt_sm90 takes E4M3 operands");
-  MXDP_CHECK(a.scaling == Fp8Scaling::Rows1x128 && b.scaling == Fp8Scaling::Tiles128,
-             "fp8_gemm_nt_sm90 takes a with 1x128 scales and b with 128x128 tiles");
-  MXDP_CHECK(fp8_gemm_sm90_supported(M, N, K), "fp8_gemm_nt_sm90: shape ", M, " x ", N, " x ", K,
-             " (multiples of 16) on a compute capability 9.0 device");
-  MXDP_CHECK((reinterpret_cast<uintptr_t>(a.codes) | reinterpret_cast<uintptr_t>(b.codes)) % 16 == 0 &&
-                 reinterpret_cast<uintptr_t>(d) % 16 == 0 && reinterpret_cast<uintptr_t>(bias) % 4 == 0,
-             "fp8_gemm_nt_sm90: the operands' codes and d must be 16-byte aligned");
-  MXDP_CHECK(cluster == 1 || cluster == 2, "fp8_gemm_nt_sm90: cluster ", cluster, " (1 or 2)");
-  if (cluster == 2)
-    launch<2>(a, b, M, N, K, bias, d, stream, persistent);
-  else
-    launch<1>(a, b, M, N, K, bias, d, stream, persistent);
+  check_operands("fp8_gemm_nt_sm90", a, b, Fp8Scaling::Tiles128, M, N, K, d, cluster);
+  MXDP_CHECK(reinterpret_cast<uintptr_t>(bias) % 4 == 0, "fp8_gemm_nt_sm90: the bias must be 4-byte aligned");
+  auto* run = cluster == 2 ? launch<2, false> : launch<1, false>;
+  run(a, b, M, N, K, bias, d, stream, persistent);
+}
+
+void fp8_gemm_nt_accumulate_sm90(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, float* d,
+                                 cudaStream_t stream, int cluster, bool persistent) {
+  check_operands("fp8_gemm_nt_accumulate_sm90", a, b, Fp8Scaling::Rows1x128, M, N, K, d, cluster);
+  auto* run = cluster == 2 ? launch<2, true> : launch<1, true>;
+  run(a, b, M, N, K, nullptr, d, stream, persistent);
 }
 
 }  // namespace mxdp::cuda

@@ -46,4 +46,11 @@ int fp8_gemm_sm90_resident_clusters(int cluster);
 void fp8_gemm_nt_sm90(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const uint16_t* bias,
                       uint16_t* d, cudaStream_t stream, int cluster = 1, bool persistent = true);
 
+// The weight gradient's form: d[M,N] (fp32) += a[M,K] . b[N,K]^T with both
+// operands E4M3 with 1x128 scales (Fp8Gemm::nt_accumulate's operands: dY^T and
+// X^T, K the tokens); each 128-deep product is scaled by its row's and its
+// column's scale. Written in the sixteenth session and not yet run on a GPU.
+void fp8_gemm_nt_accumulate_sm90(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, float* d,
+                                 cudaStream_t stream, int cluster = 1, bool persistent = true);
+
 }  // namespace mxdp::cuda
