@@ -69,8 +69,9 @@ int main(int argc, char** argv) {
     const double copy_gbs = 2.0 * big * 2 / (copy_ms * 1e-3) / 1e9;
     std::printf("{\"what\": \"copy\", \"bytes\": %zu, \"ms\": %.4f, \"gb_s\": %.0f}\n", big * 4, copy_ms, copy_gbs);
     if (cuda::fp8_gemm_sm90_supported(M, C, C))
-      std::printf("{\"what\": \"own_sm90_grid\", \"resident_clusters_of_1\": %d, \"resident_clusters_of_2\": %d}\n",
-                  cuda::fp8_gemm_sm90_resident_clusters(1), cuda::fp8_gemm_sm90_resident_clusters(2));
+      std::printf("{\"what\": \"own_sm90_grid\", \"resident_clusters_of_1\": %d, \"of_2\": %d, \"of_4\": %d}\n",
+                  cuda::fp8_gemm_sm90_resident_clusters(1), cuda::fp8_gemm_sm90_resident_clusters(2),
+                  cuda::fp8_gemm_sm90_resident_clusters(4));
     cuda::Gemm bf(s), bf_nosplit(s, /*wgrad_split_k=*/false);
     cuda::Fp8Gemm f8(s), f8_nosplit(s, /*wgrad_split_k=*/false);
     const Fp8Operand act{xc, xs, Fp8Kind::E4M3, Fp8Scaling::Rows1x128};
@@ -107,9 +108,9 @@ int main(int argc, char** argv) {
                     flops / (t[2 * g + 1] * 1e-3) / 1e12, t[2 * g] / t[2 * g + 1]);
       // mxdp's own sm_90a GEMM on the same operands: fprop and dgrad against cuBLASLt's.
       if (cuda::fp8_gemm_sm90_supported(M, L.N, L.K)) {
-        for (const int variant : {3, 2, 1, 0}) {
-          const int cluster = variant & 1 ? 2 : 1;
-          const bool persistent = variant & 2;
+        for (const int variant : {1, 2, 4, -1, -2, -4}) {  // cluster size, negative: a cluster a tile group
+          const int cluster = variant < 0 ? -variant : variant;
+          const bool persistent = variant > 0;
           const double own[2] = {
               bench::best_window_ms(
                   s, reps, [&] { cuda::fp8_gemm_nt_sm90(act, wt, M, L.N, L.K, nullptr, y, s, cluster, persistent); }),

@@ -282,14 +282,16 @@ TEST(GpuFp8Gemm, OwnSm90GemmAgainstFp32ReferencesAndCublasLt) {
     Dev<uint16_t> y(size_t(M) * N), y2(size_t(M) * N), yl(size_t(M) * N);
     cuda::fp8_gemm_nt_sm90(qx.op(), qw.op(), M, N, K, nullptr, y.p, 0);
     cuda::fp8_gemm_nt_sm90(qx.op(), qw.op(), M, N, K, nullptr, y2.p, 0, /*cluster=*/1, /*persistent=*/false);
-    Dev<uint16_t> y3(size_t(M) * N), y4(size_t(M) * N);
+    Dev<uint16_t> y3(size_t(M) * N), y4(size_t(M) * N), y5(size_t(M) * N);
     cuda::fp8_gemm_nt_sm90(qx.op(), qw.op(), M, N, K, nullptr, y3.p, 0, /*cluster=*/2, /*persistent=*/false);
     cuda::fp8_gemm_nt_sm90(qx.op(), qw.op(), M, N, K, nullptr, y4.p, 0, /*cluster=*/1, /*persistent=*/true);
+    cuda::fp8_gemm_nt_sm90(qx.op(), qw.op(), M, N, K, nullptr, y5.p, 0, /*cluster=*/4, /*persistent=*/true);
     gemm.nt(qx.op(), qw.op(), M, N, K, yl.p);
     const auto hy = y.get(), hl = yl.get();
     EXPECT_EQ(hy, y2.get()) << "cluster 1, a CTA a tile: not the same bits";
     EXPECT_EQ(hy, y3.get()) << "cluster 2, a cluster a tile pair: not the same bits";
     EXPECT_EQ(hy, y4.get()) << "cluster 1, persistent: not the same bits";
+    EXPECT_EQ(hy, y5.get()) << "cluster 2 x 2, persistent: not the same bits";
     const Err e = error_of([&](size_t i) { return double(bf16(hy[i])); }, reference(qx.y, qw.y, M, N, K));
     const Err f = error_of([&](size_t i) { return double(bf16(hy[i])); }, reference(x, w, M, N, K));
     std::vector<double> lt(hl.size());
@@ -346,12 +348,14 @@ TEST(GpuFp8Gemm, OwnSm90WgradAgainstFp32ReferencesAndCublasLt) {
     Dev<float> x(hx), dy(hdy), xt(transpose(hx, M, K)), dyt(transpose(hdy, M, N));
     Act qxt(x, K, M, true), qdyt(dy, N, M, true);
     Dev<float> dw(std::vector<float>(size_t(N) * K, 1.0f)), dw2(std::vector<float>(size_t(N) * K, 1.0f)),
-        lt(std::vector<float>(size_t(N) * K, 1.0f));
+        dw4(std::vector<float>(size_t(N) * K, 1.0f)), lt(std::vector<float>(size_t(N) * K, 1.0f));
     cuda::fp8_gemm_nt_accumulate_sm90(qdyt.op(), qxt.op(), N, K, M, dw.p, 0);
     cuda::fp8_gemm_nt_accumulate_sm90(qdyt.op(), qxt.op(), N, K, M, dw2.p, 0, /*cluster=*/2, /*persistent=*/false);
+    cuda::fp8_gemm_nt_accumulate_sm90(qdyt.op(), qxt.op(), N, K, M, dw4.p, 0, /*cluster=*/4, /*persistent=*/true);
     gemm.wgrad(qdyt.op(), qxt.op(), M, N, K, lt.p);
     const auto hdw = dw.get(), hlt = lt.get();
     EXPECT_EQ(hdw, dw2.get()) << "cluster 2, a cluster a tile pair: not the same bits";
+    EXPECT_EQ(hdw, dw4.get()) << "cluster 2 x 2, persistent: not the same bits";
     const Err e = error_of([&](size_t i) { return double(hdw[i]) - 1.0; }, reference(qdyt.y, qxt.y, N, K, M));
     const Err f = error_of([&](size_t i) { return double(hdw[i]) - 1.0; }, reference(dyt, xt, N, K, M));
     std::vector<double> want_lt(hlt.size());

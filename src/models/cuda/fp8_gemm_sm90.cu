@@ -150,13 +150,14 @@ __device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t desc_a
 #endif  // MXDP_SM90A_KERNEL
 
 // d = a . b^T (fp8_gemm_sm90.h) in 128x128 tiles of d. Tiles go to clusters
-// of kCluster CTAs (1 or 2) in groups: group g covers the rows
-// (g / n_tiles) * 128 kCluster + [0, 128 kCluster) and the columns
-// (g % n_tiles) * 128; CTA `rank` of the cluster takes the rank-th 128 rows.
-// With 2, both CTAs read the same 128 rows of b: each loads half of the tile
-// and multicasts it to both, so a CTA pulls 24 KB a stage from L2 instead of
-// 32 (a 128x128 tile does 128 FLOP a byte, which may leave one CTA bound by
-// the L2's bandwidth; measured 2.3x slower so far: docs/fp8.md).
+// of kCluster CTAs in groups of kCm x kCn tiles (kCluster 1: 1 x 1; 2: 2 x 1,
+// two tiles down the rows; 4: 2 x 2). CTA `rank` of the cluster takes the tile
+// (rank % kCm, rank / kCm) of its group. CTAs of the cluster on the same 128
+// rows of a each load a 1 / kCn share of a's box and multicast it to all of
+// them; those on the same 128 rows of b, a 1 / kCm share of b's. So a CTA pulls
+// 32 KB a stage from L2 alone, 24 KB in a 2 x 1 cluster, 16 KB in a 2 x 2 one
+// (a 128x128 tile does 128 FLOP a byte, which may leave one CTA bound by the
+// L2's bandwidth; the 2 x 1 cluster measured 2.3x slower so far: docs/fp8.md).
 // A cluster takes the groups cluster_id, + clusters, ... (one each when the
 // grid has a cluster per group; a persistent grid keeps loading the next
 // group's stages while its consumers finish the last). sa: a's 1x128 scales at
@@ -181,10 +182,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(out + kOutBytes + kStages * kColScaleBytes);
   uint64_t* empty = full + kStages;
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  constexpr int kCm = kCluster >= 2 ? 2 : 1, kCn = kCluster / kCm;  // the group's tiles down and across
   const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
+  const int rm = int(rank) % kCm, rn = int(rank) / kCm;
   const int cluster = blockIdx.x / kCluster, clusters = gridDim.x / kCluster;
-  const int nk = (K + kTile - 1) / kTile, n_tiles = (N + kTile - 1) / kTile;
-  const int groups = n_tiles * ((M + kTile * kCluster - 1) / (kTile * kCluster));
+  const int nk = (K + kTile - 1) / kTile;
+  const int n_groups = (N + kTile * kCn - 1) / (kTile * kCn);  // groups across
+  const int groups = n_groups * ((M + kTile * kCm - 1) / (kTile * kCm));
+  // The group's tile of this CTA.
+  auto tile_n0 = [&](int g) { return ((g % n_groups) * kCn + rn) * kTile; };
+  auto tile_m0 = [&](int g) { return ((g / n_groups) * kCm + rm) * kTile; };
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&full[s], 1);
@@ -199,7 +206,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (t == 0) {
       int it = 0;  // k-blocks loaded so far, across tiles: the ring position and phase
       for (int g = cluster; g < groups; g += clusters) {
-        const int n0 = (g % n_tiles) * kTile, m0 = ((g / n_tiles) * kCluster + rank) * kTile;
+        const int n0 = tile_n0(g), m0 = tile_m0(g);
         for (int kb = 0; kb < nk; ++kb, ++it) {
           const int s = it % kStages;
           if (it >= kStages) {
@@ -214,13 +221,22 @@ __global__ void __launch_bounds__(kThreads, 1)
           } else {
             mbar_expect_tx(&full[s], 2 * kStageBytes);
           }
-          tma_load(stage_a + s * kStageBytes, &map_a, &full[s], kb * kTile, m0);
-          if constexpr (kCluster == 1) {
+          if constexpr (kCn == 1) {
+            tma_load(stage_a + s * kStageBytes, &map_a, &full[s], kb * kTile, m0);
+          } else {  // share rn of a's box, to the CTAs of this row of tiles: ranks rm, rm + kCm, ...
+            constexpr int kPart = kTile / kCn;
+            uint16_t mask = 0;
+            for (int j = 0; j < kCn; ++j) mask |= uint16_t(1u << (rm + kCm * j));
+            tma_load_multicast(stage_a + s * kStageBytes + rn * kPart * kTile, &map_a, &full[s], kb * kTile,
+                               m0 + rn * kPart, mask);
+          }
+          if constexpr (kCm == 1) {
             tma_load(stage_b + s * kStageBytes, &map_b, &full[s], kb * kTile, n0);
-          } else {
-            constexpr int kPart = kTile / kCluster;  // b's rows this CTA loads for all
-            tma_load_multicast(stage_b + s * kStageBytes + rank * kPart * kTile, &map_b, &full[s], kb * kTile,
-                               n0 + int(rank) * kPart, uint16_t((1u << kCluster) - 1));
+          } else {  // share rm of b's box, to the CTAs of this column of tiles: ranks kCm rn + 0, 1, ...
+            constexpr int kPart = kTile / kCm;
+            const uint16_t mask = uint16_t(((1u << kCm) - 1) << (kCm * rn));
+            tma_load_multicast(stage_b + s * kStageBytes + rm * kPart * kTile, &map_b, &full[s], kb * kTile,
+                               n0 + rm * kPart, mask);
           }
         }
       }
@@ -231,7 +247,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int cw = wg - 1, warp = t / 32, lane = t % 32;
     int it = 0;
     for (int g = cluster; g < groups; g += clusters) {
-      const int n0 = (g % n_tiles) * kTile, m0 = ((g / n_tiles) * kCluster + rank) * kTile;
+      const int n0 = tile_n0(g), m0 = tile_m0(g);
       const int r_lo = m0 + cw * 64 + warp * 16 + lane / 4, r_hi = r_lo + 8;
       const float* sb_row = kWgrad ? nullptr : sb + int64_t(n0 / kTile) * ldb_s;
       float acc[64], part[64];
@@ -421,9 +437,10 @@ void launch(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const
   cudaLaunchAttribute attr;
   cudaLaunchConfig_t cfg = launch_config<kCluster>(stream, &attr);
   const int resident = resident_clusters<kCluster, kWgrad>();
-  const int groups = ((N + kTile - 1) / kTile) * ((M + kTile * kCluster - 1) / (kTile * kCluster));
+  constexpr int kCm = kCluster >= 2 ? 2 : 1, kCn = kCluster / kCm;  // as the kernel's
+  const int groups = ((N + kTile * kCn - 1) / (kTile * kCn)) * ((M + kTile * kCm - 1) / (kTile * kCm));
   cfg.gridDim = dim3((persistent ? std::min(groups, resident) : groups) * kCluster);
-  const CUtensorMap ma = codes_map(a.codes, M, K, kTile), mb = codes_map(b.codes, N, K, kTile / kCluster);
+  const CUtensorMap ma = codes_map(a.codes, M, K, kTile / kCn), mb = codes_map(b.codes, N, K, kTile / kCm);
   const int ldb_s = int(kWgrad ? fp8_1x128_scale_ld(N) : fp8b128_gemm_scale_ld(K));
   MXDP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ma, mb, a.scales, int(fp8_1x128_scale_ld(M)), b.scales, ldb_s,
                                      reinterpret_cast<const __nv_bfloat16*>(bias), d, M, N, K));
@@ -440,7 +457,7 @@ void check_operands(const char* what, const Fp8Operand& a, const Fp8Operand& b, 
   MXDP_CHECK((reinterpret_cast<uintptr_t>(a.codes) | reinterpret_cast<uintptr_t>(b.codes) |
               reinterpret_cast<uintptr_t>(d)) % 16 == 0,
              what, ": the operands' codes and d must be 16-byte aligned");
-  MXDP_CHECK(cluster == 1 || cluster == 2, what, ": cluster ", cluster, " (1 or 2)");
+  MXDP_CHECK(cluster == 1 || cluster == 2 || cluster == 4, what, ": cluster ", cluster, " (1, 2 or 4)");
 }
 
 }  // namespace
@@ -460,22 +477,24 @@ bool fp8_gemm_sm90_supported(int M, int N, int K) {
 }
 
 int fp8_gemm_sm90_resident_clusters(int cluster) {
-  MXDP_CHECK(cluster == 1 || cluster == 2, "fp8_gemm_sm90_resident_clusters: cluster ", cluster, " (1 or 2)");
-  return cluster == 2 ? resident_clusters<2, false>() : resident_clusters<1, false>();
+  MXDP_CHECK(cluster == 1 || cluster == 2 || cluster == 4, "fp8_gemm_sm90_resident_clusters: cluster ", cluster,
+             " (1, 2 or 4)");
+  return cluster == 4 ? resident_clusters<4, false>() : cluster == 2 ? resident_clusters<2, false>()
+                                                                     : resident_clusters<1, false>();
 }
 
 void fp8_gemm_nt_sm90(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const uint16_t* bias,
                       uint16_t* d, cudaStream_t stream, int cluster, bool persistent) {
   check_operands("fp8_gemm_nt_sm90", a, b, Fp8Scaling::Tiles128, M, N, K, d, cluster);
   MXDP_CHECK(reinterpret_cast<uintptr_t>(bias) % 4 == 0, "fp8_gemm_nt_sm90: the bias must be 4-byte aligned");
-  auto* run = cluster == 2 ? launch<2, false> : launch<1, false>;
+  auto* run = cluster == 4 ? launch<4, false> : cluster == 2 ? launch<2, false> : launch<1, false>;
   run(a, b, M, N, K, bias, d, stream, persistent);
 }
 
 void fp8_gemm_nt_accumulate_sm90(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, float* d,
                                  cudaStream_t stream, int cluster, bool persistent) {
   check_operands("fp8_gemm_nt_accumulate_sm90", a, b, Fp8Scaling::Rows1x128, M, N, K, d, cluster);
-  auto* run = cluster == 2 ? launch<2, true> : launch<1, true>;
+  auto* run = cluster == 4 ? launch<4, true> : cluster == 2 ? launch<2, true> : launch<1, true>;
   run(a, b, M, N, K, nullptr, d, stream, persistent);
 }
 

@@ -37,9 +37,11 @@ int fp8_gemm_sm90_resident_clusters(int cluster);
 // d = a . b^T (+ bias[N], bf16, added in fp32 before the rounding to bf16; may
 // be null): a {M, K} Rows1x128 E4M3, b {N, K} Tiles128 E4M3 (GEMM scale layout).
 // Throws (util/check.h) for other kinds or scalings, or an unsupported shape.
-// cluster: 1 (each CTA loads its own tiles) or 2 (two CTAs, 256 rows of d,
+// cluster: 1 (each CTA loads its own tiles), 2 (two CTAs, 256 rows of d,
 // share each tile of b through a TMA multicast; measured 2.3x slower than 1
-// on an H100, docs/fp8.md "Our own FP8 GEMM" says why that may be).
+// on an H100 before its barrier arrivals lost their cluster-scope release,
+// docs/fp8.md "Our own FP8 GEMM") or 4 (2 x 2 CTAs, 256 x 256 of d, sharing
+// both a's and b's tiles; not yet run).
 // persistent: a grid of as many clusters as fit on the device at once, each
 // taking tile after tile, instead of one a tile. Same bits every way;
 // gpubench_fp8_linear times them.
