@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <exception>
 #include <random>
 #include <string>
 #include <vector>
@@ -111,25 +112,31 @@ int main(int argc, char** argv) {
         for (const int variant : {1, 2, 4, -1, -2, -4}) {  // cluster size, negative: a cluster a tile group
           const int cluster = variant < 0 ? -variant : variant;
           const bool persistent = variant > 0;
-          const double own[2] = {
-              bench::best_window_ms(
-                  s, reps, [&] { cuda::fp8_gemm_nt_sm90(act, wt, M, L.N, L.K, nullptr, y, s, cluster, persistent); }),
-              bench::best_window_ms(
-                  s, reps, [&] { cuda::fp8_gemm_nt_sm90(act, wt, M, L.K, L.N, nullptr, y, s, cluster, persistent); }),
-          };
-          const double own_wgrad =
-              bench::best_window_ms(s, reps, [&] { cuda::fp8_gemm_nt_accumulate_sm90(act, act, L.N, L.K, M, dw, s, cluster, persistent); });
-          std::printf("{\"what\": \"own_sm90\", \"layer\": \"%s\", \"gemm\": \"wgrad\", \"cluster\": %d, "
-                      "\"persistent\": %d, \"cublaslt_ms\": %.4f, \"own_ms\": %.4f, \"own_tflops\": %.0f, "
-                      "\"own_speedup\": %.3f}\n",
-                      L.name, cluster, int(persistent), t[5], own_wgrad, flops / (own_wgrad * 1e-3) / 1e12,
-                      t[5] / own_wgrad);
-          for (int g = 0; g < 2; ++g)
-            std::printf("{\"what\": \"own_sm90\", \"layer\": \"%s\", \"gemm\": \"%s\", \"cluster\": %d, "
-                        "\"persistent\": %d, \"cublaslt_ms\": %.4f, \"own_ms\": %.4f, \"cublaslt_tflops\": %.0f, "
-                        "\"own_tflops\": %.0f, \"own_speedup\": %.3f}\n",
-                        L.name, gemm[g], cluster, int(persistent), t[2 * g + 1], own[g],
-                        flops / (t[2 * g + 1] * 1e-3) / 1e12, flops / (own[g] * 1e-3) / 1e12, t[2 * g + 1] / own[g]);
+          try {
+            const double own[2] = {
+                bench::best_window_ms(
+                    s, reps, [&] { cuda::fp8_gemm_nt_sm90(act, wt, M, L.N, L.K, nullptr, y, s, cluster, persistent); }),
+                bench::best_window_ms(
+                    s, reps, [&] { cuda::fp8_gemm_nt_sm90(act, wt, M, L.K, L.N, nullptr, y, s, cluster, persistent); }),
+            };
+            const double own_wgrad =
+                bench::best_window_ms(s, reps, [&] { cuda::fp8_gemm_nt_accumulate_sm90(act, act, L.N, L.K, M, dw, s, cluster, persistent); });
+            std::printf("{\"what\": \"own_sm90\", \"layer\": \"%s\", \"gemm\": \"wgrad\", \"cluster\": %d, "
+                        "\"persistent\": %d, \"cublaslt_ms\": %.4f, \"own_ms\": %.4f, \"own_tflops\": %.0f, "
+                        "\"own_speedup\": %.3f}\n",
+                        L.name, cluster, int(persistent), t[5], own_wgrad, flops / (own_wgrad * 1e-3) / 1e12,
+                        t[5] / own_wgrad);
+            for (int g = 0; g < 2; ++g)
+              std::printf("{\"what\": \"own_sm90\", \"layer\": \"%s\", \"gemm\": \"%s\", \"cluster\": %d, "
+                          "\"persistent\": %d, \"cublaslt_ms\": %.4f, \"own_ms\": %.4f, \"cublaslt_tflops\": %.0f, "
+                          "\"own_tflops\": %.0f, \"own_speedup\": %.3f}\n",
+                          L.name, gemm[g], cluster, int(persistent), t[2 * g + 1], own[g],
+                          flops / (t[2 * g + 1] * 1e-3) / 1e12, flops / (own[g] * 1e-3) / 1e12, t[2 * g + 1] / own[g]);
+          } catch (const std::exception& e) {  // one way of running it failed: say so, try the others
+            std::printf("{\"what\": \"own_sm90_error\", \"layer\": \"%s\", \"cluster\": %d, \"persistent\": %d, "
+                        "\"error\": \"%s\"}\n",
+                        L.name, cluster, int(persistent), e.what());
+          }
         }
       }
     }

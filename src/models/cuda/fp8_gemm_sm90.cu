@@ -23,8 +23,8 @@ constexpr int kStages = 5;                  // ring of shared-memory stages
 constexpr int kStageBytes = kTile * kTile;  // one operand's stage: 128 rows of 128 E4M3 codes
 constexpr int kThreads = 384;               // warpgroup 0 loads, 1 and 2 multiply 64 rows each
 constexpr int kConsumerWarps = 8;
-constexpr int kOutRowBytes = kTile * 2 + 16;  // the staged store's rows, padded: a quad's rows in different banks
-constexpr int kOutBytes = kTile * kOutRowBytes;
+constexpr int kOutHalfBytes = kTile * 128;  // the bf16 tile leaves in two 128 x 64 halves, rows of 128 bytes
+constexpr int kOutBytes = 2 * kOutHalfBytes;
 constexpr int kColScaleBytes = kTile * 4;  // the wgrad's b scales of one stage: a 1x128 scale per b row
 constexpr int kSmemBytes =
     2 * kStages * kStageBytes + kOutBytes + kStages * kColScaleBytes + 2 * kStages * 8 + 1024;  // + barriers, alignment
@@ -94,6 +94,21 @@ __device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap*
       "l"(map), "r"(smem_u32(bar)), "r"(x), "r"(y), "h"(mask)
       : "memory");
 }
+// A 128-byte-swizzled box from shared memory to (x, y) of the tensor, asynchronously (one
+// bulk group a call); the tensor map clips what falls outside the matrix.
+__device__ __forceinline__ void tma_store(const CUtensorMap* map, const void* src, int x, int y) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(map),
+               "r"(smem_u32(src)), "r"(x), "r"(y)
+               : "memory");
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+// Until every store issued by this thread has read its shared memory.
+__device__ __forceinline__ void tma_store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+// Until every store issued by this thread is done.
+__device__ __forceinline__ void tma_store_wait() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
 // An arrival on the barrier at the same offset in the shared memory of CTA `rank` of the cluster,
 // at the default (release, CTA) semantics: what orders the arrival after this warp's wgmma reads
 // of the stage is their wgmma.wait_group, not a cluster-wide fence (as CUTLASS's ClusterBarrier).
@@ -170,6 +185,7 @@ __device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t desc_a
 template <int kCluster, bool kWgrad>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_gemm_nt_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                       const __grid_constant__ CUtensorMap map_d,
                        const float* __restrict__ sa, int lda_s, const float* __restrict__ sb, int ldb_s,
                        const __nv_bfloat16* __restrict__ bias, void* __restrict__ d_out, int M, int N, int K) {
 #ifdef MXDP_SM90A_KERNEL
@@ -203,6 +219,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   else __syncthreads();
 
   if (wg == 0) {  // the loader: one thread issues every TMA copy
+    // The loader's warpgroup gives registers to the consumers': 128 x 40 + 256 x 232 fit the
+    // SM's 64 K, and a consumer holds two 64-register partial products beside its sum.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (t == 0) {
       int it = 0;  // k-blocks loaded so far, across tiles: the ring position and phase
       for (int g = cluster; g < groups; g += clusters) {
@@ -214,10 +233,11 @@ __global__ void __launch_bounds__(kThreads, 1)
             else mbar_wait_cluster(&empty[s], ((it / kStages) + 1) & 1);
           }
           if constexpr (kWgrad) {
-            // ldb_s is a multiple of 4 and n0 of 128: 16-byte aligned, a multiple of 16 bytes.
-            const uint32_t bytes = uint32_t(min(kTile, ldb_s - n0)) * 4;
+            // ldb_s is a multiple of 4 and n0 of 128: 16-byte aligned, a multiple of 16 bytes. A
+            // cluster's tile past the last column (an odd number of them) loads no scales.
+            const uint32_t bytes = n0 < N ? uint32_t(min(kTile, ldb_s - n0)) * 4 : 0;
             mbar_expect_tx(&full[s], 2 * kStageBytes + bytes);
-            bulk_load(col_scales + s * kTile, sb + int64_t(kb) * ldb_s + n0, bytes, &full[s]);
+            if (bytes > 0) bulk_load(col_scales + s * kTile, sb + int64_t(kb) * ldb_s + n0, bytes, &full[s]);
           } else {
             mbar_expect_tx(&full[s], 2 * kStageBytes);
           }
@@ -244,21 +264,28 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     // A consumer: rows cw * 64 .. + 63 of the tile. Thread t holds rows r_lo and
     // r_lo + 8, columns 8 i + 2 (lane % 4) + {0, 1} (wgmma's accumulator layout).
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int cw = wg - 1, warp = t / 32, lane = t % 32;
-    int it = 0;
+    int it = 0;  // k-blocks consumed before this tile's first
     for (int g = cluster; g < groups; g += clusters) {
       const int n0 = tile_n0(g), m0 = tile_m0(g);
       const int r_lo = m0 + cw * 64 + warp * 16 + lane / 4, r_hi = r_lo + 8;
-      const float* sb_row = kWgrad ? nullptr : sb + int64_t(n0 / kTile) * ldb_s;
-      float acc[64], part[64];
+      // A tile past the matrix (a cluster's group at the edge) still loads its share of the
+      // stages for its peers, but reads no scales and stores nothing.
+      const float* sb_row = kWgrad || n0 >= N ? nullptr : sb + int64_t(n0 / kTile) * ldb_s;
+      float acc[64], p0[64], p1[64];
 #pragma unroll
       for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-      for (int kb = 0; kb < nk; ++kb, ++it) {
-        const int s = it % kStages;
-        const float b_scale = kWgrad ? 1.f : sb_row[kb];
-        const float s_lo = (r_lo < M ? sa[int64_t(kb) * lda_s + r_lo] : 0.f) * b_scale;
-        const float s_hi = (r_hi < M ? sa[int64_t(kb) * lda_s + r_hi] : 0.f) * b_scale;
-        mbar_wait(&full[s], (it / kStages) & 1);
+      // The scales of k-block kb, read before its stage is waited for.
+      auto scales_of = [&](int kb, float& lo, float& hi) {
+        const float b_scale = kWgrad ? 1.f : sb_row != nullptr ? sb_row[kb] : 0.f;
+        lo = (r_lo < M ? sa[int64_t(kb) * lda_s + r_lo] : 0.f) * b_scale;
+        hi = (r_hi < M ? sa[int64_t(kb) * lda_s + r_hi] : 0.f) * b_scale;
+      };
+      // k-block kb's 128-deep partial product into part, asynchronously (one commit group).
+      auto issue = [&](int kb, float(&part)[64]) {
+        const int s = (it + kb) % kStages;
+        mbar_wait(&full[s], ((it + kb) / kStages) & 1);
         const uint64_t da = sw128_desc(stage_a + s * kStageBytes + cw * 64 * kTile);
         const uint64_t db = sw128_desc(stage_b + s * kStageBytes);
         fence_regs(part);
@@ -266,8 +293,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int k = 0; k < kTile / 32; ++k) wgmma_m64n128k32(part, da + 2 * k, db + 2 * k, k > 0);
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+      };
+      // k-block kb's finished partial product, scaled, into the fp32 sum (the promotion), its
+      // stage released to the loader(s).
+      auto retire = [&](int kb, float(&part)[64], float s_lo, float s_hi) {
         fence_regs(part);
+        const int s = (it + kb) % kStages;
         auto release = [&] {
           if (lane != 0) return;
           if constexpr (kCluster == 1) {
@@ -277,7 +308,6 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int c = 0; c < kCluster; ++c) mbar_arrive_cluster(&empty[s], c);
           }
         };
-        // Promotion: the 128-deep partial product, scaled, into the fp32 sum.
         if constexpr (kWgrad) {
           // The column scales live in the stage: it is released only after they are read
           // (every lane of the warp: __syncwarp before lane 0 arrives).
@@ -302,7 +332,35 @@ __global__ void __launch_bounds__(kThreads, 1)
             acc[4 * i + 3] = fmaf(part[4 * i + 3], s_hi, acc[4 * i + 3]);
           }
         }
+      };
+      // Two k-blocks in flight: k-block kb + 1's wgmmas run while kb's product is promoted
+      // (the promotions still add in k order: the same bits as one at a time).
+      float lo0, hi0, lo1, hi1;
+      scales_of(0, lo0, hi0);
+      issue(0, p0);
+      int kb = 0;
+      for (; kb + 2 < nk; kb += 2) {  // p0: k-block kb, in flight
+        scales_of(kb + 1, lo1, hi1);
+        issue(kb + 1, p1);
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        retire(kb, p0, lo0, hi0);
+        scales_of(kb + 2, lo0, hi0);
+        issue(kb + 2, p0);
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        retire(kb + 1, p1, lo1, hi1);
       }
+      if (kb + 1 < nk) {  // the last two
+        scales_of(kb + 1, lo1, hi1);
+        issue(kb + 1, p1);
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        retire(kb, p0, lo0, hi0);
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        retire(kb + 1, p1, lo1, hi1);
+      } else {  // the last one
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        retire(kb, p0, lo0, hi0);
+      }
+      it += nk;
       if constexpr (kWgrad) {
         // d += the tile: each thread's pairs, a quad's four pairs one 32-byte sector of a row.
         float* d = static_cast<float*>(d_out);
@@ -322,7 +380,6 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       } else {
-        __nv_bfloat16* d = static_cast<__nv_bfloat16*>(d_out);
         if (bias != nullptr) {  // added in fp32 before the one rounding to bf16, as cuBLASLt's BIAS epilogue
 #pragma unroll
           for (int i = 0; i < 16; ++i) {
@@ -335,28 +392,31 @@ __global__ void __launch_bounds__(kThreads, 1)
             acc[4 * i + 3] += b.y;
           }
         }
-        // Every consumer thread is done copying the previous tile out of `out`.
+        // The previous tile's stores have read `out` (the storing thread waits before it arrives).
+        if (threadIdx.x == 128) tma_store_wait_read();
         asm volatile("bar.sync 1, 256;" ::: "memory");
+        // Into the two halves in the 128-byte swizzle the store reads: the 16-byte chunk j of row
+        // r at chunk j ^ (r % 8), so a warp's eight rows write 32 different banks.
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
-          const int c = 8 * i + 2 * (lane % 4), r = cw * 64 + warp * 16 + lane / 4;
-          *reinterpret_cast<__nv_bfloat162*>(out + r * kOutRowBytes + c * 2) =
+          const int r = cw * 64 + warp * 16 + lane / 4, j = i % 8;
+          uint8_t* half = out + (i / 8) * kOutHalfBytes + 4 * (lane % 4);
+          *reinterpret_cast<__nv_bfloat162*>(half + r * 128 + ((j ^ (r % 8)) * 16)) =
               __floats2bfloat162_rn(acc[4 * i], acc[4 * i + 1]);
-          *reinterpret_cast<__nv_bfloat162*>(out + (r + 8) * kOutRowBytes + c * 2) =
+          *reinterpret_cast<__nv_bfloat162*>(half + (r + 8) * 128 + ((j ^ ((r + 8) % 8)) * 16)) =
               __floats2bfloat162_rn(acc[4 * i + 2], acc[4 * i + 3]);
         }
+        // The writes made visible to the store's (async) proxy, then one thread stores the tile
+        // while every consumer goes on to the next one.
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         asm volatile("bar.sync 1, 256;" ::: "memory");
-        // 256 threads, 16 bytes each: 16 rows of 256 bytes a pass, 8 passes.
-        const int u = threadIdx.x - 128, seg = u % 16;
-#pragma unroll
-        for (int pass = 0; pass < 8; ++pass) {
-          const int r = pass * 16 + u / 16, row = m0 + r, col = n0 + seg * 8;
-          if (row < M && col < N)
-            *reinterpret_cast<uint4*>(d + int64_t(row) * N + col) =
-                *reinterpret_cast<const uint4*>(out + r * kOutRowBytes + seg * 16);
+        if (threadIdx.x == 128 && m0 < M && n0 < N) {
+          tma_store(&map_d, out, n0, m0);
+          if (n0 + 64 < N) tma_store(&map_d, out + kOutHalfBytes, n0 + 64, m0);
         }
       }
     }
+    if (!kWgrad && threadIdx.x == 128) tma_store_wait();  // the last tile's stores, before the CTA leaves
   }
   // No CTA leaves while its peer may still multicast into it or arrive on its barriers.
   if constexpr (kCluster > 1) {
@@ -380,20 +440,24 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
-// rows x K row-major E4M3 codes as TMA sees them: boxes of box_rows rows x 128
-// bytes, 128-byte swizzle, zeros outside the matrix.
-CUtensorMap codes_map(const uint8_t* codes, int rows, int K, int box_rows) {
+// A rows x cols row-major matrix as TMA sees it: boxes of box_rows rows x 128
+// bytes, 128-byte swizzle; loads fill zeros outside the matrix, stores clip.
+CUtensorMap tensor_map(const void* base, CUtensorMapDataType type, int elem_bytes, int rows, int cols, int box_rows,
+                       const char* what) {
   CUtensorMap m;
-  const cuuint64_t dims[2] = {cuuint64_t(K), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(K)};
-  const cuuint32_t box[2] = {kTile, cuuint32_t(box_rows)}, elem_strides[2] = {1, 1};
-  const CUresult r = tensor_map_encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(codes), dims,
-                                          strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  MXDP_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (CUresult ", int(r), ") for a ", rows, " x ", K,
-             " FP8 operand");
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(cols) * elem_bytes};
+  const cuuint32_t box[2] = {cuuint32_t(128 / elem_bytes), cuuint32_t(box_rows)}, elem_strides[2] = {1, 1};
+  const CUresult r = tensor_map_encoder()(&m, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
+                                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  MXDP_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (CUresult ", int(r), ") for a ", rows, " x ", cols,
+             " ", what);
   return m;
+}
+// E4M3 codes: 128 of K a box row.
+CUtensorMap codes_map(const uint8_t* codes, int rows, int K, int box_rows) {
+  return tensor_map(codes, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, rows, K, box_rows, "FP8 operand");
 }
 
 // The kernel's launch configuration (grid left to the caller).
@@ -441,8 +505,10 @@ void launch(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const
   const int groups = ((N + kTile * kCn - 1) / (kTile * kCn)) * ((M + kTile * kCm - 1) / (kTile * kCm));
   cfg.gridDim = dim3((persistent ? std::min(groups, resident) : groups) * kCluster);
   const CUtensorMap ma = codes_map(a.codes, M, K, kTile / kCn), mb = codes_map(b.codes, N, K, kTile / kCm);
+  // The bf16 output in 128 x 64 halves of a tile (the wgrad adds into d itself and has no map).
+  const CUtensorMap md = kWgrad ? ma : tensor_map(d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, M, N, kTile, "bf16 output");
   const int ldb_s = int(kWgrad ? fp8_1x128_scale_ld(N) : fp8b128_gemm_scale_ld(K));
-  MXDP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ma, mb, a.scales, int(fp8_1x128_scale_ld(M)), b.scales, ldb_s,
+  MXDP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ma, mb, md, a.scales, int(fp8_1x128_scale_ld(M)), b.scales, ldb_s,
                                      reinterpret_cast<const __nv_bfloat16*>(bias), d, M, N, K));
 }
 
