@@ -167,6 +167,26 @@ int main(int argc, char** argv) {
                   "\"of_copy\": %.2f}\n",
                   q.name, M, q.N, ms, bytes / (ms * 1e-3) / 1e9, bytes / (ms * 1e-3) / 1e9 / copy_gbs);
     }
+    // fc's forward: the GEMM then act_quantize's bias + GELU + rows + cols (through cuBLASLt or the
+    // own GEMM), against the own GEMM with that work in its epilogue (fp8_gemm_gelu_quant_sm90).
+    if (M % 128 == 0 && cuda::fp8_gemm_sm90_supported(M, 4 * C, C)) {
+      const int N = 4 * C, K = C;
+      const cuda::ActQuant gelu{.x = y, .bias = w, .biased = y, .op = cuda::ActOp::Gelu, .rows = r, .cols = c};
+      const double lt = bench::best_window_ms(s, reps, [&] {
+        f8.fprop(act, wt, M, N, K, y);
+        cuda::act_quantize(gelu, M, N, s);
+      });
+      const double own = bench::best_window_ms(s, reps, [&] {
+        cuda::fp8_gemm_nt_sm90(act, wt, M, N, K, nullptr, y, s);
+        cuda::act_quantize(gelu, M, N, s);
+      });
+      const double fused = bench::best_window_ms(s, reps, [&] {
+        cuda::fp8_gemm_gelu_quant_sm90(act, wt, M, N, K, w, {y, r.codes, r.scales, c.codes, c.scales}, s);
+      });
+      std::printf("{\"what\": \"fc_forward\", \"M\": %d, \"N\": %d, \"K\": %d, \"cublaslt_then_quantize_ms\": %.4f, "
+                  "\"own_then_quantize_ms\": %.4f, \"own_fused_ms\": %.4f, \"fused_speedup\": %.3f}\n",
+                  M, N, K, lt, own, fused, lt / fused);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpubench_fp8_linear: %s\n", e.what());
     return 1;

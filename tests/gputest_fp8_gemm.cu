@@ -19,11 +19,13 @@
 #include <random>
 #include <vector>
 
+#include "formats/codec.h"
 #include "formats/cuda/fp8_block_cuda.h"
 #include "formats/fp8_block.h"
 #include "gpu_test_util.h"
 #include "models/cuda/fp8_gemm.h"
 #include "models/cuda/fp8_gemm_sm90.h"
+#include "models/cuda/fp8_linear.h"
 #include "util/cuda_check.h"
 
 namespace mxdp {
@@ -368,6 +370,91 @@ TEST(GpuFp8Gemm, OwnSm90WgradAgainstFp32ReferencesAndCublasLt) {
     EXPECT_LE(e.max_elem, 1e-2);
     EXPECT_LE(f.frob, 0.08);
     EXPECT_LE(l.frob, 1e-3);
+  }
+}
+
+}  // namespace
+}  // namespace mxdp
+
+namespace mxdp {
+namespace {
+
+// fc's fused forward (fp8_gemm_gelu_quant_sm90: bias, GELU and both FP8
+// operands of the GELU in the own GEMM's epilogue) against the two passes it
+// replaces, fp8_gemm_nt_sm90 then act_quantize (bias + GELU + rows + cols, the
+// kernel the model otherwise runs), bit for bit: the pre-activation, the rows
+// operand's codes and scales, the cols operand's. The pre-activation also
+// against bf16(bf16(product) + bias) computed here from the unfused product
+// with the codec. Shapes: 124M and 1558M fc, and an N ending in a partial tile
+// (208 = 128 + 80) with K ending in a partial block; each way of running it.
+TEST(GpuFp8Gemm, OwnSm90GeluQuantIsGemmThenActQuantize) {
+  if (!gputest::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (!cuda::fp8_gemm_sm90_supported(1024, 1024, 1024)) GTEST_SKIP() << "not a compute capability 9.0 device";
+  struct Case {
+    const char* name;
+    int M, N, K;
+  };
+  uint32_t seed = 401;
+  for (const Case& c : {Case{"124m mlp.fc", 1024, 3072, 768}, Case{"1558m mlp.fc", 1024, 6400, 1600},
+                        Case{"small", 256, 208, 144}}) {
+    SCOPED_TRACE(c.name);
+    const int M = c.M, N = c.N, K = c.K;
+    const auto hx = input(M, K, 1.0f, seed), hw = input(N, K, 0.02f, seed + 1);
+    std::mt19937 g(seed + 2);
+    seed += 3;
+    std::normal_distribution<float> nd(0.f, 0.5f);
+    std::vector<uint16_t> hb(N);
+    for (auto& v : hb) v = codec::bf16_from_f32(nd(g));
+    Dev<float> x(hx), w(hw);
+    Dev<uint16_t> bias(hb);
+    Act qx(x, M, K, false);
+    Tiles qw(N, K);
+    cuda::fp8b128_quantize(w.p, N, K, qw.q.p, qw.s.p, 0);
+    qw.finish(N, K);
+    const size_t rows_scales = size_t(fp8_1x128_scale_count(M, N)), cols_scales = size_t(M / 128) * N;
+    struct Out {
+      Dev<uint16_t> pre;
+      Dev<uint8_t> rq, cq;
+      Dev<float> rs, cs;
+      Out(size_t mn, size_t rsn, size_t csn) : pre(mn), rq(mn), cq(mn), rs(rsn), cs(csn) {}
+    };
+    const size_t mn = size_t(M) * N;
+    // The two passes.
+    Out want(mn, rows_scales, cols_scales);
+    cuda::fp8_gemm_nt_sm90(qx.op(), qw.op(), M, N, K, nullptr, want.pre.p, 0);
+    const auto product = want.pre.get();
+    cuda::act_quantize({.x = want.pre.p,
+                        .bias = bias.p,
+                        .biased = want.pre.p,
+                        .op = cuda::ActOp::Gelu,
+                        .rows = {want.rq.p, want.rs.p},
+                        .cols = {want.cq.p, want.cs.p}},
+                       M, N, 0);
+    const std::vector<uint16_t> pre = want.pre.get();
+    const std::vector<uint8_t> rq = want.rq.get(), cq = want.cq.get();
+    const std::vector<float> rs = want.rs.get(), cs = want.cs.get();
+    // The pre-activation from the product, here.
+    size_t wrong = 0;
+    for (size_t i = 0; i < mn; ++i)
+      wrong += pre[i] != codec::bf16_from_f32(codec::bf16_to_f32(product[i]) + codec::bf16_to_f32(hb[i % N]));
+    EXPECT_EQ(wrong, 0u) << "act_quantize's pre-activation is not bf16(product + bias)";
+    size_t nonzero = 0;
+    for (uint8_t v : rq) nonzero += (v & 0x7F) != 0;
+    EXPECT_GT(nonzero, mn / 2) << "the rows operand is mostly zero codes";
+    for (const int variant : {2, 1, 4, -1, -2}) {  // cluster size; negative: a cluster a tile group
+      SCOPED_TRACE(variant);
+      Out got(mn, rows_scales, cols_scales);
+      cuda::fp8_gemm_gelu_quant_sm90(qx.op(), qw.op(), M, N, K, bias.p,
+                                     {got.pre.p, got.rq.p, got.rs.p, got.cq.p, got.cs.p}, 0, std::abs(variant),
+                                     variant > 0);
+      EXPECT_EQ(got.pre.get(), pre) << "the pre-activation";
+      EXPECT_EQ(got.rq.get(), rq) << "the rows operand's codes";
+      EXPECT_EQ(got.rs.get(), rs) << "the rows operand's scales";
+      EXPECT_EQ(got.cq.get(), cq) << "the cols operand's codes";
+      EXPECT_EQ(got.cs.get(), cs) << "the cols operand's scales";
+    }
+    std::printf("own sm90 gelu+quant %-13s M %5d N %5d K %5d | same bits as GEMM + act_quantize: %s\n", c.name, M,
+                N, K, ::testing::Test::HasFailure() ? "NO" : "yes");
   }
 }
 

@@ -10,7 +10,11 @@
 
 #include <algorithm>
 
+#include "formats/codec.h"
+#include "formats/cuda/bf16_pack.cuh"
+#include "formats/cuda/fp8_encode.cuh"
 #include "formats/fp8_block.h"
+#include "models/cuda/gelu_fast.cuh"
 #include "util/check.h"
 #include "util/cuda_check.h"
 
@@ -19,15 +23,50 @@ namespace mxdp::cuda {
 namespace {
 
 constexpr int kTile = 128;                  // BM = BN = BK: one 1x128 block, one 128x128 scale tile
-constexpr int kStages = 5;                  // ring of shared-memory stages
 constexpr int kStageBytes = kTile * kTile;  // one operand's stage: 128 rows of 128 E4M3 codes
 constexpr int kThreads = 384;               // warpgroup 0 loads, 1 and 2 multiply 64 rows each
 constexpr int kConsumerWarps = 8;
 constexpr int kOutHalfBytes = kTile * 128;  // the bf16 tile leaves in two 128 x 64 halves, rows of 128 bytes
 constexpr int kOutBytes = 2 * kOutHalfBytes;
-constexpr int kColScaleBytes = kTile * 4;  // the wgrad's b scales of one stage: a 1x128 scale per b row
-constexpr int kSmemBytes =
-    2 * kStages * kStageBytes + kOutBytes + kStages * kColScaleBytes + 2 * kStages * 8 + 1024;  // + barriers, alignment
+
+// What the consumers do with a finished tile (the kernel's epilogue).
+enum class Epi {
+  Bf16,        // d = bf16(sum + bias): fprop, dgrad
+  Accumulate,  // d += sum (fp32): the weight gradient
+  GeluQuant,   // fc's forward: d = pre-activation, plus both FP8 operands of its GELU (fp8_gemm_sm90.h)
+};
+
+// The shared memory of a CTA, by epilogue: the stage ring (a's stages, then
+// b's), the bf16 tile on its way out, and what the epilogue needs besides:
+// GeluQuant the two code tiles on their way out (rows: 128 rows x 128 codes;
+// cols: 128 columns x 128 codes, the transpose) and the column amaxes of the
+// eight consumer warps and the columns' reciprocal scales; Accumulate the b
+// scales of each stage. GeluQuant keeps four stages instead of five: five and
+// its 36.5 KB would pass the 227 KB a CTA may have.
+template <Epi kEpi>
+struct Smem {
+  static constexpr bool kGq = kEpi == Epi::GeluQuant, kAcc = kEpi == Epi::Accumulate;
+  static constexpr int kStages = kGq ? 4 : 5;
+  static constexpr int kB = kStages * kStageBytes;
+  static constexpr int kOut = 2 * kStages * kStageBytes;
+  static constexpr int kRowCodes = kOut + kOutBytes;
+  static constexpr int kColCodes = kRowCodes + (kGq ? kTile * kTile : 0);
+  static constexpr int kColAmax = kColCodes + (kGq ? kTile * kTile : 0);  // [8 warps][128] floats
+  static constexpr int kColRcp = kColAmax + (kGq ? kConsumerWarps * kTile * 4 : 0);  // [128] floats
+  static constexpr int kColScales = kColRcp + (kGq ? kTile * 4 : 0);  // Accumulate: [stages][128] floats
+  static constexpr int kBarriers = kColScales + (kAcc ? kStages * kTile * 4 : 0);
+  static constexpr int kBytes = kBarriers + 2 * kStages * 8 + 1024;  // + the full and empty barriers, alignment
+};
+static_assert(Smem<Epi::GeluQuant>::kBytes <= 227 * 1024 && Smem<Epi::Bf16>::kBytes <= 227 * 1024 &&
+                  Smem<Epi::Accumulate>::kBytes <= 227 * 1024,
+              "a CTA's shared memory");
+
+// The epilogue's inputs and outputs besides d and its tensor map.
+struct EpiArgs {
+  const __nv_bfloat16* bias = nullptr;  // [N]; Bf16: added to the fp32 sum; GeluQuant: to its bf16 rounding
+  float* rows_scales = nullptr;         // GeluQuant: the rows operand's 1x128 scales, [N / 128][M]
+  float* cols_scales = nullptr;         // GeluQuant: the cols operand's, [M / 128][N]
+};
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define MXDP_SM90A_KERNEL 1
@@ -162,6 +201,178 @@ __device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t desc_a
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
+
+// A consumer thread's place in its tile: rows r and r + 8, columns 8 i + 2 q + {0, 1} (i < 16) of
+// wgmma's accumulator layout; the consumers are threads 128-383, thread 128 issues the stores.
+struct Frag {
+  int r, q;
+};
+constexpr int kStorer = 128;
+
+// Byte offset of byte `col` of row `row` in a 128-byte-swizzled box of 128-byte rows: the 16-byte
+// chunk j of row r sits at chunk j ^ (r % 8) (what TMA's 128-byte swizzle reads and writes).
+__device__ __forceinline__ int sw128_at(int row, int col) { return row * 128 + (((col >> 4) ^ (row & 7)) << 4) + (col & 15); }
+
+// Until the tile before's stores have read shared memory (the storer waits, then every consumer).
+__device__ __forceinline__ void wait_out_free() {
+  if (threadIdx.x == kStorer) tma_store_wait_read();
+  asm volatile("bar.sync 1, 256;" ::: "memory");
+}
+// The consumers' shared-memory writes made visible to the async proxy, then all of them arrived.
+__device__ __forceinline__ void out_written() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  asm volatile("bar.sync 1, 256;" ::: "memory");
+}
+// Pair i of row r + 8 h of the thread's fragment into the bf16 tile (two 128 x 64 halves).
+__device__ __forceinline__ void put_pair(uint8_t* out, Frag f, int i, int h, uint32_t bf16x2) {
+  *reinterpret_cast<uint32_t*>(out + (i / 8) * kOutHalfBytes + sw128_at(f.r + 8 * h, 2 * (8 * (i % 8) + 2 * f.q))) =
+      bf16x2;
+}
+__device__ __forceinline__ void store_out(const CUtensorMap* map_d, const uint8_t* out, int m0, int n0, int N) {
+  tma_store(map_d, out, n0, m0);
+  if (n0 + 64 < N) tma_store(map_d, out + kOutHalfBytes, n0 + 64, m0);
+}
+
+// Epi::Bf16: d = bf16(sum + bias), the bias added in fp32 before the one rounding (as cuBLASLt's
+// BIAS epilogue), through shared memory and a TMA store.
+__device__ __forceinline__ void epilogue_bf16(float (&acc)[64], Frag f, uint8_t* out, const CUtensorMap* map_d,
+                                              const __nv_bfloat16* bias, int m0, int n0, int M, int N) {
+  if (bias != nullptr) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int col = n0 + 8 * i + 2 * f.q;
+      if (col >= N) continue;
+      const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + col));
+      acc[4 * i + 0] += b.x;
+      acc[4 * i + 1] += b.y;
+      acc[4 * i + 2] += b.x;
+      acc[4 * i + 3] += b.y;
+    }
+  }
+  wait_out_free();
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const __nv_bfloat162 v = __floats2bfloat162_rn(acc[4 * i + 2 * h], acc[4 * i + 2 * h + 1]);
+      put_pair(out, f, i, h, *reinterpret_cast<const uint32_t*>(&v));
+    }
+  out_written();
+  if (threadIdx.x == kStorer && m0 < M && n0 < N) store_out(map_d, out, m0, n0, N);
+}
+
+// Epi::Accumulate: d += the tile, each thread's pairs (a quad's four pairs one 32-byte sector).
+__device__ __forceinline__ void epilogue_accumulate(const float (&acc)[64], Frag f, float* d, int m0, int n0, int M,
+                                                    int N) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const int col = n0 + 8 * i + 2 * f.q;
+    if (col >= N) continue;  // N is a multiple of 16: a pair is wholly in or out
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = m0 + f.r + 8 * h;
+      if (row >= M) continue;
+      float2* p = reinterpret_cast<float2*>(d + int64_t(row) * N + col);
+      float2 v = *p;
+      v.x += acc[4 * i + 2 * h];
+      v.y += acc[4 * i + 2 * h + 1];
+      *p = v;
+    }
+  }
+}
+
+// Epi::GeluQuant, fc's forward: act_quantize's bias + GELU + rows + cols on the tile (fp8_linear.h),
+// its bits. The sum rounded to bf16 (the plain epilogue's output), the bias added in fp32 and
+// rounded again: that pre-activation is d. Its GELU rounded to bf16 is quantized both ways: rows
+// (a row's 128 columns one block: amax over the thread's 32 values, then its quad) and cols (a
+// column's 128 rows one block: over the thread's two rows, the warp's 8 lanes of the same q, then
+// the 8 warps through shared memory). Columns past N hold GELU 0, as act_quantize's absent chunks.
+// M is a multiple of 128 (no rows past it). The code tiles leave by TMA stores beside d's.
+__device__ __forceinline__ void epilogue_gelu_quant(float (&acc)[64], Frag f, int warp8, uint8_t* out, uint8_t* rq,
+                                                    uint8_t* cq, float* cam, float* crcp, const CUtensorMap* map_d,
+                                                    const CUtensorMap* map_rq, const CUtensorMap* map_cq,
+                                                    const EpiArgs& e, int m0, int n0, int M, int N) {
+  wait_out_free();
+  const bool tile_in = m0 < M && n0 < N;  // else a cluster's tile past the edge: nothing is written
+  float am[2] = {0.f, 0.f};               // rows r and r + 8
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const int col = n0 + 8 * i + 2 * f.q;
+    const bool present = col < N;
+    float2 b = make_float2(0.f, 0.f);
+    if (present) b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(e.bias + col));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float* v = acc + 4 * i + 2 * h;
+      const __nv_bfloat162 y = __floats2bfloat162_rn(v[0], v[1]);  // the GEMM's output
+      const uint32_t pre = device::bf16x2_rn(__low2float(y) + b.x, __high2float(y) + b.y);
+      put_pair(out, f, i, h, pre);
+      const uint32_t g =
+          device::bf16x2_rn(device::gelu_tanh(device::bf16_lo(pre)), device::gelu_tanh(device::bf16_hi(pre)));
+      v[0] = present ? device::bf16_lo(g) : 0.f;
+      v[1] = present ? device::bf16_hi(g) : 0.f;
+      am[h] = device::amax_fold(device::amax_fold(am[h], v[0]), v[1]);
+    }
+  }
+  // The rows operand: each row's amax over its quad, its scale, its codes.
+  float rc[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    am[h] = fmaxf(am[h], __shfl_xor_sync(0xFFFFFFFFu, am[h], 1));
+    am[h] = fmaxf(am[h], __shfl_xor_sync(0xFFFFFFFFu, am[h], 2));
+    const float sc = codec::fp8_pow2_scale(am[h], Fp8Kind::E4M3);
+    rc[h] = codec::fp8_pow2_reciprocal(sc);
+    if (f.q == 0 && tile_in) e.rows_scales[int64_t(n0 / kTile) * M + m0 + f.r + 8 * h] = sc;
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const uint32_t w = device::encode4<Fp8Kind::E4M3, device::kEnc>(acc[4 * i] * rc[0], acc[4 * i + 1] * rc[0],
+                                                                     acc[4 * i + 2] * rc[1], acc[4 * i + 3] * rc[1]);
+    const int c = 8 * i + 2 * f.q;
+    *reinterpret_cast<uint16_t*>(rq + sw128_at(f.r, c)) = uint16_t(w);
+    *reinterpret_cast<uint16_t*>(rq + sw128_at(f.r + 8, c)) = uint16_t(w >> 16);
+  }
+  // The cols operand: the column amaxes of the warp's 16 rows (lanes q, q + 4, ... hold a column's),
+  // then the 8 warps' in shared memory, a column's scale and reciprocal.
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      float m = device::amax_fold(device::amax_fold(0.f, acc[4 * i + j]), acc[4 * i + 2 + j]);
+      m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, 4));
+      m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, 8));
+      m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, 16));
+      if (f.r % 8 == 0) cam[warp8 * kTile + 8 * i + 2 * f.q + j] = m;
+    }
+  asm volatile("bar.sync 1, 256;" ::: "memory");
+  if (const int u = threadIdx.x - kStorer; u < kTile) {
+    float m = 0.f;
+#pragma unroll
+    for (int w = 0; w < kConsumerWarps; ++w) m = fmaxf(m, cam[w * kTile + u]);
+    const float sc = codec::fp8_pow2_scale(m, Fp8Kind::E4M3);
+    crcp[u] = codec::fp8_pow2_reciprocal(sc);
+    if (tile_in && n0 + u < N) e.cols_scales[int64_t(m0 / kTile) * N + n0 + u] = sc;
+  }
+  asm volatile("bar.sync 1, 256;" ::: "memory");
+  // Column c's codes are row c of the cols tile: bytes r and r + 8 of columns c and c + 1.
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const int c = 8 * i + 2 * f.q;
+    const float r0 = crcp[c], r1 = crcp[c + 1];
+    const uint32_t w = device::encode4<Fp8Kind::E4M3, device::kEnc>(acc[4 * i] * r0, acc[4 * i + 2] * r0,
+                                                                     acc[4 * i + 1] * r1, acc[4 * i + 3] * r1);
+    cq[sw128_at(c, f.r)] = uint8_t(w);
+    cq[sw128_at(c, f.r + 8)] = uint8_t(w >> 8);
+    cq[sw128_at(c + 1, f.r)] = uint8_t(w >> 16);
+    cq[sw128_at(c + 1, f.r + 8)] = uint8_t(w >> 24);
+  }
+  out_written();
+  if (threadIdx.x == kStorer && tile_in) {
+    store_out(map_d, out, m0, n0, N);
+    tma_store(map_rq, rq, n0, m0);  // rows codes [M, N]: columns n0.., rows m0..
+    tma_store(map_cq, cq, m0, n0);  // cols codes [N, M]: columns m0.., rows n0..
+  }
+}
 #endif  // MXDP_SM90A_KERNEL
 
 // d = a . b^T (fp8_gemm_sm90.h) in 128x128 tiles of d. Tiles go to clusters
@@ -176,26 +387,30 @@ __device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t desc_a
 // A cluster takes the groups cluster_id, + clusters, ... (one each when the
 // grid has a cluster per group; a persistent grid keeps loading the next
 // group's stages while its consumers finish the last). sa: a's 1x128 scales at
-// kb * lda_s + row. kWgrad false (fprop, dgrad): sb holds b's tile scales at
-// (n / 128) * ldb_s + kb, and the bf16 tile (+ bias) leaves through shared
-// memory in 16-byte row segments. kWgrad true: b has 1x128 scales too, sb at
-// kb * ldb_s + n (the loader copies a stage's 128 of them into shared memory
-// beside its codes), each product is scaled by its row's and its column's
-// scale, and the fp32 tile is added into d (d += a . b^T).
-template <int kCluster, bool kWgrad>
+// kb * lda_s + row. Epilogues Bf16 and GeluQuant (fprop, dgrad): sb holds b's
+// tile scales at (n / 128) * ldb_s + kb; the tile leaves through shared memory
+// by TMA stores (epilogue_bf16, epilogue_gelu_quant). Accumulate: b has 1x128
+// scales too, sb at kb * ldb_s + n (the loader copies a stage's 128 of them
+// into shared memory beside its codes), each product is scaled by its row's
+// and its column's scale, and the fp32 tile is added into d (d += a . b^T).
+template <int kCluster, Epi kEpi>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_gemm_nt_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                       const __grid_constant__ CUtensorMap map_d,
-                       const float* __restrict__ sa, int lda_s, const float* __restrict__ sb, int ldb_s,
-                       const __nv_bfloat16* __restrict__ bias, void* __restrict__ d_out, int M, int N, int K) {
+                       const __grid_constant__ CUtensorMap map_d, const __grid_constant__ CUtensorMap map_rq,
+                       const __grid_constant__ CUtensorMap map_cq, const float* __restrict__ sa, int lda_s,
+                       const float* __restrict__ sb, int ldb_s, const EpiArgs e, void* __restrict__ d_out, int M,
+                       int N, int K) {
 #ifdef MXDP_SM90A_KERNEL
+  using L = Smem<kEpi>;
+  constexpr bool kWgrad = kEpi == Epi::Accumulate;
+  constexpr int kStages = L::kStages;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* stage_a = smem;
-  uint8_t* stage_b = smem + kStages * kStageBytes;
-  uint8_t* out = smem + 2 * kStages * kStageBytes;  // the tile on its way out
-  float* col_scales = reinterpret_cast<float*>(out + kOutBytes);  // kStages x 128, the wgrad's
-  uint64_t* full = reinterpret_cast<uint64_t*>(out + kOutBytes + kStages * kColScaleBytes);
+  uint8_t* stage_b = smem + L::kB;
+  uint8_t* out = smem + L::kOut;  // the tile on its way out
+  float* col_scales = reinterpret_cast<float*>(smem + L::kColScales);  // kStages x 128, the wgrad's
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kBarriers);
   uint64_t* empty = full + kStages;
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   constexpr int kCm = kCluster >= 2 ? 2 : 1, kCn = kCluster / kCm;  // the group's tiles down and across
@@ -361,62 +576,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         retire(kb, p0, lo0, hi0);
       }
       it += nk;
-      if constexpr (kWgrad) {
-        // d += the tile: each thread's pairs, a quad's four pairs one 32-byte sector of a row.
-        float* d = static_cast<float*>(d_out);
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          const int col = n0 + 8 * i + 2 * (lane % 4);
-          if (col >= N) continue;  // N is a multiple of 16: a pair is wholly in or out
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int row = h ? r_hi : r_lo;
-            if (row >= M) continue;
-            float2* p = reinterpret_cast<float2*>(d + int64_t(row) * N + col);
-            float2 v = *p;
-            v.x += acc[4 * i + 2 * h];
-            v.y += acc[4 * i + 2 * h + 1];
-            *p = v;
-          }
-        }
+      const Frag f{cw * 64 + warp * 16 + lane / 4, lane % 4};
+      if constexpr (kEpi == Epi::Accumulate) {
+        epilogue_accumulate(acc, f, static_cast<float*>(d_out), m0, n0, M, N);
+      } else if constexpr (kEpi == Epi::Bf16) {
+        epilogue_bf16(acc, f, out, &map_d, e.bias, m0, n0, M, N);
       } else {
-        if (bias != nullptr) {  // added in fp32 before the one rounding to bf16, as cuBLASLt's BIAS epilogue
-#pragma unroll
-          for (int i = 0; i < 16; ++i) {
-            const int col = n0 + 8 * i + 2 * (lane % 4);
-            if (col >= N) continue;
-            const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + col));
-            acc[4 * i + 0] += b.x;
-            acc[4 * i + 1] += b.y;
-            acc[4 * i + 2] += b.x;
-            acc[4 * i + 3] += b.y;
-          }
-        }
-        // The previous tile's stores have read `out` (the storing thread waits before it arrives).
-        if (threadIdx.x == 128) tma_store_wait_read();
-        asm volatile("bar.sync 1, 256;" ::: "memory");
-        // Into the two halves in the 128-byte swizzle the store reads: the 16-byte chunk j of row
-        // r at chunk j ^ (r % 8), so a warp's eight rows write 32 different banks.
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          const int r = cw * 64 + warp * 16 + lane / 4, j = i % 8;
-          uint8_t* half = out + (i / 8) * kOutHalfBytes + 4 * (lane % 4);
-          *reinterpret_cast<__nv_bfloat162*>(half + r * 128 + ((j ^ (r % 8)) * 16)) =
-              __floats2bfloat162_rn(acc[4 * i], acc[4 * i + 1]);
-          *reinterpret_cast<__nv_bfloat162*>(half + (r + 8) * 128 + ((j ^ ((r + 8) % 8)) * 16)) =
-              __floats2bfloat162_rn(acc[4 * i + 2], acc[4 * i + 3]);
-        }
-        // The writes made visible to the store's (async) proxy, then one thread stores the tile
-        // while every consumer goes on to the next one.
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        asm volatile("bar.sync 1, 256;" ::: "memory");
-        if (threadIdx.x == 128 && m0 < M && n0 < N) {
-          tma_store(&map_d, out, n0, m0);
-          if (n0 + 64 < N) tma_store(&map_d, out + kOutHalfBytes, n0 + 64, m0);
-        }
+        epilogue_gelu_quant(acc, f, cw * 4 + warp, out, smem + L::kRowCodes, smem + L::kColCodes,
+                            reinterpret_cast<float*>(smem + L::kColAmax), reinterpret_cast<float*>(smem + L::kColRcp),
+                            &map_d, &map_rq, &map_cq, e, m0, n0, M, N);
       }
     }
-    if (!kWgrad && threadIdx.x == 128) tma_store_wait();  // the last tile's stores, before the CTA leaves
+    if (!kWgrad && threadIdx.x == kStorer) tma_store_wait();  // the last tile's stores, before the CTA leaves
   }
   // No CTA leaves while its peer may still multicast into it or arrive on its barriers.
   if constexpr (kCluster > 1) {
@@ -461,7 +632,7 @@ CUtensorMap codes_map(const uint8_t* codes, int rows, int K, int box_rows) {
 }
 
 // The kernel's launch configuration (grid left to the caller).
-template <int kCluster>
+template <int kCluster, Epi kEpi>
 cudaLaunchConfig_t launch_config(cudaStream_t stream, cudaLaunchAttribute* attr) {
   cudaLaunchConfig_t cfg{};
   attr->id = cudaLaunchAttributeClusterDimension;
@@ -469,7 +640,7 @@ cudaLaunchConfig_t launch_config(cudaStream_t stream, cudaLaunchAttribute* attr)
   attr->val.clusterDim.y = 1;
   attr->val.clusterDim.z = 1;
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = kSmemBytes;
+  cfg.dynamicSmemBytes = Smem<kEpi>::kBytes;
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
@@ -477,13 +648,14 @@ cudaLaunchConfig_t launch_config(cudaStream_t stream, cudaLaunchAttribute* attr)
 }
 
 // Clusters of kCluster CTAs that fit on the device at once: the persistent grid's size.
-template <int kCluster, bool kWgrad>
+template <int kCluster, Epi kEpi>
 int resident_clusters() {
   static const int n = [] {
-    auto* kernel = fp8_gemm_nt_kernel<kCluster, kWgrad>;
-    MXDP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    auto* kernel = fp8_gemm_nt_kernel<kCluster, kEpi>;
+    MXDP_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Smem<kEpi>::kBytes));
     cudaLaunchAttribute attr;
-    cudaLaunchConfig_t probe = launch_config<kCluster>(0, &attr);
+    cudaLaunchConfig_t probe = launch_config<kCluster, kEpi>(0, &attr);
     probe.gridDim = dim3(kCluster);
     int count = 0;
     MXDP_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&count, kernel, &probe));
@@ -493,23 +665,45 @@ int resident_clusters() {
   return n;
 }
 
-// d (bf16, or fp32 added into for kWgrad) = a . b^T; b's scale layout is its kind's (tiles, or 1x128 for kWgrad).
-template <int kCluster, bool kWgrad>
-void launch(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const uint16_t* bias, void* d,
+// What a launch writes: d (bf16, or fp32 added into for Accumulate) and, for GeluQuant, the two
+// code matrices (their scales are in EpiArgs).
+struct Outputs {
+  void* d = nullptr;
+  uint8_t* rows_codes = nullptr;
+  uint8_t* cols_codes = nullptr;
+};
+
+// d = a . b^T and the epilogue's outputs; b's scale layout is its kind's (tiles, or 1x128 for Accumulate).
+template <int kCluster, Epi kEpi>
+void launch(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const EpiArgs& e, const Outputs& o,
             cudaStream_t stream, bool persistent) {
-  auto* kernel = fp8_gemm_nt_kernel<kCluster, kWgrad>;
+  constexpr bool kWgrad = kEpi == Epi::Accumulate;
+  auto* kernel = fp8_gemm_nt_kernel<kCluster, kEpi>;
   cudaLaunchAttribute attr;
-  cudaLaunchConfig_t cfg = launch_config<kCluster>(stream, &attr);
-  const int resident = resident_clusters<kCluster, kWgrad>();
+  cudaLaunchConfig_t cfg = launch_config<kCluster, kEpi>(stream, &attr);
+  const int resident = resident_clusters<kCluster, kEpi>();
   constexpr int kCm = kCluster >= 2 ? 2 : 1, kCn = kCluster / kCm;  // as the kernel's
   const int groups = ((N + kTile * kCn - 1) / (kTile * kCn)) * ((M + kTile * kCm - 1) / (kTile * kCm));
   cfg.gridDim = dim3((persistent ? std::min(groups, resident) : groups) * kCluster);
   const CUtensorMap ma = codes_map(a.codes, M, K, kTile / kCn), mb = codes_map(b.codes, N, K, kTile / kCm);
-  // The bf16 output in 128 x 64 halves of a tile (the wgrad adds into d itself and has no map).
-  const CUtensorMap md = kWgrad ? ma : tensor_map(d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, M, N, kTile, "bf16 output");
+  // The bf16 output in 128 x 64 halves of a tile (the wgrad adds into d itself and has no map), the
+  // code tiles of GeluQuant (the other epilogues pass a's map, unused).
+  const CUtensorMap md =
+      kWgrad ? ma : tensor_map(o.d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, M, N, kTile, "bf16 output");
+  const bool gq = kEpi == Epi::GeluQuant;
+  const CUtensorMap mrq = gq ? codes_map(o.rows_codes, M, N, kTile) : ma;
+  const CUtensorMap mcq = gq ? codes_map(o.cols_codes, N, M, kTile) : ma;
   const int ldb_s = int(kWgrad ? fp8_1x128_scale_ld(N) : fp8b128_gemm_scale_ld(K));
-  MXDP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ma, mb, md, a.scales, int(fp8_1x128_scale_ld(M)), b.scales, ldb_s,
-                                     reinterpret_cast<const __nv_bfloat16*>(bias), d, M, N, K));
+  MXDP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ma, mb, md, mrq, mcq, a.scales, int(fp8_1x128_scale_ld(M)),
+                                     b.scales, ldb_s, e, o.d, M, N, K));
+}
+
+// The launch of the cluster size asked for.
+template <Epi kEpi>
+void launch_cluster(int cluster, const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const EpiArgs& e,
+                    const Outputs& o, cudaStream_t stream, bool persistent) {
+  auto* run = cluster == 4 ? launch<4, kEpi> : cluster == 2 ? launch<2, kEpi> : launch<1, kEpi>;
+  run(a, b, M, N, K, e, o, stream, persistent);
 }
 
 // What every entry point checks: E4M3 operands of the scalings given, the shape, the alignment.
@@ -545,23 +739,41 @@ bool fp8_gemm_sm90_supported(int M, int N, int K) {
 int fp8_gemm_sm90_resident_clusters(int cluster) {
   MXDP_CHECK(cluster == 1 || cluster == 2 || cluster == 4, "fp8_gemm_sm90_resident_clusters: cluster ", cluster,
              " (1, 2 or 4)");
-  return cluster == 4 ? resident_clusters<4, false>() : cluster == 2 ? resident_clusters<2, false>()
-                                                                     : resident_clusters<1, false>();
+  return cluster == 4   ? resident_clusters<4, Epi::Bf16>()
+         : cluster == 2 ? resident_clusters<2, Epi::Bf16>()
+                        : resident_clusters<1, Epi::Bf16>();
 }
 
 void fp8_gemm_nt_sm90(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const uint16_t* bias,
                       uint16_t* d, cudaStream_t stream, int cluster, bool persistent) {
   check_operands("fp8_gemm_nt_sm90", a, b, Fp8Scaling::Tiles128, M, N, K, d, cluster);
   MXDP_CHECK(reinterpret_cast<uintptr_t>(bias) % 4 == 0, "fp8_gemm_nt_sm90: the bias must be 4-byte aligned");
-  auto* run = cluster == 4 ? launch<4, false> : cluster == 2 ? launch<2, false> : launch<1, false>;
-  run(a, b, M, N, K, bias, d, stream, persistent);
+  launch_cluster<Epi::Bf16>(cluster, a, b, M, N, K, {.bias = reinterpret_cast<const __nv_bfloat16*>(bias)},
+                            {.d = d}, stream, persistent);
 }
 
 void fp8_gemm_nt_accumulate_sm90(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, float* d,
                                  cudaStream_t stream, int cluster, bool persistent) {
   check_operands("fp8_gemm_nt_accumulate_sm90", a, b, Fp8Scaling::Rows1x128, M, N, K, d, cluster);
-  auto* run = cluster == 4 ? launch<4, true> : cluster == 2 ? launch<2, true> : launch<1, true>;
-  run(a, b, M, N, K, nullptr, d, stream, persistent);
+  launch_cluster<Epi::Accumulate>(cluster, a, b, M, N, K, {}, {.d = d}, stream, persistent);
+}
+
+void fp8_gemm_gelu_quant_sm90(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const uint16_t* bias,
+                              const Fp8GeluOut& out, cudaStream_t stream, int cluster, bool persistent) {
+  const char* what = "fp8_gemm_gelu_quant_sm90";
+  check_operands(what, a, b, Fp8Scaling::Tiles128, M, N, K, out.pre, cluster);
+  MXDP_CHECK(M % kTile == 0, what, ": M (", M, ") must be a multiple of 128 (the cols operand's blocks)");
+  MXDP_CHECK(bias != nullptr && out.rows_codes && out.rows_scales && out.cols_codes && out.cols_scales, what,
+             ": null bias or output");
+  MXDP_CHECK((reinterpret_cast<uintptr_t>(bias) | reinterpret_cast<uintptr_t>(out.rows_codes) |
+              reinterpret_cast<uintptr_t>(out.cols_codes)) % 16 == 0,
+             what, ": the bias and the codes must be 16-byte aligned");
+  const EpiArgs e{.bias = reinterpret_cast<const __nv_bfloat16*>(bias),
+                  .rows_scales = out.rows_scales,
+                  .cols_scales = out.cols_scales};
+  launch_cluster<Epi::GeluQuant>(cluster, a, b, M, N, K, e,
+                                 {.d = out.pre, .rows_codes = out.rows_codes, .cols_codes = out.cols_codes}, stream,
+                                 persistent);
 }
 
 }  // namespace mxdp::cuda

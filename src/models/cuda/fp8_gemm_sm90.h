@@ -60,4 +60,24 @@ void fp8_gemm_nt_sm90(const Fp8Operand& a, const Fp8Operand& b, int M, int N, in
 void fp8_gemm_nt_accumulate_sm90(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, float* d,
                                  cudaStream_t stream, int cluster = 1, bool persistent = true);
 
+// fc's forward with act_quantize's work (models/cuda/fp8_linear.h: bias,
+// GELU, both FP8 operands) done in the GEMM's epilogue, on the output tile
+// while it is in shared memory, instead of by a pass that reads it back:
+//   pre = bf16(bf16(a . b^T) + bias)       (d, the pre-activation backward reads)
+//   g   = bf16(gelu_tanh(pre))              (models/cuda/gelu_fast.cuh)
+//   rows: g in 1x128 blocks along N (codes [M, N], scales [ceil(N / 128)][M])
+//   cols: g^T in 1x128 blocks along M (codes [N, M], scales [M / 128][N])
+// Bit for bit fp8_gemm_nt_sm90 without bias followed by act_quantize({.x = d,
+// .bias = bias, .biased = d, .op = Gelu, .rows, .cols}) (gputest_fp8_gemm).
+// M must be a multiple of 128, the bias and codes 16-byte aligned.
+struct Fp8GeluOut {
+  uint16_t* pre = nullptr;
+  uint8_t* rows_codes = nullptr;
+  float* rows_scales = nullptr;
+  uint8_t* cols_codes = nullptr;
+  float* cols_scales = nullptr;
+};
+void fp8_gemm_gelu_quant_sm90(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const uint16_t* bias,
+                              const Fp8GeluOut& out, cudaStream_t stream, int cluster = 2, bool persistent = true);
+
 }  // namespace mxdp::cuda

@@ -38,12 +38,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <string>
 
 #include "formats/codec.h"
 #include "formats/cuda/bf16_pack.cuh"
 #include "formats/cuda/fp8_encode.cuh"
 #include "models/cuda/column_sums.h"  // bias_backward_finish and its scratch layout
 #include "models/cuda/fp8_gemm_sm90.h"
+#include "models/cuda/gelu_fast.cuh"
 #include "models/cuda/layernorm_value.cuh"
 #include "util/check.h"
 #include "util/cuda_check.h"
@@ -62,31 +64,6 @@ static_assert(kTile == kColsumRows, "a tile's column sums are bias_backward's pa
 // Where chunk k of tile row r lives in shared memory (see the top of the file).
 __device__ __forceinline__ int chunk_at(int r, int k) { return r * kChunks + (k ^ ((r >> 2) & 7)); }
 
-// GELU, tanh form, through the logistic function: 0.5 (1 + tanh(u)) = sigma(2u),
-// so gelu(x) = x sigma(2u) and gelu'(x) = sigma + 2 x sigma (1 - sigma) u'(x)
-// with u = sqrt(2/pi) (x + 0.044715 x^3): an exp2 and a reciprocal (two MUFU
-// operations, a few ulp) instead of tanhf's longer sequence, and no
-// cancellation in 1 + tanh for large negative x. The values differ from the
-// tanhf formula (the CPU model's) by a few fp32 ulp before the bf16 rounding.
-// The constants are folded (-2u log2(e) = x (kA + kB x^2)), and ex2 flushes
-// a subnormal result to 0, which 1 + 2^t absorbs anyway: 7 instructions a GELU
-// (fp8.md, "Where the time goes") where __expf's range fix-ups took 12.
-__device__ __forceinline__ float ex2_ftz(float t) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(t));
-  return y;
-}
-__device__ __forceinline__ float gelu_sigmoid(float x) {  // sigma(2u(x))
-  constexpr float kA = -2.f * 0.7978845608028654f * 1.4426950408889634f;  // -2 sqrt(2 / pi) log2(e)
-  constexpr float kB = kA * 0.044715f;
-  return __fdividef(1.f, 1.f + ex2_ftz(x * fmaf(kB, x * x, kA)));
-}
-__device__ __forceinline__ float gelu_tanh(float x) { return x * gelu_sigmoid(x); }
-__device__ __forceinline__ float gelu_grad(float x) {  // sigma + x sigma (1 - sigma) 2 u'(x)
-  constexpr float kC = 2.f * 0.7978845608028654f, kD = kC * 3.f * 0.044715f;  // 2 u'(x) = kC + kD x^2
-  const float sg = gelu_sigmoid(x);
-  return fmaf(x * fmaf(-sg, sg, sg), fmaf(kD, x * x, kC), sg);
-}
 using device::amax_fold;  // every fold here starts at 0 (see fp8_encode.cuh)
 
 // 8 floats rounded to bf16 (codec::bf16_from_f32's bits, by the hardware pair
@@ -280,13 +257,13 @@ __device__ __forceinline__ float op_and_amax(PassInputs<kOp>& in, const ActQuant
     }
     if constexpr (kOp == ActOp::Gelu) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = gelu_tanh(v[i]);
+      for (int i = 0; i < 8; ++i) v[i] = device::gelu_tanh(v[i]);
       in.raw[pass] = round8(v);
     } else if constexpr (kOp == ActOp::GeluGrad) {
       float a[8];
       unpack8(in.aux[pass], a);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] *= gelu_grad(a[i]);
+      for (int i = 0; i < 8; ++i) v[i] *= device::gelu_grad(a[i]);
       in.raw[pass] = round8(v);
     } else if constexpr (kOp == ActOp::LayerNorm) {
       // The LayerNorm kernel's element (the same function), and its rounding:
@@ -432,8 +409,11 @@ void act_quantize(const ActQuant& q, int M, int N, cudaStream_t s) {
 
 // ---- Fp8Linear ------------------------------------------------------------------
 
-Fp8Linear::Fp8Linear(cudaStream_t stream)
-    : s_(stream), gemm_(stream), own_gemm_(env_choice("MXDP_FP8_GEMM", {"cublaslt", "own"}, "cublaslt") == "own") {}
+Fp8Linear::Fp8Linear(cudaStream_t stream) : s_(stream), gemm_(stream) {
+  const std::string route = env_choice("MXDP_FP8_GEMM", {"cublaslt", "own", "fused"}, "cublaslt");
+  own_gemm_ = route == "own";
+  fused_gelu_ = route != "cublaslt";
+}
 
 Fp8Linear::~Fp8Linear() {
   cudaStreamSynchronize(s_);
@@ -484,6 +464,22 @@ void Fp8Linear::fprop(uint16_t* y, const Fp8Slot& x, const Fp8Weight& w, const u
   }
   if (Mp != M) write_rows(y, M, N);
   if (bias && !fused) act_quantize({.x = y, .bias = bias, .biased = y}, M, N, s_);
+}
+
+void Fp8Linear::fprop_gelu(uint16_t* pre, const Fp8Slot& x, const Fp8Weight& w, const uint16_t* bias, int M, int N,
+                           int K, const Fp8Slot& rows, const Fp8Slot& cols) {
+  MXDP_CHECK(rows.codes != x.codes, "internal: fprop_gelu's rows operand in its input's slot");
+  if (fused_gelu_ && M % kTile == 0 && fp8_gemm_sm90_supported(M, N, K)) {
+    MXDP_CHECK(w.rows == N && w.cols == K, "internal: FP8 fprop of a ", w.rows, " x ", w.cols, " weight as ", N, " x ",
+               K);
+    MXDP_CHECK(int64_t(M) * N <= cap_codes_, "internal: Fp8Linear scratch too small");
+    const Fp8Operand wo{w.codes, w.scales, Fp8Kind::E4M3, Fp8Scaling::Tiles128};
+    fp8_gemm_gelu_quant_sm90(x.operand(), wo, M, N, K, bias, {pre, rows.codes, rows.scales, cols.codes, cols.scales},
+                             s_);
+    return;
+  }
+  fprop(pre, x, w, nullptr, M, N, K);
+  act_quantize({.x = pre, .bias = bias, .biased = pre, .op = ActOp::Gelu, .rows = rows, .cols = cols}, M, N, s_);
 }
 
 void Fp8Linear::dgrad(uint16_t* dx, const Fp8Slot& dy, const Fp8Weight& wt, int M, int N, int K) {

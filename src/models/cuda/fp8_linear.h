@@ -113,6 +113,15 @@ class Fp8Linear {
   // (rows of [Mp, K]). The bias goes in the GEMM's epilogue where cuBLASLt
   // has one for the shape, else in an act_quantize pass (decided once a shape).
   void fprop(uint16_t* y, const Fp8Slot& x, const Fp8Weight& w, const uint16_t* bias, int M, int N, int K);
+  // fc's forward: pre[M, N] = bf16(bf16(X W^T) + bias), written back for the
+  // GELU gradient, and GELU(pre)'s operands: rows ([Mp, N]) and cols ([N, Mp]).
+  // act_quantize's bits ({.x = pre, .bias, .biased = pre, .op = Gelu, .rows,
+  // .cols} after fprop without bias) either way: in the own GEMM's epilogue
+  // (fp8_gemm_gelu_quant_sm90) when MXDP_FP8_GEMM is own or fused and M is a
+  // multiple of 128, else by fprop and act_quantize. rows must not be x's slot
+  // (the fused GEMM writes it while other tiles still read x).
+  void fprop_gelu(uint16_t* pre, const Fp8Slot& x, const Fp8Weight& w, const uint16_t* bias, int M, int N, int K,
+                  const Fp8Slot& rows, const Fp8Slot& cols);
   // dX = dY W: dx[M, K] bf16 (overwritten) from dy (rows of [Mp, N]) and W^T {K, N}.
   void dgrad(uint16_t* dx, const Fp8Slot& dy, const Fp8Weight& wt, int M, int N, int K);
   // dW += dY^T X: dw[N, K] fp32 from dy (cols, [N, Mp]) and x (cols, [K, Mp]).
@@ -124,11 +133,14 @@ class Fp8Linear {
   void write_rows(uint16_t* dst, int M, int N);
   cudaStream_t s_;
   Fp8Gemm gemm_;
-  // MXDP_FP8_GEMM=own: fprop and dgrad through mxdp's own sm_90a GEMM
-  // (fp8_gemm_sm90.h) instead of cuBLASLt, where it runs: an experiment's
-  // switch while it is slower than cuBLASLt (docs/fp8.md, "Our own FP8 GEMM").
-  // Unset, empty or "cublaslt": cuBLASLt; any other value is an error.
-  bool own_gemm_ = false;
+  // MXDP_FP8_GEMM (fp8_gemm_sm90.h's GEMM runs only on compute capability 9.0):
+  //   cublaslt (unset, empty): every GEMM through cuBLASLt;
+  //   own: fprop and dgrad through mxdp's own sm_90a GEMM, fc's forward fused;
+  //   fused: cuBLASLt, except fc's forward through the own GEMM's fused epilogue.
+  // Any other value is an error. The switch of an experiment while the own GEMM
+  // is slower than cuBLASLt (docs/fp8.md, "Our own FP8 GEMM"); every route
+  // gives the same bits.
+  bool own_gemm_ = false, fused_gelu_ = false;
   Fp8Slot slots_[kSlots];
   uint16_t* pad_ = nullptr;  // [Mp, max_n] bf16 when M % 128 != 0
   int64_t cap_codes_ = 0, cap_scales_ = 0, cap_m_ = 0;

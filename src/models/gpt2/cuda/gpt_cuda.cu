@@ -369,11 +369,11 @@ void GptCuda::forward_block_fp8(int l) {
   lin_->fprop(tmp, q, fw_[size_t(p.projw)], w(p.projb), M, C, C);
   residual_layernorm_forward(b.mid, nullptr, b.ln2_mean, b.ln2_rstd, b.x, tmp, w(p.ln2w), w(p.ln2b), M, C, s_);
   quantize_ln(b.mid, {b.ln2_mean, b.ln2_rstd, w(p.ln2w), w(p.ln2b)}, b.ln2t);
-  lin_->fprop(b.pre, q, fw_[size_t(p.fcw)], nullptr, M, 4 * C, C);
-  // pre + bias is written back: backward's GELU gradient reads it.
-  act_quantize({.x = b.pre, .bias = w(p.fcb), .biased = b.pre, .op = ActOp::Gelu, .rows = q, .cols = b.ht}, M, 4 * C,
-               s_);
-  lin_->fprop(tmp, q, fw_[size_t(p.mprojw)], w(p.mprojb), M, C, 4 * C);
+  // pre + bias is written back (backward's GELU gradient reads it); GELU(pre)'s rows operand goes
+  // to the kCols scratch (free in the forward): the fused GEMM still reads q while it writes them.
+  const Fp8Slot g = lin_->slot(Fp8Linear::kCols);
+  lin_->fprop_gelu(b.pre, q, fw_[size_t(p.fcw)], w(p.fcb), M, 4 * C, C, g, b.ht);
+  lin_->fprop(tmp, g, fw_[size_t(p.mprojw)], w(p.mprojb), M, C, 4 * C);
 }
 
 // backward_block under FP8 compute. Per linear layer: the output gradient dY
