@@ -28,6 +28,8 @@ step gputest_engine_ops "$B/tests/gputest_engine_ops"
 step gputest_quant "$B/tests/gputest_quant"
 step gputest_fp8_format "$B/tests/gputest_fp8_format"
 step gputest_fp8_gemm "$B/tests/gputest_fp8_gemm"
+# fc's forward through the own GEMM's fused GELU + quantize (MXDP_FP8_GEMM=fused): the GPU GPT's FP8 tests again.
+step gputest_gpt_fp8_fused env MXDP_FP8_GEMM=fused "$B/tests/gputest_gpt" --gtest_filter='GpuGpt.Fp8Compute*'
 step gputest_pipeline "$B/tests/gputest_pipeline"
 step gputest_stream_graphs "$B/tests/gputest_stream_graphs"
 step mpigputest_engine "$B/tests/mpigputest_engine"

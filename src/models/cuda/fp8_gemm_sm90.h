@@ -61,8 +61,11 @@ void fp8_gemm_nt_accumulate_sm90(const Fp8Operand& a, const Fp8Operand& b, int M
                                  cudaStream_t stream, int cluster = 1, bool persistent = true);
 
 // fc's forward with act_quantize's work (models/cuda/fp8_linear.h: bias,
-// GELU, both FP8 operands) done in the GEMM's epilogue, on the output tile
-// while it is in shared memory, instead of by a pass that reads it back:
+// GELU, both FP8 operands) done in the GEMM, on the output tile while it is in
+// shared memory, instead of by a pass that reads it back: the consumers write
+// the pre-activation tile and go on to the next tile's k-blocks while three
+// otherwise idle warps of the loader's warpgroup store it, take its GELU and
+// quantize that (the tensor cores do not wait for the quantize):
 //   pre = bf16(bf16(a . b^T) + bias)       (d, the pre-activation backward reads)
 //   g   = bf16(gelu_tanh(pre))              (models/cuda/gelu_fast.cuh)
 //   rows: g in 1x128 blocks along N (codes [M, N], scales [ceil(N / 128)][M])
