@@ -14,7 +14,6 @@
 #include "formats/cuda/bf16_pack.cuh"
 #include "formats/cuda/fp8_encode.cuh"
 #include "formats/fp8_block.h"
-#include "models/cuda/fp8_tile_ops.cuh"
 #include "models/cuda/gelu_fast.cuh"
 #include "util/check.h"
 #include "util/cuda_check.h"
@@ -38,19 +37,25 @@ enum class Epi {
 };
 
 // The shared memory of a CTA, by epilogue: the stage ring (a's stages, then
-// b's), the bf16 tile on its way out (GeluQuant: two, so that the consumers
-// write the next tile's while the quantizer warps still read the last), the
-// Accumulate epilogue's b scales of each stage, the full and empty barriers of
-// the stages and GeluQuant's of its two tiles.
+// b's), the bf16 tile on its way out, and what the epilogue needs besides:
+// GeluQuant the two code tiles on their way out (rows: 128 rows x 128 codes;
+// cols: 128 columns x 128 codes, the transpose) and the column amaxes of the
+// eight consumer warps and the columns' reciprocal scales; Accumulate the b
+// scales of each stage. GeluQuant keeps four stages instead of five: five and
+// its 36.5 KB would pass the 227 KB a CTA may have.
 template <Epi kEpi>
 struct Smem {
   static constexpr bool kGq = kEpi == Epi::GeluQuant, kAcc = kEpi == Epi::Accumulate;
-  static constexpr int kStages = 5;
+  static constexpr int kStages = kGq ? 4 : 5;
   static constexpr int kB = kStages * kStageBytes;
   static constexpr int kOut = 2 * kStages * kStageBytes;
-  static constexpr int kColScales = kOut + (kGq ? 2 : 1) * kOutBytes;  // Accumulate: [stages][128] floats
+  static constexpr int kRowCodes = kOut + kOutBytes;
+  static constexpr int kColCodes = kRowCodes + (kGq ? kTile * kTile : 0);
+  static constexpr int kColAmax = kColCodes + (kGq ? kTile * kTile : 0);  // [8 warps][128] floats
+  static constexpr int kColRcp = kColAmax + (kGq ? kConsumerWarps * kTile * 4 : 0);  // [128] floats
+  static constexpr int kColScales = kColRcp + (kGq ? kTile * 4 : 0);  // Accumulate: [stages][128] floats
   static constexpr int kBarriers = kColScales + (kAcc ? kStages * kTile * 4 : 0);
-  static constexpr int kBytes = kBarriers + (2 * kStages + 4) * 8 + 1024;  // + alignment
+  static constexpr int kBytes = kBarriers + 2 * kStages * 8 + 1024;  // + the full and empty barriers, alignment
 };
 static_assert(Smem<Epi::GeluQuant>::kBytes <= 227 * 1024 && Smem<Epi::Bf16>::kBytes <= 227 * 1024 &&
                   Smem<Epi::Accumulate>::kBytes <= 227 * 1024,
@@ -61,8 +66,6 @@ struct EpiArgs {
   const __nv_bfloat16* bias = nullptr;  // [N]; Bf16: added to the fp32 sum; GeluQuant: to its bf16 rounding
   float* rows_scales = nullptr;         // GeluQuant: the rows operand's 1x128 scales, [N / 128][M]
   float* cols_scales = nullptr;         // GeluQuant: the cols operand's, [M / 128][N]
-  uint8_t* rows_codes = nullptr;        // GeluQuant: the rows operand, [M, N]
-  uint8_t* cols_codes = nullptr;        // GeluQuant: the cols operand, [N, M]
 };
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -278,102 +281,96 @@ __device__ __forceinline__ void epilogue_accumulate(const float (&acc)[64], Frag
   }
 }
 
-// Epi::GeluQuant, fc's forward, act_quantize's bias + GELU + rows + cols (fp8_linear.h) with its
-// bits, in two parts that run at the same time. The consumers round the sum to bf16 (the plain
-// epilogue's output), add the bias in fp32 and round again: that pre-activation goes to one of
-// two shared-memory tiles (epilogue_pre), and the consumers go on to the next tile's k-blocks.
-// Warps 1-3 of the loader's warpgroup, idle otherwise, then store it (d), take its GELU and
-// quantize that both ways (quantize_gelu_tile) while the tensor cores work on the next tile.
-__device__ __forceinline__ void epilogue_pre(const float (&acc)[64], Frag f, uint8_t* out,
-                                             const __nv_bfloat16* bias, int n0, int N) {
+// Epi::GeluQuant, fc's forward: act_quantize's bias + GELU + rows + cols on the tile (fp8_linear.h),
+// its bits. The sum rounded to bf16 (the plain epilogue's output), the bias added in fp32 and
+// rounded again: that pre-activation is d. Its GELU rounded to bf16 is quantized both ways: rows
+// (a row's 128 columns one block: amax over the thread's 32 values, then its quad) and cols (a
+// column's 128 rows one block: over the thread's two rows, the warp's 8 lanes of the same q, then
+// the 8 warps through shared memory). Columns past N hold GELU 0, as act_quantize's absent chunks.
+// M is a multiple of 128 (no rows past it). The code tiles leave by TMA stores beside d's.
+__device__ __forceinline__ void epilogue_gelu_quant(float (&acc)[64], Frag f, int warp8, uint8_t* out, uint8_t* rq,
+                                                    uint8_t* cq, float* cam, float* crcp, const CUtensorMap* map_d,
+                                                    const CUtensorMap* map_rq, const CUtensorMap* map_cq,
+                                                    const EpiArgs& e, int m0, int n0, int M, int N) {
+  wait_out_free();
+  const bool tile_in = m0 < M && n0 < N;  // else a cluster's tile past the edge: nothing is written
+  float am[2] = {0.f, 0.f};               // rows r and r + 8
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
     const int col = n0 + 8 * i + 2 * f.q;
-    const float2 b =
-        col < N ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + col)) : make_float2(0.f, 0.f);
+    const bool present = col < N;
+    float2 b = make_float2(0.f, 0.f);
+    if (present) b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(e.bias + col));
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const __nv_bfloat162 y = __floats2bfloat162_rn(acc[4 * i + 2 * h], acc[4 * i + 2 * h + 1]);  // the GEMM's output
-      put_pair(out, f, i, h, device::bf16x2_rn(__low2float(y) + b.x, __high2float(y) + b.y));
+      float* v = acc + 4 * i + 2 * h;
+      const __nv_bfloat162 y = __floats2bfloat162_rn(v[0], v[1]);  // the GEMM's output
+      const uint32_t pre = device::bf16x2_rn(__low2float(y) + b.x, __high2float(y) + b.y);
+      put_pair(out, f, i, h, pre);
+      const uint32_t g =
+          device::bf16x2_rn(device::gelu_tanh(device::bf16_lo(pre)), device::gelu_tanh(device::bf16_hi(pre)));
+      v[0] = present ? device::bf16_lo(g) : 0.f;
+      v[1] = present ? device::bf16_hi(g) : 0.f;
+      am[h] = device::amax_fold(device::amax_fold(am[h], v[0]), v[1]);
     }
   }
-}
-
-// The quantizer warps' part for one tile in `pre` (96 threads, qw = warp 0-2, lane): store it,
-// replace it by bf16(GELU(pre)) (0 past column N, as act_quantize's absent chunks) while making
-// the rows operand (a row's 16 chunks across a half-warp), then the cols operand (a chunk column
-// a warp: lane l holds rows l, l + 32, l + 64, l + 96, so that the 8 lanes of a bank group read
-// 8 different swizzled chunks; its codes are then regrouped so lane l stores rows 4 l .. 4 l + 3).
-// M is a multiple of 128. tile_in false: a cluster's tile past the edge, nothing is written.
-__device__ __forceinline__ void quantize_gelu_tile(uint8_t* pre, const CUtensorMap* map_d, const EpiArgs& e,
-                                                   uint8_t* rows_codes, uint8_t* cols_codes, int qw, int lane,
-                                                   int m0, int n0, int M, int N, bool tile_in) {
-  if (qw == 0 && lane == 0) {
-    if (tile_in) store_out(map_d, pre, m0, n0, N);
-    tma_store_wait_read();  // the tile is overwritten below
+  // The rows operand: each row's amax over its quad, its scale, its codes.
+  float rc[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    am[h] = fmaxf(am[h], __shfl_xor_sync(0xFFFFFFFFu, am[h], 1));
+    am[h] = fmaxf(am[h], __shfl_xor_sync(0xFFFFFFFFu, am[h], 2));
+    const float sc = codec::fp8_pow2_scale(am[h], Fp8Kind::E4M3);
+    rc[h] = codec::fp8_pow2_reciprocal(sc);
+    if (f.q == 0 && tile_in) e.rows_scales[int64_t(n0 / kTile) * M + m0 + f.r + 8 * h] = sc;
   }
-  asm volatile("bar.sync 2, 96;" ::: "memory");
-  // Rows: warp qw takes row pairs 2 qw + 6 j, its half-warps one row each, lane % 16 one chunk.
-  {
-    const int seg = lane % 16;
-    const bool present = n0 + 8 * seg < N;
-#pragma unroll 1
-    for (int base = 2 * qw; base < kTile; base += 6) {
-      const int r = base + lane / 16;
-      uint4* p = reinterpret_cast<uint4*>(pre + (seg / 8) * kOutHalfBytes + sw128_at(r, 16 * (seg % 8)));
-      float v[8];
-      device::unpack8(*p, v);
 #pragma unroll
-      for (int k = 0; k < 8; ++k) v[k] = present ? device::gelu_tanh(v[k]) : 0.f;
-      *p = device::round8(v);
-      float am = 0.f;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) am = device::amax_fold(am, v[k]);
-#pragma unroll
-      for (int o = 1; o < 16; o *= 2) am = fmaxf(am, __shfl_xor_sync(0xFFFFFFFFu, am, o));
-      const float sc = codec::fp8_pow2_scale(am, Fp8Kind::E4M3), rc = codec::fp8_pow2_reciprocal(sc);
-      if (!tile_in) continue;
-      if (seg == 0) e.rows_scales[int64_t(n0 / kTile) * M + m0 + r] = sc;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) v[k] *= rc;
-      if (present)
-        *reinterpret_cast<uint2*>(rows_codes + int64_t(m0 + r) * N + n0 + 8 * seg) =
-            make_uint2(device::encode4(v), device::encode4(v + 4));
-    }
+  for (int i = 0; i < 16; ++i) {
+    const uint32_t w = device::encode4<Fp8Kind::E4M3, device::kEnc>(acc[4 * i] * rc[0], acc[4 * i + 1] * rc[0],
+                                                                     acc[4 * i + 2] * rc[1], acc[4 * i + 3] * rc[1]);
+    const int c = 8 * i + 2 * f.q;
+    *reinterpret_cast<uint16_t*>(rq + sw128_at(f.r, c)) = uint16_t(w);
+    *reinterpret_cast<uint16_t*>(rq + sw128_at(f.r + 8, c)) = uint16_t(w >> 16);
   }
-  asm volatile("bar.sync 2, 96;" ::: "memory");
-  // Cols: chunk column k of the tile (columns n0 + 8 k .. + 7), the chunks present only.
-  const int chunks = min(kTile / 8, (N - n0) / 8);
-#pragma unroll 1
-  for (int k = qw; k < chunks; k += 3) {
-    uint4 v[4];  // rows lane + 32 j
+  // The cols operand: the column amaxes of the warp's 16 rows (lanes q, q + 4, ... hold a column's),
+  // then the 8 warps' in shared memory, a column's scale and reciprocal.
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-      v[j] = *reinterpret_cast<const uint4*>(pre + (k / 8) * kOutHalfBytes + sw128_at(lane + 32 * j, 16 * (k % 8)));
-    float am[8];
+  for (int i = 0; i < 16; ++i)
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      am[i] = 0.f;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) am[i] = device::amax_fold(am[i], device::half_of(v[j], i));
+    for (int j = 0; j < 2; ++j) {
+      float m = device::amax_fold(device::amax_fold(0.f, acc[4 * i + j]), acc[4 * i + 2 + j]);
+      m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, 4));
+      m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, 8));
+      m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, 16));
+      if (f.r % 8 == 0) cam[warp8 * kTile + 8 * i + 2 * f.q + j] = m;
     }
-    const float sc = codec::fp8_pow2_scale(device::max8_transposed<32>(am), Fp8Kind::E4M3);  // column lane / 4's
-    if (tile_in && lane % 4 == 0) e.cols_scales[int64_t(m0 / kTile) * N + n0 + 8 * k + lane / 4] = sc;
-    const float mine = codec::fp8_pow2_reciprocal(sc);
+  asm volatile("bar.sync 1, 256;" ::: "memory");
+  if (const int u = threadIdx.x - kStorer; u < kTile) {
+    float m = 0.f;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float rc = device::reciprocal_of<32>(mine, i);
-      float q[4];
+    for (int w = 0; w < kConsumerWarps; ++w) m = fmaxf(m, cam[w * kTile + u]);
+    const float sc = codec::fp8_pow2_scale(m, Fp8Kind::E4M3);
+    crcp[u] = codec::fp8_pow2_reciprocal(sc);
+    if (tile_in && n0 + u < N) e.cols_scales[int64_t(m0 / kTile) * N + n0 + u] = sc;
+  }
+  asm volatile("bar.sync 1, 256;" ::: "memory");
+  // Column c's codes are row c of the cols tile: bytes r and r + 8 of columns c and c + 1.
 #pragma unroll
-      for (int j = 0; j < 4; ++j) q[j] = device::half_of(v[j], i) * rc;
-      const uint32_t w = device::encode4(q);  // byte j: row lane + 32 j
-      // Rows 4 lane + t (t < 4) are byte lane / 8 of lane (4 lane + t) % 32's word.
-      uint32_t mine4 = 0;
-#pragma unroll
-      for (int t = 0; t < 4; ++t)
-        mine4 |= ((__shfl_sync(0xFFFFFFFFu, w, (4 * lane + t) % 32) >> (8 * (lane / 8))) & 0xFFu) << (8 * t);
-      if (tile_in) *reinterpret_cast<uint32_t*>(cols_codes + int64_t(n0 + 8 * k + i) * M + m0 + 4 * lane) = mine4;
-    }
+  for (int i = 0; i < 16; ++i) {
+    const int c = 8 * i + 2 * f.q;
+    const float r0 = crcp[c], r1 = crcp[c + 1];
+    const uint32_t w = device::encode4<Fp8Kind::E4M3, device::kEnc>(acc[4 * i] * r0, acc[4 * i + 2] * r0,
+                                                                     acc[4 * i + 1] * r1, acc[4 * i + 3] * r1);
+    cq[sw128_at(c, f.r)] = uint8_t(w);
+    cq[sw128_at(c, f.r + 8)] = uint8_t(w >> 8);
+    cq[sw128_at(c + 1, f.r)] = uint8_t(w >> 16);
+    cq[sw128_at(c + 1, f.r + 8)] = uint8_t(w >> 24);
+  }
+  out_written();
+  if (threadIdx.x == kStorer && tile_in) {
+    store_out(map_d, out, m0, n0, N);
+    tma_store(map_rq, rq, n0, m0);  // rows codes [M, N]: columns n0.., rows m0..
+    tma_store(map_cq, cq, m0, n0);  // cols codes [N, M]: columns m0.., rows n0..
   }
 }
 #endif  // MXDP_SM90A_KERNEL
@@ -392,15 +389,15 @@ __device__ __forceinline__ void quantize_gelu_tile(uint8_t* pre, const CUtensorM
 // group's stages while its consumers finish the last). sa: a's 1x128 scales at
 // kb * lda_s + row. Epilogues Bf16 and GeluQuant (fprop, dgrad): sb holds b's
 // tile scales at (n / 128) * ldb_s + kb; the tile leaves through shared memory
-// by TMA stores (epilogue_bf16; GeluQuant: epilogue_pre, then quantize_gelu_tile
-// in warps 1-3 of the loader's warpgroup). Accumulate: b has 1x128
+// by TMA stores (epilogue_bf16, epilogue_gelu_quant). Accumulate: b has 1x128
 // scales too, sb at kb * ldb_s + n (the loader copies a stage's 128 of them
 // into shared memory beside its codes), each product is scaled by its row's
 // and its column's scale, and the fp32 tile is added into d (d += a . b^T).
 template <int kCluster, Epi kEpi>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_gemm_nt_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                       const __grid_constant__ CUtensorMap map_d, const float* __restrict__ sa, int lda_s,
+                       const __grid_constant__ CUtensorMap map_d, const __grid_constant__ CUtensorMap map_rq,
+                       const __grid_constant__ CUtensorMap map_cq, const float* __restrict__ sa, int lda_s,
                        const float* __restrict__ sb, int ldb_s, const EpiArgs e, void* __restrict__ d_out, int M,
                        int N, int K) {
 #ifdef MXDP_SM90A_KERNEL
@@ -415,8 +412,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* col_scales = reinterpret_cast<float*>(smem + L::kColScales);  // kStages x 128, the wgrad's
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kBarriers);
   uint64_t* empty = full + kStages;
-  uint64_t* pre_full = empty + kStages;  // GeluQuant: its two pre-activation tiles written, and read
-  uint64_t* pre_empty = pre_full + 2;
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   constexpr int kCm = kCluster >= 2 ? 2 : 1, kCn = kCluster / kCm;  // the group's tiles down and across
   const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
@@ -433,33 +428,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(&full[s], 1);
       mbar_init(&empty[s], kConsumerWarps * kCluster);  // a stage is free when every CTA's consumers are done
     }
-    for (int b = 0; b < 2; ++b) {
-      mbar_init(&pre_full[b], 1);
-      mbar_init(&pre_empty[b], 1);
-    }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   if constexpr (kCluster > 1) cluster_sync();  // no multicast before the peer's barriers exist
   else __syncthreads();
 
   if (wg == 0) {  // the loader: one thread issues every TMA copy
-    // The loader's warpgroup gives registers to the consumers': 128 x 40 + 256 x 232 (GeluQuant,
-    // whose warps 1-3 quantize: 128 x 72 + 256 x 216, where ptxas spilled least) fit the SM's 64 K,
-    // and a consumer holds two 64-register partial products beside its sum.
-    if constexpr (kEpi == Epi::GeluQuant) asm volatile("setmaxnreg.dec.sync.aligned.u32 72;");
-    else asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-    if (kEpi == Epi::GeluQuant && t >= 32) {
-      int j = 0;  // tiles so far
-      for (int g = cluster; g < groups; g += clusters, ++j) {
-        const int n0 = tile_n0(g), m0 = tile_m0(g), b = j & 1;
-        mbar_wait(&pre_full[b], (j >> 1) & 1);
-        quantize_gelu_tile(out + b * kOutBytes, &map_d, e, e.rows_codes, e.cols_codes, t / 32 - 1, t % 32, m0, n0,
-                           M, N, m0 < M && n0 < N);
-        asm volatile("bar.sync 2, 96;" ::: "memory");  // every quantizer is done with the tile
-        if (t == 32) mbar_arrive(&pre_empty[b]);
-      }
-      if (t == 32) tma_store_wait();  // the last tile's store, before the CTA leaves
-    }
+    // The loader's warpgroup gives registers to the consumers': 128 x 40 + 256 x 232 fit the
+    // SM's 64 K, and a consumer holds two 64-register partial products beside its sum.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (t == 0) {
       int it = 0;  // k-blocks loaded so far, across tiles: the ring position and phase
       for (int g = cluster; g < groups; g += clusters) {
@@ -502,12 +479,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     // A consumer: rows cw * 64 .. + 63 of the tile. Thread t holds rows r_lo and
     // r_lo + 8, columns 8 i + 2 (lane % 4) + {0, 1} (wgmma's accumulator layout).
-    if constexpr (kEpi == Epi::GeluQuant) asm volatile("setmaxnreg.inc.sync.aligned.u32 216;");
-    else asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-    int j = 0;  // tiles so far (GeluQuant's pre-activation tile j % 2)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int cw = wg - 1, warp = t / 32, lane = t % 32;
     int it = 0;  // k-blocks consumed before this tile's first
-    for (int g = cluster; g < groups; g += clusters, ++j) {
+    for (int g = cluster; g < groups; g += clusters) {
       const int n0 = tile_n0(g), m0 = tile_m0(g);
       const int r_lo = m0 + cw * 64 + warp * 16 + lane / 4, r_hi = r_lo + 8;
       // A tile past the matrix (a cluster's group at the edge) still loads its share of the
@@ -607,14 +582,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       } else if constexpr (kEpi == Epi::Bf16) {
         epilogue_bf16(acc, f, out, &map_d, e.bias, m0, n0, M, N);
       } else {
-        const int b = j & 1;
-        if (j >= 2) mbar_wait(&pre_empty[b], ((j >> 1) + 1) & 1);  // the quantizers are done with tile j - 2
-        epilogue_pre(acc, f, out + b * kOutBytes, e.bias, n0, N);
-        out_written();
-        if (threadIdx.x == kStorer) mbar_arrive(&pre_full[b]);
+        epilogue_gelu_quant(acc, f, cw * 4 + warp, out, smem + L::kRowCodes, smem + L::kColCodes,
+                            reinterpret_cast<float*>(smem + L::kColAmax), reinterpret_cast<float*>(smem + L::kColRcp),
+                            &map_d, &map_rq, &map_cq, e, m0, n0, M, N);
       }
     }
-    if (kEpi == Epi::Bf16 && threadIdx.x == kStorer) tma_store_wait();  // the last tile's stores, before the CTA leaves
+    if (!kWgrad && threadIdx.x == kStorer) tma_store_wait();  // the last tile's stores, before the CTA leaves
   }
   // No CTA leaves while its peer may still multicast into it or arrive on its barriers.
   if constexpr (kCluster > 1) {
@@ -692,9 +665,17 @@ int resident_clusters() {
   return n;
 }
 
+// What a launch writes: d (bf16, or fp32 added into for Accumulate) and, for GeluQuant, the two
+// code matrices (their scales are in EpiArgs).
+struct Outputs {
+  void* d = nullptr;
+  uint8_t* rows_codes = nullptr;
+  uint8_t* cols_codes = nullptr;
+};
+
 // d = a . b^T and the epilogue's outputs; b's scale layout is its kind's (tiles, or 1x128 for Accumulate).
 template <int kCluster, Epi kEpi>
-void launch(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const EpiArgs& e, void* d,
+void launch(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const EpiArgs& e, const Outputs& o,
             cudaStream_t stream, bool persistent) {
   constexpr bool kWgrad = kEpi == Epi::Accumulate;
   auto* kernel = fp8_gemm_nt_kernel<kCluster, kEpi>;
@@ -705,19 +686,24 @@ void launch(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const
   const int groups = ((N + kTile * kCn - 1) / (kTile * kCn)) * ((M + kTile * kCm - 1) / (kTile * kCm));
   cfg.gridDim = dim3((persistent ? std::min(groups, resident) : groups) * kCluster);
   const CUtensorMap ma = codes_map(a.codes, M, K, kTile / kCn), mb = codes_map(b.codes, N, K, kTile / kCm);
-  // The bf16 output in 128 x 64 halves of a tile (the wgrad adds into d itself and has no map).
-  const CUtensorMap md = kWgrad ? ma : tensor_map(d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, M, N, kTile, "bf16 output");
+  // The bf16 output in 128 x 64 halves of a tile (the wgrad adds into d itself and has no map), the
+  // code tiles of GeluQuant (the other epilogues pass a's map, unused).
+  const CUtensorMap md =
+      kWgrad ? ma : tensor_map(o.d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, M, N, kTile, "bf16 output");
+  const bool gq = kEpi == Epi::GeluQuant;
+  const CUtensorMap mrq = gq ? codes_map(o.rows_codes, M, N, kTile) : ma;
+  const CUtensorMap mcq = gq ? codes_map(o.cols_codes, N, M, kTile) : ma;
   const int ldb_s = int(kWgrad ? fp8_1x128_scale_ld(N) : fp8b128_gemm_scale_ld(K));
-  MXDP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ma, mb, md, a.scales, int(fp8_1x128_scale_ld(M)), b.scales,
-                                     ldb_s, e, d, M, N, K));
+  MXDP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ma, mb, md, mrq, mcq, a.scales, int(fp8_1x128_scale_ld(M)),
+                                     b.scales, ldb_s, e, o.d, M, N, K));
 }
 
 // The launch of the cluster size asked for.
 template <Epi kEpi>
 void launch_cluster(int cluster, const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const EpiArgs& e,
-                    void* d, cudaStream_t stream, bool persistent) {
+                    const Outputs& o, cudaStream_t stream, bool persistent) {
   auto* run = cluster == 4 ? launch<4, kEpi> : cluster == 2 ? launch<2, kEpi> : launch<1, kEpi>;
-  run(a, b, M, N, K, e, d, stream, persistent);
+  run(a, b, M, N, K, e, o, stream, persistent);
 }
 
 // What every entry point checks: E4M3 operands of the scalings given, the shape, the alignment.
@@ -763,13 +749,13 @@ void fp8_gemm_nt_sm90(const Fp8Operand& a, const Fp8Operand& b, int M, int N, in
   check_operands("fp8_gemm_nt_sm90", a, b, Fp8Scaling::Tiles128, M, N, K, d, cluster);
   MXDP_CHECK(reinterpret_cast<uintptr_t>(bias) % 4 == 0, "fp8_gemm_nt_sm90: the bias must be 4-byte aligned");
   launch_cluster<Epi::Bf16>(cluster, a, b, M, N, K, {.bias = reinterpret_cast<const __nv_bfloat16*>(bias)},
-                            d, stream, persistent);
+                            {.d = d}, stream, persistent);
 }
 
 void fp8_gemm_nt_accumulate_sm90(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, float* d,
                                  cudaStream_t stream, int cluster, bool persistent) {
   check_operands("fp8_gemm_nt_accumulate_sm90", a, b, Fp8Scaling::Rows1x128, M, N, K, d, cluster);
-  launch_cluster<Epi::Accumulate>(cluster, a, b, M, N, K, {}, d, stream, persistent);
+  launch_cluster<Epi::Accumulate>(cluster, a, b, M, N, K, {}, {.d = d}, stream, persistent);
 }
 
 void fp8_gemm_gelu_quant_sm90(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const uint16_t* bias,
@@ -784,10 +770,10 @@ void fp8_gemm_gelu_quant_sm90(const Fp8Operand& a, const Fp8Operand& b, int M, i
              what, ": the bias and the codes must be 16-byte aligned");
   const EpiArgs e{.bias = reinterpret_cast<const __nv_bfloat16*>(bias),
                   .rows_scales = out.rows_scales,
-                  .cols_scales = out.cols_scales,
-                  .rows_codes = out.rows_codes,
-                  .cols_codes = out.cols_codes};
-  launch_cluster<Epi::GeluQuant>(cluster, a, b, M, N, K, e, out.pre, stream, persistent);
+                  .cols_scales = out.cols_scales};
+  launch_cluster<Epi::GeluQuant>(cluster, a, b, M, N, K, e,
+                                 {.d = out.pre, .rows_codes = out.rows_codes, .cols_codes = out.cols_codes}, stream,
+                                 persistent);
 }
 
 }  // namespace mxdp::cuda

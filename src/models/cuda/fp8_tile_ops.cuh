@@ -1,7 +1,7 @@
-// Device helpers of the kernels that quantize 128x128 tiles into 1x128 E4M3
-// blocks: act_quantize (fp8_linear.cu) and the own GEMM's fused fc epilogue
-// (fp8_gemm_sm90.cu). Chunks are 8 bf16 in a uint4; the block amaxes are
-// reduced across the lanes of a warp.
+// Device helpers of the kernels that quantize 128x128 tiles of bf16 into
+// 1x128 E4M3 blocks (act_quantize, fp8_linear.cu), in a header of their own
+// for any kernel that quantizes a tile it holds in shared memory. Chunks are 8
+// bf16 in a uint4; the block amaxes are reduced across the lanes of a warp.
 #pragma once
 
 #include <cstdint>
