@@ -48,7 +48,7 @@ step mpigputest_comm "$B/tests/mpigputest_comm"
 # (rc 11, 0 errors), and ran clean when run again at once: so a test whose
 # sanitizer dies of a signal with 0 errors reported runs once more, and the
 # verdict says so. A reported error (rc 1) or a second death fails the step.
-memcheck_one() {  # binary, test: memcheck of one test; its output on stdout, the sanitizer's rc
+memcheck_one() {  # binary, gtest filter: memcheck of those tests in one process; output on stdout, the sanitizer's rc
   env CUDA_MODULE_LOADING=EAGER compute-sanitizer --tool memcheck --error-exitcode 1 "$1" --gtest_filter="$2" 2>&1
 }
 memcheck_each() {  # binary, gtest filter: memcheck of each matching test in a process of its own
@@ -73,14 +73,11 @@ memcheck_each() {  # binary, gtest filter: memcheck of each matching test in a p
   return $rc
 }
 export -f memcheck_one memcheck_each
-step memcheck env CUDA_MODULE_LOADING=EAGER compute-sanitizer --tool memcheck --error-exitcode 1 "$B/tests/gputest_gpt" \
-  --gtest_filter='-GpuGpt.Fp8Compute*'
+step memcheck bash -c 'memcheck_one "$0" "$1"' "$B/tests/gputest_gpt" '-GpuGpt.Fp8Compute*'
 step memcheck_fp8 bash -c 'memcheck_each "$0" "$1"' "$B/tests/gputest_gpt" 'GpuGpt.Fp8Compute*'
-step memcheck_llama env CUDA_MODULE_LOADING=EAGER compute-sanitizer --tool memcheck --error-exitcode 1 "$B/tests/gputest_llama" \
-  --gtest_filter='GpuLlamaKernels.*:GpuLlama.LossLogits*'
+step memcheck_llama bash -c 'memcheck_one "$0" "$1"' "$B/tests/gputest_llama" 'GpuLlamaKernels.*:GpuLlama.LossLogits*'
 # mxdp's own sm_90a FP8 GEMM (TMA loads, wgmma; docs/fp8.md "Our own FP8 GEMM"): its tests under memcheck.
-step memcheck_fp8_gemm env CUDA_MODULE_LOADING=EAGER compute-sanitizer --tool memcheck --error-exitcode 1 \
-  "$B/tests/gputest_fp8_gemm" --gtest_filter='*OwnSm90*'
+step memcheck_fp8_gemm bash -c 'memcheck_one "$0" "$1"' "$B/tests/gputest_fp8_gemm" '*OwnSm90*'
 # racecheck on mxdp's own kernels only: the full-model tests (GpuGpt.*) run
 # cuDNN's attention kernels, whose wgmma/TMA code racecheck reports hazards in
 # (seen on an H200: only in sdpa_sm90_flash_bprop_wgmma), so a whole-model
