@@ -255,6 +255,20 @@ TEST(GpuFp8Gemm, BadShapesAreErrors) {
   EXPECT_THROW(gemm.nt(t, t, 256, 256, 256, d.p), Error);
 }
 
+// The own GEMM's three errors, printed and bounded: e against the product of
+// the dequantized operands (frob within `bound`, every element within 1e-2), f
+// against that of the fp32 inputs (0.08: the quantization's own error), l
+// against cuBLASLt's output on the same operands (within `bound`).
+void expect_own_errors(const char* what, const char* name, int M, int N, int K, const Err& e, const Err& f,
+                       const Err& l, double bound) {
+  std::printf("%s %-15s M %5d N %5d K %5d | vs dequantized %.2e (max %.2e) | vs fp32 inputs %.4f | vs cuBLASLt %.2e\n",
+              what, name, M, N, K, e.frob, e.max_elem, f.frob, l.frob);
+  EXPECT_LE(e.frob, bound);
+  EXPECT_LE(e.max_elem, 1e-2);
+  EXPECT_LE(f.frob, 0.08);
+  EXPECT_LE(l.frob, bound);
+}
+
 // mxdp's own sm_90a GEMM (models/cuda/fp8_gemm_sm90.h) for fprop and dgrad,
 // against the same references and bounds as cuBLASLt above, and against
 // cuBLASLt's output on the same operands. The shapes add gpt2-1558m's (d_model
@@ -299,13 +313,7 @@ TEST(GpuFp8Gemm, OwnSm90GemmAgainstFp32ReferencesAndCublasLt) {
     std::vector<double> lt(hl.size());
     for (size_t i = 0; i < hl.size(); ++i) lt[i] = bf16(hl[i]);
     const Err l = error_of([&](size_t i) { return double(bf16(hy[i])); }, lt);
-    std::printf("own sm90 %-15s M %5d N %5d K %5d | vs dequantized %.2e (max %.2e) | vs fp32 inputs %.4f | "
-                "vs cuBLASLt %.2e\n",
-                c.name, M, N, K, e.frob, e.max_elem, f.frob, l.frob);
-    EXPECT_LE(e.frob, 5e-3);
-    EXPECT_LE(e.max_elem, 1e-2);
-    EXPECT_LE(f.frob, 0.08);
-    EXPECT_LE(l.frob, 5e-3);
+    expect_own_errors("own sm90", c.name, M, N, K, e, f, l, 5e-3);
     // With a bias (N(0, 1) in bf16, so that it is as large as the product).
     std::vector<uint16_t> hb(N);
     std::mt19937 g(seed);
@@ -363,13 +371,7 @@ TEST(GpuFp8Gemm, OwnSm90WgradAgainstFp32ReferencesAndCublasLt) {
     std::vector<double> want_lt(hlt.size());
     for (size_t i = 0; i < hlt.size(); ++i) want_lt[i] = double(hlt[i]) - 1.0;
     const Err l = error_of([&](size_t i) { return double(hdw[i]) - 1.0; }, want_lt);
-    std::printf("own sm90 wgrad %-15s tokens %5d N %5d K %5d | vs dequantized %.2e (max %.2e) | vs fp32 inputs "
-                "%.4f | vs cuBLASLt %.2e\n",
-                c.name, M, N, K, e.frob, e.max_elem, f.frob, l.frob);
-    EXPECT_LE(e.frob, 1e-3);
-    EXPECT_LE(e.max_elem, 1e-2);
-    EXPECT_LE(f.frob, 0.08);
-    EXPECT_LE(l.frob, 1e-3);
+    expect_own_errors("own sm90 wgrad (M: tokens)", c.name, M, N, K, e, f, l, 1e-3);
   }
 }
 

@@ -398,11 +398,16 @@ void Fp8Linear::write_rows(uint16_t* dst, int M, int N) {
   MXDP_CUDA_CHECK(cudaMemcpyAsync(dst, pad_, size_t(M) * N * 2, cudaMemcpyDeviceToDevice, s_));
 }
 
+Fp8Operand Fp8Linear::weight_operand(const Fp8Weight& w, int rows, int cols, const char* what, int64_t out) const {
+  MXDP_CHECK(w.rows == rows && w.cols == cols, "internal: FP8 ", what, " of a ", w.rows, " x ", w.cols, " weight as ",
+             rows, " x ", cols);
+  MXDP_CHECK(out <= cap_codes_, "internal: Fp8Linear scratch too small");
+  return {w.codes, w.scales, Fp8Kind::E4M3, Fp8Scaling::Tiles128};
+}
+
 void Fp8Linear::fprop(uint16_t* y, const Fp8Slot& x, const Fp8Weight& w, const uint16_t* bias, int M, int N, int K) {
-  MXDP_CHECK(w.rows == N && w.cols == K, "internal: FP8 fprop of a ", w.rows, " x ", w.cols, " weight as ", N, " x ", K);
   const int Mp = int(fp8_rows_padded(M));
-  MXDP_CHECK(int64_t(Mp) * N <= cap_codes_, "internal: Fp8Linear scratch too small");
-  const Fp8Operand wo{w.codes, w.scales, Fp8Kind::E4M3, Fp8Scaling::Tiles128};
+  const Fp8Operand wo = weight_operand(w, N, K, "fprop", int64_t(Mp) * N);
   uint16_t* d = Mp == M ? y : pad_;
   bool fused = false;
   if (own_gemm_ && fp8_gemm_sm90_supported(Mp, N, K)) {
@@ -420,10 +425,7 @@ void Fp8Linear::fprop_gelu(uint16_t* pre, const Fp8Slot& x, const Fp8Weight& w, 
                            int K, const Fp8Slot& rows, const Fp8Slot& cols) {
   MXDP_CHECK(rows.codes != x.codes, "internal: fprop_gelu's rows operand in its input's slot");
   if (fused_gelu_ && M % kTile == 0 && fp8_gemm_sm90_supported(M, N, K)) {
-    MXDP_CHECK(w.rows == N && w.cols == K, "internal: FP8 fprop of a ", w.rows, " x ", w.cols, " weight as ", N, " x ",
-               K);
-    MXDP_CHECK(int64_t(M) * N <= cap_codes_, "internal: Fp8Linear scratch too small");
-    const Fp8Operand wo{w.codes, w.scales, Fp8Kind::E4M3, Fp8Scaling::Tiles128};
+    const Fp8Operand wo = weight_operand(w, N, K, "fprop", int64_t(M) * N);
     fp8_gemm_gelu_quant_sm90(x.operand(), wo, M, N, K, bias, {pre, rows.codes, rows.scales, cols.codes, cols.scales},
                              s_);
     return;
@@ -433,10 +435,8 @@ void Fp8Linear::fprop_gelu(uint16_t* pre, const Fp8Slot& x, const Fp8Weight& w, 
 }
 
 void Fp8Linear::dgrad(uint16_t* dx, const Fp8Slot& dy, const Fp8Weight& wt, int M, int N, int K) {
-  MXDP_CHECK(wt.rows == K && wt.cols == N, "internal: FP8 dgrad of a ", wt.rows, " x ", wt.cols, " W^T as ", K, " x ", N);
   const int Mp = int(fp8_rows_padded(M));
-  MXDP_CHECK(int64_t(Mp) * K <= cap_codes_, "internal: Fp8Linear scratch too small");
-  const Fp8Operand wo{wt.codes, wt.scales, Fp8Kind::E4M3, Fp8Scaling::Tiles128};
+  const Fp8Operand wo = weight_operand(wt, K, N, "dgrad's W^T", int64_t(Mp) * K);
   if (own_gemm_ && fp8_gemm_sm90_supported(Mp, K, N))
     fp8_gemm_nt_sm90(dy.operand(), wo, Mp, K, N, nullptr, Mp == M ? dx : pad_, s_);
   else

@@ -130,6 +130,9 @@ class Fp8Linear {
   const void* workspace_key() const { return pad_; }  // changes when the scratch is reallocated
 
  private:
+  // W (or W^T) as the GEMMs' b operand (128x128 tiles), after checking that it
+  // is rows x cols and that the scratch holds an output of `out` elements.
+  Fp8Operand weight_operand(const Fp8Weight& w, int rows, int cols, const char* what, int64_t out) const;
   void write_rows(uint16_t* dst, int M, int N);
   cudaStream_t s_;
   Fp8Gemm gemm_;
