@@ -7,7 +7,8 @@
   convergence_summary.py seeds PAIRS_TSV PREFIX
       one line over the pairs of PAIRS_TSV whose WHAT is "PREFIX seed N": the
       mean FP8/bf16 ratio, its standard error, the verdict on the 1% target at
-      two standard errors, the sign test, and bf16's own spread.
+      two standard errors (with the interval, and when undecided how many seeds
+      would decide it at this spread), the sign test, and bf16's own spread.
 """
 import json
 import math
@@ -53,6 +54,16 @@ def sign_test(above, n):
     return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
 
 
+def seeds_to_decide(mean, sd, target):
+    """The fewest seeds whose two standard errors, at sample standard deviation sd, fall short
+    of the distance from mean to target: how many would decide the verdict if the mean and the
+    spread held. None when no number would (the mean on the target, or no spread measured)."""
+    gap = abs(mean - target)
+    if gap == 0 or not math.isfinite(sd):
+        return None
+    return math.floor((2 * sd / gap) ** 2) + 1
+
+
 def summarize_seeds(pairs, target=1.01):
     """pairs: (bf16 final, FP8 final) per seed. The verdict is "yes" when the mean ratio
     plus two standard errors is at most `target`, "no" when minus two is above it. A run's
@@ -60,12 +71,14 @@ def summarize_seeds(pairs, target=1.01):
     late spike by points, so the sign test (which a spike moves by one seed) goes beside it."""
     r = [f / b for b, f in pairs]
     mean = sum(r) / len(r)
-    se = statistics.stdev(r) / math.sqrt(len(r)) if len(r) > 1 else float("inf")
+    sd = statistics.stdev(r) if len(r) > 1 else float("inf")
+    se = sd / math.sqrt(len(r))
     verdict = "yes" if mean + 2 * se <= target else "no" if mean - 2 * se > target else "undecided"
     above = sum(x > 1 for x in r)
     b = [b for b, _ in pairs]
     return {"seeds": len(r), "mean": mean, "se": se, "median": statistics.median(r), "min": min(r), "max": max(r),
-            "verdict": verdict, "above": above, "sign_p": sign_test(above, sum(x != 1 for x in r)),
+            "verdict": verdict, "low": mean - 2 * se, "high": mean + 2 * se,
+            "to_decide": seeds_to_decide(mean, sd, target), "above": above, "sign_p": sign_test(above, sum(x != 1 for x in r)),
             "bf16_min": min(b), "bf16_max": max(b)}
 
 
@@ -77,7 +90,13 @@ def pair_line(what, bf16_path, fp8_path):
 
 
 def seeds_line(prefix, s):
-    verdict = s["verdict"] + (", more seeds decide it" if s["verdict"] == "undecided" else "")
+    verdict = s["verdict"]
+    if math.isfinite(s["se"]):
+        verdict += f" ({(s['low'] - 1) * 100:+.2f}% to {(s['high'] - 1) * 100:+.2f}%"
+        if s["verdict"] == "undecided":
+            n = s["to_decide"]
+            verdict += (f"; about {n} seeds would decide it at this spread" if n else "; no number of seeds decides it")
+        verdict += ")"
     return (f"{prefix}, {s['seeds']} seeds: fp8/bf16 mean {s['mean']:.4f} +- {s['se']:.4f} (standard error; median "
             f"{s['median']:.4f}, min {s['min']:.4f}, max {s['max']:.4f}); within 1% at two standard errors: {verdict}; "
             f"fp8 above bf16 in {s['above']} of {s['seeds']} seeds (sign test p = {s['sign_p']:.2g}); "

@@ -41,6 +41,14 @@ check("verdict undecided", s["verdict"], "undecided")
 check("above", (s["above"], s["seeds"]), (3, 3))
 close("sign p", s["sign_p"], 0.25)
 check("bf16 range", (s["bf16_min"], s["bf16_max"]), (1.0, 2.0))
+# Its interval is the mean +- 2 SE.
+close("low", s["low"], 1.02 - 0.02 / math.sqrt(3))
+close("high", s["high"], 1.02 + 0.02 / math.sqrt(3))
+# Ratios 0.991, 1.0, 1.03: mean 1.007, sample variance (0.016^2 + 0.007^2 + 0.023^2) / 2 =
+# 4.17e-4, 0.003 below the target. n seeds decide it once 2 sd / sqrt(n) < 0.003, i.e.
+# n > 4 * 4.17e-4 / 0.003^2 = 185.33: 186 seeds. A mean on the target: no number of seeds.
+check("seeds to decide", summarize_seeds([(1.0, 0.991), (1.0, 1.0), (1.0, 1.03)])["to_decide"], 186)
+check("mean on the target", summarize_seeds([(1.0, 1.0), (1.0, 1.02)])["to_decide"], None)
 # Ratios 1.001, 1.003, 1.002: mean 1.002, SE 0.000577: 1.002 + 2 SE < 1.01, yes.
 check("verdict yes", summarize_seeds([(1.0, 1.001), (1.0, 1.003), (1.0, 1.002)])["verdict"], "yes")
 # Ratios 1.05, 1.06, 1.07: mean 1.06 - 2 SE (0.0115) > 1.01, no.
@@ -56,6 +64,7 @@ check("tie: above", t["above"], 2)
 close("tie: sign p", t["sign_p"], 0.5)
 # One seed: no standard error, so never "yes" or "no".
 check("one seed", summarize_seeds([(1.0, 1.001)])["verdict"], "undecided")
+check("one seed: no count", summarize_seeds([(1.0, 1.001)])["to_decide"], None)
 
 # The spike: 230 steps at 2.0, then 30 at 2.2. The 20-step mean reaches 2.2 at step 250 (after
 # step 200), 10% above the best mean, 2.0.
