@@ -451,6 +451,26 @@ TEST_F(TrainRobust, AnErrorIsOneSentenceOnce) {
       << verbose;
 }
 
+// MXDP_VERBOSE is an on/off switch like mxdp's other MXDP_* variables
+// (util/env.h): 1 adds the source location to an error, 0 or unset does not,
+// and any other value is itself an error that names the variable.
+TEST_F(TrainRobust, MxdpVerboseIsAnOnOffSwitch) {
+  const auto with = [&](const char* value, const std::string& log) {
+    ::setenv("MXDP_VERBOSE", value, 1);
+    auto r = train("--steps -1", log);
+    ::unsetenv("MXDP_VERBOSE");
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    return r.output;
+  };
+  const std::string on = with("1", "verbose_on.log"), off = with("0", "verbose_off.log");
+  EXPECT_TRUE(mt::contains(on, "mxdp: error: --steps must be >= 0, got -1")) << on;
+  EXPECT_TRUE(mt::contains(on, "(at trainer.cpp:")) << on;
+  EXPECT_TRUE(mt::contains(off, "mxdp: error: --steps must be >= 0, got -1")) << off;
+  EXPECT_FALSE(mt::contains(off, ".cpp:")) << off;
+  const std::string bad = with("yes", "verbose_bad.log");
+  EXPECT_TRUE(mt::contains(bad, "MXDP_VERBOSE must be 0 or 1, got 'yes'")) << bad;
+}
+
 // Point 8: `mxdp plan` plans with the bucket size `mxdp train` uses.
 TEST_F(TrainRobust, PlanUsesTrainsBucketSize) {
   auto help = mt::run_mxdp("train --help", d / "help.log");

@@ -1,12 +1,11 @@
 // mxdp: data-parallel LLM training with low-precision parameter gather.
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <exception>
 
 #include "cli/commands.h"
 #include "comm/launcher.h"
 #include "util/check.h"
+#include "util/env.h"
 
 namespace {
 
@@ -48,9 +47,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  const char* env = std::getenv("MXDP_VERBOSE");
-  verbose = verbose || (env && *env && std::strcmp(env, "0") != 0);
   try {
+    verbose = mxdp::env_flag("MXDP_VERBOSE", false) || verbose;  // 1 or 0 (util/env.h); another value is an error
     return run ? run() : 0;
   } catch (const std::exception& e) {
     return report(e, verbose);
