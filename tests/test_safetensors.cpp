@@ -127,6 +127,7 @@ TEST(Safetensors, MalformedHeadersAreRefused) {
                        "names a tensor twice"));
   EXPECT_TRUE(contains(open_error(file_of(R"({"a":{"dtype":"F32","shape":[2]}})", 8)), "needs dtype, shape and data_offsets"));
   EXPECT_TRUE(contains(open_error(file_of(R"({"__metadata__":{"k":1}})", 0)), "is not a string"));
+  EXPECT_TRUE(contains(open_error(file_of(R"({"__metadata__":[1]})", 0)), "__metadata__ is not an object"));
   EXPECT_TRUE(contains(error_of([] { SafetensorsFile f("/nonexistent/x.safetensors"); }), "cannot open"));
   EXPECT_TRUE(contains(error_of([] { write_safetensors("/nonexistent/dir/x.safetensors", {}); }), "cannot create"));
   EXPECT_TRUE(contains(error_of([] { write_safetensors("/tmp/x.safetensors", {{"a", "F32", {3}, {0, 0, 0, 0}}}); }),

@@ -94,8 +94,12 @@ SafetensorsFile::~SafetensorsFile() {
   if (map_) ::munmap(map_, map_bytes_);
 }
 
-void SafetensorsFile::parse(const uint8_t* bytes, size_t size) {
-  const std::string& w = what_;
+namespace {
+
+// The header's JSON object (bytes 8 .. 8 + n, n the little-endian length in bytes 0-7), checked: n
+// within the file and the reference implementation's limit, an object, no tensor named twice.
+// n is returned through header_bytes.
+nlohmann::json parse_header(const uint8_t* bytes, size_t size, const std::string& w, uint64_t& header_bytes) {
   MXDP_CHECK(size >= 8, "safetensors '", w, "' is ", size, " bytes, too short for its 8-byte header length");
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= uint64_t(bytes[i]) << (8 * i);
@@ -119,52 +123,66 @@ void SafetensorsFile::parse(const uint8_t* bytes, size_t size) {
   }
   MXDP_CHECK(h.is_object(), "safetensors '", w, "': the header is not a JSON object");
   MXDP_CHECK(keys == h.size(), "safetensors '", w, "': the header names a tensor twice");
+  header_bytes = n;
+  return h;
+}
+
+// One tensor's entry of the header, checked: a known dtype, a shape of integers >= 0 with not too
+// many elements, data_offsets inside the buf-byte buffer spanning exactly the elements' bytes.
+SafeTensorInfo tensor_entry(const std::string& name, const nlohmann::json& v, uint64_t buf, const std::string& w) {
+  MXDP_CHECK(v.is_object() && v.contains("dtype") && v["dtype"].is_string() && v.contains("shape") &&
+                 v["shape"].is_array() && v.contains("data_offsets") && v["data_offsets"].is_array() &&
+                 v["data_offsets"].size() == 2,
+             "safetensors '", w, "': tensor '", name, "' needs dtype, shape and data_offsets [begin, end]");
+  SafeTensorInfo t;
+  t.name = name;
+  t.dtype = v["dtype"].get<std::string>();
+  const int es = safetensors_dtype_size(t.dtype);
+  MXDP_CHECK(es > 0, "safetensors '", w, "': tensor '", name, "' has unknown dtype '", t.dtype, "'");
+  uint64_t numel = 1;
+  for (const auto& d : v["shape"]) {
+    MXDP_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0, "safetensors '", w, "': tensor '", name,
+               "' has shape ", v["shape"].dump(), " (dimensions must be integers >= 0)");
+    const uint64_t x = d.get<uint64_t>();
+    MXDP_CHECK(!__builtin_mul_overflow(numel, x, &numel) && numel <= (uint64_t(1) << 62), "safetensors '", w,
+               "': tensor '", name, "' has shape ", v["shape"].dump(), ", too many elements");
+    t.shape.push_back(int64_t(x));
+  }
+  for (const auto& o : v["data_offsets"])
+    MXDP_CHECK(o.is_number_integer() && o.get<int64_t>() >= 0, "safetensors '", w, "': tensor '", name,
+               "' has data_offsets ", v["data_offsets"].dump());
+  t.begin = v["data_offsets"][0].get<uint64_t>();
+  t.end = v["data_offsets"][1].get<uint64_t>();
+  MXDP_CHECK(t.begin <= t.end && t.end <= buf, "safetensors '", w, "': tensor '", name, "' has data_offsets [",
+             t.begin, ", ", t.end, "] outside the ", buf, "-byte buffer");
+  uint64_t need = 0;
+  MXDP_CHECK(!__builtin_mul_overflow(numel, uint64_t(es), &need) && t.end - t.begin == need, "safetensors '", w,
+             "': tensor '", name, "' (", t.dtype, " ", v["shape"].dump(), ") needs ", need,
+             " bytes but data_offsets give ", t.end - t.begin);
+  return t;
+}
+
+}  // namespace
+
+void SafetensorsFile::parse(const uint8_t* bytes, size_t size) {
+  const std::string& w = what_;
+  uint64_t n = 0;
+  const nlohmann::json h = parse_header(bytes, size, w, n);
   buffer_ = bytes + 8 + n;
   const uint64_t buf = size - 8 - n;
-
   for (auto it = h.begin(); it != h.end(); ++it) {
-    const std::string& name = it.key();
     const nlohmann::json& v = it.value();
-    if (name == "__metadata__") {
-      MXDP_CHECK(v.is_object(), "safetensors '", w, "': __metadata__ is not an object");
-      for (auto m = v.begin(); m != v.end(); ++m) {
-        MXDP_CHECK(m.value().is_string(), "safetensors '", w, "': __metadata__ value '", m.key(),
-                   "' is not a string");
-        metadata_[m.key()] = m.value().get<std::string>();
-      }
+    if (it.key() != "__metadata__") {
+      tensors_.push_back(tensor_entry(it.key(), v, buf, w));
       continue;
     }
-    MXDP_CHECK(v.is_object() && v.contains("dtype") && v["dtype"].is_string() && v.contains("shape") &&
-                   v["shape"].is_array() && v.contains("data_offsets") && v["data_offsets"].is_array() &&
-                   v["data_offsets"].size() == 2,
-               "safetensors '", w, "': tensor '", name, "' needs dtype, shape and data_offsets [begin, end]");
-    SafeTensorInfo t;
-    t.name = name;
-    t.dtype = v["dtype"].get<std::string>();
-    const int es = safetensors_dtype_size(t.dtype);
-    MXDP_CHECK(es > 0, "safetensors '", w, "': tensor '", name, "' has unknown dtype '", t.dtype, "'");
-    uint64_t numel = 1;
-    for (const auto& d : v["shape"]) {
-      MXDP_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0, "safetensors '", w, "': tensor '", name,
-                 "' has shape ", v["shape"].dump(), " (dimensions must be integers >= 0)");
-      const uint64_t x = d.get<uint64_t>();
-      MXDP_CHECK(!__builtin_mul_overflow(numel, x, &numel) && numel <= (uint64_t(1) << 62), "safetensors '", w,
-                 "': tensor '", name, "' has shape ", v["shape"].dump(), ", too many elements");
-      t.shape.push_back(int64_t(x));
+    MXDP_CHECK(v.is_object(), "safetensors '", w, "': __metadata__ is not an object");
+    for (auto m = v.begin(); m != v.end(); ++m) {
+      MXDP_CHECK(m.value().is_string(), "safetensors '", w, "': __metadata__ value '", m.key(), "' is not a string");
+      metadata_[m.key()] = m.value().get<std::string>();
     }
-    for (const auto& o : v["data_offsets"])
-      MXDP_CHECK(o.is_number_integer() && o.get<int64_t>() >= 0, "safetensors '", w, "': tensor '", name,
-                 "' has data_offsets ", v["data_offsets"].dump());
-    t.begin = v["data_offsets"][0].get<uint64_t>();
-    t.end = v["data_offsets"][1].get<uint64_t>();
-    MXDP_CHECK(t.begin <= t.end && t.end <= buf, "safetensors '", w, "': tensor '", name, "' has data_offsets [",
-               t.begin, ", ", t.end, "] outside the ", buf, "-byte buffer");
-    uint64_t need = 0;
-    MXDP_CHECK(!__builtin_mul_overflow(numel, uint64_t(es), &need) && t.end - t.begin == need, "safetensors '", w,
-               "': tensor '", name, "' (", t.dtype, " ", v["shape"].dump(), ") needs ", need,
-               " bytes but data_offsets give ", t.end - t.begin);
-    tensors_.push_back(std::move(t));
   }
+  // The tensors, in buffer order, must tile the buffer: no overlap, no hole, nothing after them.
   std::stable_sort(tensors_.begin(), tensors_.end(), [](const SafeTensorInfo& a, const SafeTensorInfo& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
