@@ -289,6 +289,19 @@ TEST(Rendezvous, DuplicateRankIsAnError) {
   EXPECT_TRUE(contains(res[0].msg, "rank 1 connected twice")) << res[0].msg;
 }
 
+// A process started with another world size is refused by rank 0 with a
+// sentence that says so; the process that connected is told the same reason.
+TEST(Rendezvous, WrongWorldSizeIsAnError) {
+  const int port = free_port();
+  auto size_body = [&](int who) -> std::string {
+    Rendezvous rv(opts(port, who, who == 0 ? 2 : 3, 5));  // rank 1 thinks the job has 3 ranks
+    return "no error";
+  };
+  const auto res = run_ranks({0, 1}, size_body);
+  EXPECT_TRUE(contains(res[0].msg, "a process of a 3-rank job connected to this 2-rank one")) << res[0].msg;
+  EXPECT_TRUE(contains(res[1].msg, "3-rank job")) << res[1].msg;
+}
+
 TEST(Rendezvous, OneRankNeedsNoPort) {
   Rendezvous rv(opts(0, 0, 1, 1));
   int v = 7;

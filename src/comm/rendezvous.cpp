@@ -209,45 +209,78 @@ void Rendezvous::server_fail(const std::string& why) {
   throw Error(msg);
 }
 
-void Rendezvous::server_accept() {
-  const char* origin = o_.origin.c_str();
-  int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  bool bound = false;
-  int err = 0;
+namespace {
+
+// A socket bound to `port` on every address: IPv6 with IPv4 mapped, or IPv4 alone where this
+// host has no IPv6. -1 when it cannot bind, with the reason in err.
+int bind_any(int port, int& err) {
   const int one = 1, zero = 0;
+  int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  err = errno;
   if (fd >= 0) {
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);  // IPv4 too
     sockaddr_in6 a{};
     a.sin6_family = AF_INET6;
     a.sin6_addr = in6addr_any;
-    a.sin6_port = htons(uint16_t(o_.port));
-    bound = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    a.sin6_port = htons(uint16_t(port));
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
     err = errno;
-    if (!bound) ::close(fd);
+    ::close(fd);
+    if (err == EADDRINUSE) return -1;
   }
-  if (!bound && err != EADDRINUSE) {  // no IPv6 here: IPv4 alone
-    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) MXDP_FAIL(where(), ": cannot create a socket: ", errno_text(errno));
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    a.sin_port = htons(uint16_t(o_.port));
-    bound = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);  // no IPv6 here: IPv4 alone
+  if (fd < 0) {
     err = errno;
-    if (!bound) ::close(fd);
+    return -1;
   }
-  if (!bound && err == EADDRINUSE)
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(uint16_t(port));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+  err = errno;
+  ::close(fd);
+  return -1;
+}
+
+}  // namespace
+
+// Rank 0: listens on the port, or says why it cannot.
+void Rendezvous::server_listen() {
+  const char* origin = o_.origin.c_str();
+  int err = 0;
+  const int fd = bind_any(o_.port, err);
+  if (fd < 0 && err == EADDRINUSE)
     MXDP_FAIL("rank 0 cannot listen on port ", o_.port, " (", origin, "): the port is in use on this host by another "
               "program (another job, an earlier run, or torchrun's agent store); choose another port with "
               "MASTER_PORT or MXDP_RDZV_PORT");
-  if (!bound) MXDP_FAIL("rank 0 cannot listen on port ", o_.port, " (", origin, "): ", errno_text(err));
+  if (fd < 0) MXDP_FAIL("rank 0 cannot listen on port ", o_.port, " (", origin, "): ", errno_text(err));
   listen_fd_ = fd;
   if (::listen(fd, std::max(o_.size, 16)) != 0)
     MXDP_FAIL("rank 0 cannot listen on port ", o_.port, " (", origin, "): ", errno_text(errno));
   set_socket_options(fd);
+}
 
+// What is wrong with a rank's hello, in a sentence; empty when it may join.
+std::string Rendezvous::hello_problem(const Frame& h) const {
+  if (h.seq != kVersion)
+    return "a rank of another mxdp version (rendezvous protocol " + std::to_string(h.seq) + ") connected";
+  if (h.bytes != uint64_t(o_.size))
+    return "a process of a " + std::to_string(h.bytes) + "-rank job connected to this " + std::to_string(o_.size) +
+           "-rank one (the world size must be the same on every process)";
+  if (h.root < 1 || h.root >= o_.size)
+    return "a process claiming rank " + std::to_string(h.root) + " connected (ranks are 1.." +
+           std::to_string(o_.size - 1) + ")";
+  if (peers_[size_t(h.root)] >= 0)
+    return "rank " + std::to_string(h.root) + " connected twice: two processes have the same rank";
+  return "";
+}
+
+void Rendezvous::server_accept() {
+  server_listen();
+  int err = 0;
   const auto deadline = deadline_in(o_.timeout_s);
   int arrived = 1;
   while (arrived < o_.size) {
@@ -272,18 +305,7 @@ void Rendezvous::server_accept() {
       ::close(c);  // not an mxdp rank (a port scanner, a stray client): ignore it
       continue;
     }
-    std::string bad;
-    if (h.seq != kVersion)
-      bad = "a rank of another mxdp version (rendezvous protocol " + std::to_string(h.seq) + ") connected";
-    else if (h.bytes != uint64_t(o_.size))
-      bad = "a process of a " + std::to_string(h.bytes) + "-rank job connected to this " +
-            std::to_string(o_.size) + "-rank one (the world size must be the same on every process)";
-    else if (h.root < 1 || h.root >= o_.size)
-      bad = "a process claiming rank " + std::to_string(h.root) + " connected (ranks are 1.." +
-            std::to_string(o_.size - 1) + ")";
-    else if (peers_[size_t(h.root)] >= 0)
-      bad = "rank " + std::to_string(h.root) + " connected twice: two processes have the same rank";
-    if (!bad.empty()) {
+    if (const std::string bad = hello_problem(h); !bad.empty()) {
       peers_.push_back(c);  // told too, then closed with the others
       server_fail(bad);
     }

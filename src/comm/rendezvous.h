@@ -56,6 +56,8 @@ class Rendezvous {
  private:
   struct Frame;
   void server_accept();
+  void server_listen();
+  std::string hello_problem(const Frame& h) const;
   void client_connect();
   // One host collective through rank 0 (kind: broadcast, all-gather, barrier).
   void collective(uint32_t kind, int root, size_t bytes, void* buf);
