@@ -12,6 +12,9 @@
 #include "comm/comm.h"
 #include "engine/engine.h"
 #include "models/gpt2/gpt.h"
+#include "models/llama/llama.h"
+#include "models/registry.h"
+#include "train/trainer.h"
 #include "error_of.h"
 #include "lifecycle.h"
 #include "tmpdir_util.h"
@@ -375,7 +378,7 @@ TEST(Fp8Compute, NeedsLinearWeightsOfSixteenAlignedSides) {
     const std::string e = error_of([&] { check_fp8_compute({spec({128, 128}, true), spec(bad, true)}); });
     EXPECT_TRUE(contains(e, "both sides of each linear weight a multiple of 16")) << e;
     EXPECT_TRUE(contains(e, "w" + shape_string(bad) + " is " + shape_string(bad))) << e;
-    EXPECT_TRUE(contains(e, "--d-model that is a multiple of 16")) << e;
+    EXPECT_TRUE(contains(e, "--d-model and --n-head whose widths")) << e;
   }
   const std::string none = error_of([&] { check_fp8_compute({spec({128, 128}, false)}); });
   EXPECT_TRUE(contains(none, "does not compute with FP8 weights")) << none;
@@ -388,10 +391,34 @@ TEST(Fp8Compute, NeedsLinearWeightsOfSixteenAlignedSides) {
   EXPECT_EQ(check_fp8_compute(gpt_param_specs(g)), 12);
   Gpt narrow(g);
   EXPECT_NO_THROW(narrow.set_fp8_compute({.on = true}));
+  // Llama: qkv, o, gate_up and down a block (llama-tiny: 128 x 64, 64 x 64, 384 x 64, 64 x 192).
+  const LlamaConfig l = llama_config("llama-tiny");
+  EXPECT_EQ(check_fp8_compute(llama_param_specs(l)), 4 * l.n_layer);
+  Llama llama(l);
+  EXPECT_NO_THROW(llama.set_fp8_compute({.on = true}));
+  EXPECT_TRUE(llama.reads_fp8_weights());
 }
 
-// train and plan refuse --compute-dtype fp8 with the same sentence: a model
-// without an FP8 path (every GPT-2 width has one).
+// The GPU Llama has no FP8 path yet: train refuses --compute-dtype fp8 with
+// --device cuda among its options (compute_param_specs, which check_options
+// calls before anything is prepared), naming the way out; on the CPU, and in
+// plan (no device), the same options pass.
+TEST(Fp8Compute, GpuLlamaRefusedAmongTheOptions) {
+  const ModelConfig mc = model_config("llama-tiny", {});
+  DpOptions o;
+  o.weight_format = WeightFormat::Fp8b128;
+  o.compute_dtype = LinearCompute::Fp8;
+  const std::string e = error_of([&] { compute_param_specs(mc, o, "llama-tiny", "cuda"); });
+  EXPECT_TRUE(contains(e, "llama-tiny computes in FP8 on the CPU only so far")) << e;
+  EXPECT_TRUE(contains(e, "use --compute-dtype bf16 on the GPU, or --device cpu")) << e;
+  EXPECT_EQ(compute_param_specs(mc, o, "llama-tiny", "cpu").size(), llama_param_specs(llama_config("llama-tiny")).size());
+  EXPECT_NO_THROW(compute_param_specs(mc, o, "llama-tiny"));
+  EXPECT_NO_THROW(compute_param_specs(model_config("tiny", {}), o, "tiny", "cuda")) << "the GPU GPT has one";
+}
+
+// train and plan refuse --compute-dtype fp8 with the same sentence: a Llama
+// whose linear weights are not all multiples of 16 (d_model 32 in 16 heads of
+// 2, 2 of them KV heads: qkv.w is 40 x 32). Every GPT-2 width fits.
 TEST(Fp8Compute, TrainAndPlanRefuseInOneSentence) {
   TempDir d;
   std::string text;
@@ -403,11 +430,12 @@ TEST(Fp8Compute, TrainAndPlanRefuseInOneSentence) {
     const size_t at = r.output.find("error: ");
     return at == std::string::npos ? r.output : r.output.substr(at, r.output.find('\n', at) - at);
   };
-  for (const std::string model : {"--model llama-tiny"}) {
+  for (const std::string model : {"--model llama-tiny --d-model 32 --n-head 16"}) {
     const std::string plan = error_line("plan " + model + " --compute-dtype fp8");
     const std::string train = error_line("train " + model + " --compute-dtype fp8 --weight-format fp8b128 --steps 1 --eval-every 0 "
                                          "--sample-tokens 0 --threads 1 --data " + quote(d / "c.txt"));
     EXPECT_TRUE(contains(plan, "--compute-dtype fp8")) << plan;
+    EXPECT_TRUE(contains(plan, "h0.qkv.w is [40, 32]")) << plan;
     EXPECT_EQ(train, plan) << model;
   }
 }
@@ -422,7 +450,8 @@ TEST(Fp8Compute, HelpSaysWhatFp8MeansToEachCommand) {
   EXPECT_FALSE(contains(plan.output, "--weight-format")) << plan.output;
   EXPECT_TRUE(contains(plan.output, "adds the row of the fp8b128 gather with FP8 compute")) << plan.output;
   EXPECT_TRUE(contains(train.output, "needs --weight-format fp8b128")) << train.output;
-  for (const RunResult* r : {&plan, &train}) EXPECT_TRUE(contains(r->output, "fp8: GPT-2;")) << r->output;
+  for (const RunResult* r : {&plan, &train})
+    EXPECT_TRUE(contains(r->output, "fp8: GPT-2, and Llama on the CPU;")) << r->output;
 }
 
 TEST(MemoryPlan, Gpt2OnEightRanks) {
@@ -518,12 +547,16 @@ TEST(MemoryPlan, CliShowsFp8ComputeWeights) {
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
   EXPECT_FALSE(mxdp::testing::contains(plain.output, "fp8 compute")) << plain.output;
   EXPECT_FALSE(mxdp::testing::contains(plain.output, "W+W^T")) << plain.output;
-  // What train refuses, plan refuses: a model without an FP8 compute path, a
-  // dtype that is none of the two. (Every GPT-2 width has one: tiny's d_model
-  // 64 ends in partial tiles.)
+  // What train refuses, plan refuses: linear weights whose sides are not
+  // multiples of 16, a dtype that is none of the two. (Every GPT-2 width fits:
+  // tiny's d_model 64 ends in partial tiles; so does llama-tiny's, whose four
+  // linear weights a block plan as FP8 weights too.)
   auto tiny = mxdp::testing::run_mxdp("plan --model tiny --compute-dtype fp8", d / "tiny.txt");
   EXPECT_EQ(tiny.exit_code, 0) << tiny.output;
-  for (auto [args, want] : {std::pair{"--model llama-tiny --compute-dtype fp8", "llama-tiny does not compute with FP8"},
+  auto llama = mxdp::testing::run_mxdp("plan --model llama-tiny --compute-dtype fp8", d / "llama.txt");
+  EXPECT_EQ(llama.exit_code, 0) << llama.output;
+  EXPECT_TRUE(mxdp::testing::contains(llama.output, "of the 16 linear weights")) << llama.output;
+  for (auto [args, want] : {std::pair{"--model llama-tiny --d-model 32 --n-head 16 --compute-dtype fp8", "multiples of 16"},
                             {"--model tiny --compute-dtype fp16", "--compute-dtype"}}) {
     auto bad = mxdp::testing::run_mxdp(std::string("plan ") + args, d / "bad.txt");
     EXPECT_NE(bad.exit_code, 0) << args << "\n" << bad.output;

@@ -514,15 +514,19 @@ TEST_F(TrainJob, DefaultDataIsNotTheBuildTree) {
 // closing sample runs on the trained weights all the same (it once failed the
 // run after training: "fp8_weight(4): these hooks have no FP8 weights").
 TEST_F(TrainJob, Fp8ComputeRunEndsWithItsSample) {
-  const std::string args =
-      "train --model tiny --n-layer 1 --d-model 128 --n-head 2 --seq-len 16 --batch-size 2 --eval-batches 1 "
-      "--threads 1 --progress lines --log-every 1 --comm-timeout 60 --weight-format fp8b128 --compute-dtype fp8 "
-      "--steps 2 --eval-every 0 --sample-tokens 5 --data " +
-      quote(d / "data") + " --save-dir " + quote(d / "fp8run");
-  auto r = mt::run_mxdp(args, d / "fp8.log");
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(mt::contains(r.output, "sample (5 tokens")) << r.output;
-  EXPECT_FALSE(mt::contains(r.output, "no FP8 weights")) << r.output;
+  // GPT-2, and a Llama (its CPU model computes in FP8 too).
+  for (const std::string model : {"tiny --n-layer 1 --d-model 128 --n-head 2", "llama-tiny --n-layer 1"}) {
+    const std::string args =
+        "train --model " + model + " --seq-len 16 --batch-size 2 --eval-batches 1 "
+        "--threads 1 --progress lines --log-every 1 --comm-timeout 60 --weight-format fp8b128 --compute-dtype fp8 "
+        "--steps 2 --eval-every 0 --sample-tokens 5 --start-over --data " +
+        quote(d / "data") + " --save-dir " + quote(d / "fp8run");
+    auto r = mt::run_mxdp(args, d / "fp8.log");
+    EXPECT_EQ(r.exit_code, 0) << model << "\n" << r.output;
+    EXPECT_TRUE(mt::contains(r.output, "sample (5 tokens")) << model << "\n" << r.output;
+    EXPECT_TRUE(mt::contains(r.output, "compute_dtype               = fp8")) << model << "\n" << r.output;
+    EXPECT_FALSE(mt::contains(r.output, "no FP8 weights")) << model << "\n" << r.output;
+  }
 }
 
 namespace {

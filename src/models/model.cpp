@@ -15,11 +15,12 @@ int check_fp8_compute(const std::vector<ParamSpec>& params, const std::string& m
                       tiles.eligible(p.shape[1], p.shape[0]);
     MXDP_CHECK(fits, "--compute-dtype fp8 needs both sides of each linear weight a multiple of 16 (the FP8 GEMMs' ",
                "alignment), but ", p.name, " is ", shape_string(p.shape),
-               ": pass a --d-model that is a multiple of 16 (the model's widths follow it), or --compute-dtype bf16");
+               ": pass a --d-model and --n-head whose widths (the model's weights follow them) are multiples of 16, "
+               "or --compute-dtype bf16");
     ++n;
   }
   MXDP_CHECK(n > 0, "--compute-dtype fp8: ", model.empty() ? std::string("this model") : model,
-             " does not compute with FP8 weights (yet; GPT-2 does); use --compute-dtype bf16");
+             " does not compute with FP8 weights (yet; GPT-2 and Llama do); use --compute-dtype bf16");
   return n;
 }
 

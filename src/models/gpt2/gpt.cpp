@@ -12,7 +12,6 @@
 #include "models/cpu/parallel.h"
 #include "models/cpu/residual.h"
 #include "models/gpt2/gpt_cpu.h"
-#include "models/gpt2/gpt_fp8.h"
 #include "models/init_rng.h"
 #include "util/check.h"
 

@@ -36,7 +36,7 @@
 
 #include "models/cpu/lm_head.h"
 #include "models/cpu/storage.h"
-#include "models/gpt2/gpt_fp8.h"
+#include "models/cpu/fp8_matmul.h"
 #include "models/model.h"
 
 namespace mxdp {
@@ -96,7 +96,7 @@ class Gpt : public GptModel {
   int64_t num_parameters() const { return params_.num_parameters(); }
   // FP8 compute (compute_dtype fp8, docs/fp8.md): the four linear layers of
   // each block read the engine's FP8 W / W^T (ModelHooks::fp8_weight) and
-  // quantize their activations and gradients 1x128 (gpt_fp8.h); the
+  // quantize their activations and gradients 1x128 (models/cpu/fp8_matmul.h); the
   // embeddings, attention and the LM head stay fp32, and so do the linears of
   // the blocks c keeps in bf16. Any d_model: a width that is not a multiple
   // of 128 ends in partial tiles and 1x128 blocks (check_fp8_compute,

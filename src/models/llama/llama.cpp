@@ -33,6 +33,28 @@ Llama::Llama(const LlamaConfig& cfg)
   MXDP_CHECK(i == int(params().size()), "Llama: ", i, " param indices for ", params().size(), " params");
 }
 
+void Llama::set_fp8_compute(const Fp8Compute& c) {
+  const std::vector<ParamSpec> specs = c.apply(llama_param_specs(cfg_), cfg_.n_layer);
+  if (c.on) check_fp8_compute(specs);
+  for (size_t p = 0; p < specs.size(); ++p) params_.set_fp8_linear(int(p), specs[p].fp8_linear);
+  fp8_ = c.on;
+}
+
+void Llama::linear(float* y, const float* x, int wp, const float* bias, int M, int N, int K, ModelHooks& hooks) {
+  if (fp8_ && params()[size_t(wp)].fp8_linear)
+    fp8_matmul_forward(y, x, hooks.fp8_weight(wp), bias, M, N, K, fp8s_);
+  else
+    matmul_forward(y, x, w(wp), bias, M, N, K, wt_);
+}
+
+void Llama::linear_backward(float* dx, int wp, float* dbias, const float* dy, const float* x, int M, int N, int K,
+                            ModelHooks& hooks) {
+  if (fp8_ && params()[size_t(wp)].fp8_linear)
+    fp8_matmul_backward(dx, hooks.grad(wp), dbias, dy, x, hooks.fp8_weight_transposed(wp), M, N, K, fp8s_);
+  else
+    matmul_backward(dx, hooks.grad(wp), dbias, dy, x, w(wp), M, N, K);
+}
+
 void Llama::init_weights(uint64_t seed) {
   for (size_t p = 0; p < params().size(); ++p) llama_init_param(cfg_, params(), seed, int(p), w(int(p)));
 }
@@ -90,15 +112,15 @@ void Llama::run_forward(const int32_t* tokens, int B, int T, ModelHooks& hooks) 
     float* gu = gate_up_.data() + l * BT * 2 * F;
     float* y = resid_.data() + (l + 1) * BT * C;
     llama::rmsnorm_forward(hn1, rstd1_.data() + l * BT, x, w(p.attn_norm), M, C, eps);
-    matmul_forward(qkv, hn1, w(p.qkvw), p.qkvb >= 0 ? w(p.qkvb) : nullptr, M, S, C, wt_);
+    linear(qkv, hn1, p.qkvw, p.qkvb >= 0 ? w(p.qkvb) : nullptr, M, S, C, hooks);
     llama::rope(qkv, inv_freq_.data(), B, T, NH, KV, hd, /*inverse=*/false);
     causal_attention_forward(atty, att_.data() + int64_t(l) * B * NH * T * T, qkv, B, T, NH, KV, hd);
-    matmul_forward(tmp_.data(), atty, w(p.ow), nullptr, M, C, Q, wt_);
+    linear(tmp_.data(), atty, p.ow, nullptr, M, C, Q, hooks);
     residual_add(xm, x, tmp_.data(), BT * C);
     llama::rmsnorm_forward(hn2, rstd2_.data() + l * BT, xm, w(p.mlp_norm), M, C, eps);
-    matmul_forward(gu, hn2, w(p.gate_up), nullptr, M, 2 * F, C, wt_);
+    linear(gu, hn2, p.gate_up, nullptr, M, 2 * F, C, hooks);
     llama::swiglu_forward(act_.data(), gu, M, F);
-    matmul_forward(tmp_.data(), act_.data(), w(p.down), nullptr, M, C, F, wt_);
+    linear(tmp_.data(), act_.data(), p.down, nullptr, M, C, F, hooks);
     residual_add(y, xm, tmp_.data(), BT * C);
   }
   hooks.before_layer(cfg_.n_layer + 1);
@@ -156,18 +178,18 @@ void Llama::block_backward(int l, ModelHooks& hooks) {
   const float* gu = gate_up_.data() + l * BT * 2 * F;
   // MLP half: y = xm + down(swiglu(gate_up(rmsnorm(xm)))).
   llama::swiglu_forward(act_.data(), gu, M, F);  // the forward's values, bitwise
-  matmul_backward(dact_.data(), hooks.grad(p.down), nullptr, dresid_.data(), act_.data(), w(p.down), M, C, F);
+  linear_backward(dact_.data(), p.down, nullptr, dresid_.data(), act_.data(), M, C, F, hooks);
   llama::swiglu_backward(dgu_.data(), dact_.data(), gu, M, F);
-  matmul_backward(dln_.data(), hooks.grad(p.gate_up), nullptr, dgu_.data(), hn2, w(p.gate_up), M, 2 * F, C);
+  linear_backward(dln_.data(), p.gate_up, nullptr, dgu_.data(), hn2, M, 2 * F, C, hooks);
   llama::rmsnorm_backward(dresid_.data(), hooks.grad(p.mlp_norm), dln_.data(), xm, w(p.mlp_norm),
                           rstd2_.data() + l * BT, M, C);
   // Attention half: xm = x + o(attn(rope(qkv(rmsnorm(x))))).
-  matmul_backward(datty_.data(), hooks.grad(p.ow), nullptr, dresid_.data(), atty, w(p.ow), M, C, Q);
+  linear_backward(datty_.data(), p.ow, nullptr, dresid_.data(), atty, M, C, Q, hooks);
   causal_attention_backward(dqkv_.data(), datty_.data(), qkv, att_.data() + int64_t(l) * B * NH * T * T, B, T, NH,
                             KV, hd);
   llama::rope(dqkv_.data(), inv_freq_.data(), B, T, NH, KV, hd, /*inverse=*/true);
-  matmul_backward(dln_.data(), hooks.grad(p.qkvw), p.qkvb >= 0 ? hooks.grad(p.qkvb) : nullptr, dqkv_.data(), hn1,
-                  w(p.qkvw), M, S, C);
+  linear_backward(dln_.data(), p.qkvw, p.qkvb >= 0 ? hooks.grad(p.qkvb) : nullptr, dqkv_.data(), hn1, M, S, C,
+                  hooks);
   llama::rmsnorm_backward(dresid_.data(), hooks.grad(p.attn_norm), dln_.data(), x, w(p.attn_norm),
                           rstd1_.data() + l * BT, M, C);
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "models/cpu/fp8_matmul.h"
 #include "models/cpu/lm_head.h"
 #include "models/cpu/storage.h"
 #include "models/llama/llama_config.h"
@@ -33,6 +34,12 @@ class Llama : public LlamaModel {
   float* weights(int param) override { return params_.checked(param); }
   void init_weights(uint64_t seed) override;
   void set_weights(int param, const float* host) override { params_.set(param, host); }
+  // FP8 compute (compute_dtype fp8, docs/fp8.md): the four linear layers of
+  // each block (qkv, o, gate_up, down) read the engine's FP8 W / W^T and
+  // quantize their activations and gradients 1x128 (models/cpu/fp8_matmul.h),
+  // as the CPU GPT's do; the embedding, the norms and the head stay fp32.
+  void set_fp8_compute(const Fp8Compute& c) override;
+  bool reads_fp8_weights() const override { return fp8_; }
 
   float forward(const Batch& batch, ModelHooks& hooks) override;
   void forward_into(const Batch& b, ModelHooks& h, float* loss) override { *loss = forward(b, h); }
@@ -50,12 +57,19 @@ class Llama : public LlamaModel {
   void run_forward(const int32_t* tokens, int B, int T, ModelHooks& hooks);
   void block_backward(int l, ModelHooks& hooks);
   float* w(int i) { return params_[i]; }
+  // y[M, N] = x W^T (+ bias), and its backward, for block linear weight wp: fp32, or FP8 (from the
+  // engine's W / W^T) in a block that computes in FP8.
+  void linear(float* y, const float* x, int wp, const float* bias, int M, int N, int K, ModelHooks& hooks);
+  void linear_backward(float* dx, int wp, float* dbias, const float* dy, const float* x, int M, int N, int K,
+                       ModelHooks& hooks);
 
   LlamaConfig cfg_;
   cpu::ParamStore params_;
   std::vector<float> inv_freq_;
   int embed_ = 0, norm_ = 0, head_w_ = 0;  // head_w_: the head's weight (embed_ when tied)
   std::vector<BlockParams> blocks_;
+  bool fp8_ = false;          // FP8 compute of the block linears (of some blocks at least)
+  cpu::Fp8Scratch fp8s_;      // their quantized operands
 
   int B_ = 0, T_ = 0;
   std::vector<int32_t> tokens_;

@@ -74,21 +74,23 @@ std::vector<ParamSpec> llama_param_specs(const LlamaConfig& c) {
   validate(c);
   const int64_t C = c.d_model, F = c.d_ff;
   std::vector<ParamSpec> s;
-  auto add = [&](std::string name, std::vector<int64_t> shape, int layer) {
+  // fp8_linear: the four linear layers of a block (compute_dtype fp8 reads
+  // them as FP8; the embedding and the head stay as they are).
+  auto add = [&](std::string name, std::vector<int64_t> shape, int layer, bool fp8_linear = false) {
     const bool decay = shape.size() == 2;
-    s.push_back({std::move(name), std::move(shape), layer, decay});
+    s.push_back({std::move(name), std::move(shape), layer, decay, fp8_linear});
   };
   add("embed", {c.vocab, C}, 0);
   s.back().embedding = true;  // the tied head too, where tie_embeddings
   for (int l = 1; l <= c.n_layer; ++l) {
     const std::string p = fmt::format("h{}.", l - 1);
     add(p + "attn_norm.w", {C}, l);
-    add(p + "qkv.w", {c.qkv_dim(), C}, l);
+    add(p + "qkv.w", {c.qkv_dim(), C}, l, true);
     if (c.qkv_bias) add(p + "qkv.b", {c.qkv_dim()}, l);
-    add(p + "o.w", {C, c.q_dim()}, l);
+    add(p + "o.w", {C, c.q_dim()}, l, true);
     add(p + "mlp_norm.w", {C}, l);
-    add(p + "gate_up.w", {2 * F, C}, l);
-    add(p + "down.w", {C, F}, l);
+    add(p + "gate_up.w", {2 * F, C}, l, true);
+    add(p + "down.w", {C, F}, l, true);
   }
   add("norm.w", {C}, c.n_layer + 1);
   if (!c.tie_embeddings) add("lm_head", {c.vocab, C}, c.n_layer + 1);

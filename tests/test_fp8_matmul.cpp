@@ -1,4 +1,4 @@
-// The CPU GPT's FP8 linear layer (models/gpt2/gpt_fp8.h) against products of
+// The CPU models' FP8 linear layer (models/cpu/fp8_matmul.h) against products of
 // operands quantized by the independent reference (tests/fp8_ref.h) and
 // multiplied in double: fprop from 1x128 activations and the W tiles, dgrad
 // from 1x128 output gradients and the W^T tiles, wgrad (accumulating) from the
@@ -13,7 +13,7 @@
 
 #include "compare_util.h"
 #include "fp8_ref.h"
-#include "models/gpt2/gpt_fp8.h"
+#include "models/cpu/fp8_matmul.h"
 
 using namespace mxdp;
 using mxdp::testing::randn;

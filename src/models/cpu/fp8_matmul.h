@@ -1,6 +1,7 @@
-// The CPU GPT's FP8 linear layers (gpt_fp8.cpp): the same contracts as
-// models/cpu/matmul.h's matmul_forward / matmul_backward, with the weight read as the
-// engine's FP8 W (forward) and W^T (backward), {N, K} and {K, N}.
+// The CPU models' FP8 linear layers (compute_dtype fp8, docs/fp8.md; GPT-2's
+// and Llama's block linears): the same contracts as matmul.h's matmul_forward
+// / matmul_backward, with the weight read as the engine's FP8 W (forward) and
+// W^T (backward), {N, K} and {K, N}.
 #pragma once
 
 #include <cstdint>

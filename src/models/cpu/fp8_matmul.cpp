@@ -1,9 +1,9 @@
-// The CPU GPT's linear layers in FP8 (compute_dtype fp8, docs/fp8.md): the
+// The CPU models' linear layers in FP8 (compute_dtype fp8, docs/fp8.md): the
 // activations and output gradients quantized in 1x128 blocks (E4M3), the
 // weight as the engine's fp8b128 W (fprop) and W^T (dgrad), and the emulated
 // block-scaled GEMMs (models/fp8/fp8_gemm_emulated.h). Deterministic: the
 // quantizers and the emulated GEMMs compute every output in one fixed loop.
-#include "models/gpt2/gpt_fp8.h"
+#include "models/cpu/fp8_matmul.h"
 
 #include "formats/fp8_block.h"
 #include "models/cpu/matmul.h"  // colsum_accumulate

@@ -1,11 +1,11 @@
-// The CPU GPT in FP8 compute (compute_dtype fp8, docs/fp8.md) under mpirun:
-// its block linears read the engine's FP8 W and W^T and run the emulated
-// block-scaled GEMMs. Sharded runs are bitwise the reference run (replicated
-// optimizer, no gather) and bitwise repeatable, with one bucket per buffer and
-// with small buckets whose shard cuts go through params, at a d_model of 128
-// (whole tiles) and 192 (partial tiles at every weight's edge); FP8 compute changes
-// the losses (the path is taken) but stays close to bf16 compute of the same
-// fp8b128 weights.
+// The CPU models in FP8 compute (compute_dtype fp8, docs/fp8.md) under
+// mpirun, GPT-2 and Llama: their block linears read the engine's FP8 W and W^T
+// and run the emulated block-scaled GEMMs (models/cpu/fp8_matmul.h). Sharded
+// runs are bitwise the reference run (replicated optimizer, no gather) and
+// bitwise repeatable, with one bucket per buffer and with small buckets whose
+// shard cuts go through params, at whole tiles and at partial tiles on every
+// weight's edge; FP8 compute changes the losses (the path is taken) but stays
+// close to bf16 compute of the same fp8b128 weights.
 // mpi-ranks: 1 2 3 4
 #include <gtest/gtest.h>
 
@@ -16,6 +16,7 @@
 #include "compare_util.h"
 #include "engine/engine.h"
 #include "models/gpt2/gpt.h"
+#include "models/llama/llama.h"
 
 using namespace mxdp;
 using mxdp::testing::same_bits;
@@ -46,8 +47,25 @@ struct TrainRun {
   std::vector<std::vector<float>> masters;  // full fp32 masters at the end
 };
 
-TrainRun train(const DpOptions& o, bool fp8, int d_model = 128) {
-  Gpt model(small_gpt(d_model));
+// A Llama with GQA (4 heads, 2 KV heads), the qkv bias and an untied head.
+// d_model 128: whole tiles (qkv 256 x 128, o 128 x 128, gate_up 512 x 128,
+// down 128 x 256). 96: partial tiles everywhere (qkv 160 x 96, o 96 x 96,
+// gate_up 320 x 96, down 96 x 160).
+LlamaConfig small_llama(int d_model = 128) {
+  return {.vocab = 200, .max_seq = 32, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .head_dim = d_model / 4,
+          .d_model = d_model, .d_ff = d_model == 128 ? 256 : 160, .qkv_bias = true, .tie_embeddings = false};
+}
+
+enum class Arch { Gpt, Llama };
+
+std::unique_ptr<LanguageModel> make(Arch a, int d_model) {
+  if (a == Arch::Llama) return std::make_unique<Llama>(small_llama(d_model));
+  return std::make_unique<Gpt>(small_gpt(d_model));
+}
+
+TrainRun train(const DpOptions& o, bool fp8, int d_model = 128, Arch arch = Arch::Gpt) {
+  const std::unique_ptr<LanguageModel> m = make(arch, d_model);
+  LanguageModel& model = *m;
   model.init_weights(5);
   model.set_fp8_compute(fp8 ? o.model_fp8_compute() : Fp8Compute{});
   DataParallel engine(model, world(), o);
@@ -110,13 +128,13 @@ TEST(GptFp8, ShardedIsBitwiseTheReferenceAndRepeatable) {
 // gradient noise flips enough of them that the two drift apart by chance (at
 // 3e-3, 0.07 by step 4 at d_model 160 with the power-of-two scales, 0.06 at
 // 192 and 256 with the earlier amax / 448 ones), which is not what this bounds.
-static void expect_close_to_bf16_compute(int d_model) {
+static void expect_close_to_bf16_compute(int d_model, Arch arch = Arch::Gpt) {
   SCOPED_TRACE("d_model " + std::to_string(d_model));
   DpOptions fo = fp8_options(int64_t(1) << 22, true);
   fo.lr = 1e-3;
   DpOptions bf = fo;
   bf.compute_dtype = LinearCompute::Bf16;
-  const TrainRun f = train(fo, true, d_model), b = train(bf, false, d_model);
+  const TrainRun f = train(fo, true, d_model, arch), b = train(bf, false, d_model, arch);
   ASSERT_EQ(f.losses.size(), b.losses.size());
   bool any_differs = false;
   for (size_t i = 0; i < f.losses.size(); ++i) {
@@ -163,6 +181,27 @@ TEST(GptFp8, RefusedWithoutTheModelsFp8Path) {
   Gpt model(small_gpt());
   model.init_weights(5);
   EXPECT_THROW(DataParallel(model, world(), fp8_options(1 << 22, true)), Error);
+}
+
+// The CPU Llama's FP8 path: the same guarantees as the GPT's above, with
+// GQA, the qkv bias and an untied head (the head and the embedding stay fp32).
+TEST(LlamaFp8, ShardedIsBitwiseTheReferenceAndRepeatable) {
+  for (int d_model : {128, 96})
+    for (int64_t bucket : {int64_t(1) << 22, int64_t(20000)}) {
+      const DpOptions o = fp8_options(bucket, true);
+      const TrainRun dist = train(o, true, d_model, Arch::Llama), again = train(o, true, d_model, Arch::Llama),
+                     ref = train(o.reference(), true, d_model, Arch::Llama);
+      const std::string at = "d_model " + std::to_string(d_model) + " dp " + std::to_string(world().size()) +
+                             " bucket " + std::to_string(bucket);
+      EXPECT_EQ(differ(dist, ref), "") << at << ": sharded vs reference";
+      EXPECT_EQ(differ(dist, again), "") << at << ": run to run";
+      EXPECT_TRUE(std::isfinite(dist.losses.back())) << at;
+    }
+}
+
+TEST(LlamaFp8, ChangesTheLossesButStaysCloseToBf16Compute) {
+  expect_close_to_bf16_compute(128, Arch::Llama);
+  expect_close_to_bf16_compute(96, Arch::Llama);
 }
 
 int main(int argc, char** argv) {
