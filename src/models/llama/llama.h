@@ -68,8 +68,8 @@ class Llama : public LlamaModel {
   std::vector<float> inv_freq_;
   int embed_ = 0, norm_ = 0, head_w_ = 0;  // head_w_: the head's weight (embed_ when tied)
   std::vector<BlockParams> blocks_;
-  bool fp8_ = false;          // FP8 compute of the block linears (of some blocks at least)
-  cpu::Fp8Scratch fp8s_;      // their quantized operands
+  bool fp8_ = false;      // FP8 compute of the block linears (of some blocks at least)
+  cpu::Fp8Scratch fp8s_;  // their quantized operands
 
   int B_ = 0, T_ = 0;
   std::vector<int32_t> tokens_;
