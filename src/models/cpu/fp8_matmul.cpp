@@ -6,7 +6,7 @@
 #include "models/cpu/fp8_matmul.h"
 
 #include "formats/fp8_block.h"
-#include "models/cpu/matmul.h"  // colsum_accumulate
+#include "models/cpu/matmul.h"  // colsum_accumulate, and the fp32 path of the block linears
 #include "models/fp8/fp8_gemm_emulated.h"
 #include "util/check.h"
 
@@ -55,6 +55,22 @@ void fp8_matmul_backward(float* dinp, float* dW, float* dbias, const float* dout
   const Fp8Operand xt = cols_1x128(inp, M, K, s.b_codes, s.b_scales);
   fp8_wgrad_emulated(dyt, xt, M, N, K, dW);
   if (dbias) colsum_accumulate(dbias, dout, M, N);
+}
+
+void block_linear_forward(bool fp8, float* out, const float* inp, int wp, const float* w, const float* bias, int M,
+                          int N, int K, ModelHooks& hooks, std::vector<float>& wt, Fp8Scratch& s) {
+  if (fp8)
+    fp8_matmul_forward(out, inp, hooks.fp8_weight(wp), bias, M, N, K, s);
+  else
+    matmul_forward(out, inp, w, bias, M, N, K, wt);
+}
+
+void block_linear_backward(bool fp8, float* dinp, float* dbias, const float* dout, const float* inp, int wp,
+                           const float* w, int M, int N, int K, ModelHooks& hooks, Fp8Scratch& s) {
+  if (fp8)
+    fp8_matmul_backward(dinp, hooks.grad(wp), dbias, dout, inp, hooks.fp8_weight_transposed(wp), M, N, K, s);
+  else
+    matmul_backward(dinp, hooks.grad(wp), dbias, dout, inp, w, M, N, K);
 }
 
 }  // namespace mxdp::cpu

@@ -25,4 +25,13 @@ void fp8_matmul_forward(float* out, const float* inp, const Fp8Weight& w, const 
 void fp8_matmul_backward(float* dinp, float* dW, float* dbias, const float* dout, const float* inp,
                          const Fp8Weight& wt, int M, int N, int K, Fp8Scratch& s);
 
+// A block linear layer of a CPU model (GPT-2's and Llama's), weight param wp: with `fp8` (the
+// layer computes in FP8) the functions above on the engine's W / W^T from the hooks, else
+// matmul.h's fp32 matmul on its weights w (wt: matmul_forward's scratch). The backward
+// accumulates into hooks.grad(wp) and dbias (if non-null).
+void block_linear_forward(bool fp8, float* out, const float* inp, int wp, const float* w, const float* bias, int M,
+                          int N, int K, ModelHooks& hooks, std::vector<float>& wt, Fp8Scratch& s);
+void block_linear_backward(bool fp8, float* dinp, float* dbias, const float* dout, const float* inp, int wp,
+                           const float* w, int M, int N, int K, ModelHooks& hooks, Fp8Scratch& s);
+
 }  // namespace mxdp::cpu

@@ -215,10 +215,7 @@ void Gpt::run_forward(const int32_t* tokens, int B, int T, ModelHooks& hooks) {
     // A block linear layer: y = x W^T + b, in fp32 or (FP8 compute) from the engine's FP8 W.
     const bool fp8 = fp8_ && params()[size_t(p.qkvw)].fp8_linear;  // this block computes in FP8
     const auto linear = [&](float* y, const float* xin, int wp, int bp, int N, int K) {
-      if (fp8)
-        fp8_matmul_forward(y, xin, hooks.fp8_weight(wp), w(bp), M, N, K, fp8s_);
-      else
-        matmul_forward(y, xin, w(wp), w(bp), M, N, K, wt_);
+      block_linear_forward(fp8, y, xin, wp, w(wp), w(bp), M, N, K, hooks, wt_, fp8s_);
     };
     linear(qkv, ln1, p.qkvw, p.qkvb, 3 * C, C);
     attention_forward(atty, att_.data() + int64_t(l) * B * NH * T * T, qkv, B, T, C, NH);
@@ -286,11 +283,7 @@ void Gpt::backward(ModelHooks& hooks) {
     // A block linear layer's backward, in fp32 or (FP8 compute) with the engine's FP8 W^T.
     const bool fp8 = fp8_ && params()[size_t(p.qkvw)].fp8_linear;  // this block computes in FP8
     const auto linear_back = [&](float* dx, int wp, int bp, const float* dy, const float* xin, int N, int K) {
-      if (fp8)
-        fp8_matmul_backward(dx, hooks.grad(wp), hooks.grad(bp), dy, xin, hooks.fp8_weight_transposed(wp), M, N, K,
-                            fp8s_);
-      else
-        matmul_backward(dx, hooks.grad(wp), hooks.grad(bp), dy, xin, w(wp), M, N, K);
+      block_linear_backward(fp8, dx, hooks.grad(bp), dy, xin, wp, w(wp), M, N, K, hooks, fp8s_);
     };
     // MLP half: y = xm + mproj(gelu(fc(ln2(xm)))).
     linear_back(dfchg_.data(), p.mprojw, p.mprojb, dresid_.data(), fch_gelu_.data(), C, 4 * C);

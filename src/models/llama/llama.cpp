@@ -41,18 +41,12 @@ void Llama::set_fp8_compute(const Fp8Compute& c) {
 }
 
 void Llama::linear(float* y, const float* x, int wp, const float* bias, int M, int N, int K, ModelHooks& hooks) {
-  if (fp8_ && params()[size_t(wp)].fp8_linear)
-    fp8_matmul_forward(y, x, hooks.fp8_weight(wp), bias, M, N, K, fp8s_);
-  else
-    matmul_forward(y, x, w(wp), bias, M, N, K, wt_);
+  block_linear_forward(fp8_ && params()[size_t(wp)].fp8_linear, y, x, wp, w(wp), bias, M, N, K, hooks, wt_, fp8s_);
 }
 
 void Llama::linear_backward(float* dx, int wp, float* dbias, const float* dy, const float* x, int M, int N, int K,
                             ModelHooks& hooks) {
-  if (fp8_ && params()[size_t(wp)].fp8_linear)
-    fp8_matmul_backward(dx, hooks.grad(wp), dbias, dy, x, hooks.fp8_weight_transposed(wp), M, N, K, fp8s_);
-  else
-    matmul_backward(dx, hooks.grad(wp), dbias, dy, x, w(wp), M, N, K);
+  block_linear_backward(fp8_ && params()[size_t(wp)].fp8_linear, dx, dbias, dy, x, wp, w(wp), M, N, K, hooks, fp8s_);
 }
 
 void Llama::init_weights(uint64_t seed) {

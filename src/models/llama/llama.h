@@ -57,8 +57,8 @@ class Llama : public LlamaModel {
   void run_forward(const int32_t* tokens, int B, int T, ModelHooks& hooks);
   void block_backward(int l, ModelHooks& hooks);
   float* w(int i) { return params_[i]; }
-  // y[M, N] = x W^T (+ bias), and its backward, for block linear weight wp: fp32, or FP8 (from the
-  // engine's W / W^T) in a block that computes in FP8.
+  // y[M, N] = x W^T (+ bias), and its backward, for block linear weight wp: cpu::block_linear_*,
+  // in FP8 when wp computes in FP8.
   void linear(float* y, const float* x, int wp, const float* bias, int M, int N, int K, ModelHooks& hooks);
   void linear_backward(float* dx, int wp, float* dbias, const float* dy, const float* x, int M, int N, int K,
                        ModelHooks& hooks);
