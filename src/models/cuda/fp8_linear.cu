@@ -47,7 +47,7 @@
 #include "models/cuda/fp8_gemm_sm90.h"
 #include "models/cuda/fp8_tile_ops.cuh"
 #include "models/cuda/gelu_fast.cuh"
-#include "models/cuda/layernorm_value.cuh"
+#include "models/cuda/act_values.cuh"
 #include "util/check.h"
 #include "util/cuda_check.h"
 #include "util/env.h"

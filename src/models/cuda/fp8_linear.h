@@ -59,7 +59,7 @@ struct Fp8Slot {
 
 // The LayerNorm op's inputs besides x (the LayerNorm's input, e.g. the residual
 // stream): row m's value at column n is layernorm_value(x, mean[m], rstd[m],
-// w[n], b[n]) (models/cuda/layernorm_value.cuh), the element gpt_kernels.h's
+// w[n], b[n]) (models/cuda/act_values.cuh), the element gpt_kernels.h's
 // layernorm_forward computes before its rounding to bf16, from the mean and
 // rstd it wrote. So the operands are those of its bf16 output, which it then
 // need not write (it takes a null out).

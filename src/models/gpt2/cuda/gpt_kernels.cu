@@ -7,7 +7,7 @@
 #include "util/cuda_launch.h"
 #include "formats/codec.h"
 #include "models/cuda/bf16_vectors.cuh"
-#include "models/cuda/layernorm_value.cuh"
+#include "models/cuda/act_values.cuh"
 
 #include <initializer_list>
 

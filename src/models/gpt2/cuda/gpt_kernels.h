@@ -35,7 +35,7 @@ void encoder_backward(float* dwte, float* dwpe, const uint16_t* dx, const int32_
 // out = LayerNorm(inp) * w + b (eps 1e-5); mean, rstd [M] kept for backward.
 // out may be null: then only mean and rstd are written (FP8 compute, where
 // act_quantize's LayerNorm op makes the output's operands from them, bit for
-// bit what it would make from out: models/cuda/layernorm_value.cuh).
+// bit what it would make from out: models/cuda/act_values.cuh).
 void layernorm_forward(uint16_t* out, float* mean, float* rstd, const uint16_t* inp, const uint16_t* w,
                        const uint16_t* b, int M, int C, cudaStream_t s);
 // res = bf16(a + b) (the residual add), then out = LayerNorm(res) as above
