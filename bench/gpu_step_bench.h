@@ -1,4 +1,5 @@
-// What gpubench_gpt and gpubench_llama share: the device memory in use, the
+// What gpubench_gpt and gpubench_llama share: the variants they run (weight
+// format and FP8 compute), the device memory in use, the
 // bf16 GEMM rate of this GPU now, and the timing of whole training steps
 // through the engine (synced and pipelined, optionally one step under the
 // profiler for `ncu --profile-from-start off`, scripts/profile_step.py).
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,6 +21,33 @@
 #include "util/cuda_check.h"
 
 namespace mxdp::bench {
+
+// "bf16", "mxfp8", ..., "fp8b128+fp8" (FP8 compute: --compute-dtype fp8, the
+// block linears' GEMMs in FP8, docs/fp8.md) or "fp8b128+fp8:S:E" (FP8
+// compute with S blocks at the start and E at the end in bf16:
+// --num-layers-at-start-in-bf16 S --num-layers-at-end-in-bf16 E).
+struct Variant {
+  WeightFormat format;
+  Fp8Compute fp8;
+};
+inline Variant parse_variant(const std::string& name) {
+  const size_t plus = name.find('+');
+  if (plus == std::string::npos) return {parse_weight_format(name), {}};
+  Variant v{parse_weight_format(name.substr(0, plus)), {.on = true}};
+  const std::string rest = name.substr(plus);
+  char tail = 0;
+  MXDP_CHECK(rest == "+fp8" || std::sscanf(rest.c_str(), "+fp8:%d:%d%c", &v.fp8.bf16_first, &v.fp8.bf16_last, &tail) == 2,
+             "unknown variant '", name, "' (a weight format, FORMAT+fp8, or FORMAT+fp8:S:E)");
+  return v;
+}
+// The engine options of variant v (the model is switched with set_fp8_compute(v.fp8)).
+inline void apply_variant(const Variant& v, DpOptions& o) {
+  o.weight_format = v.format;
+  o.compute_dtype = v.fp8.on ? LinearCompute::Fp8 : LinearCompute::Bf16;
+  o.num_layers_at_start_in_bf16 = v.fp8.bf16_first;
+  o.num_layers_at_end_in_bf16 = v.fp8.bf16_last;
+  o.reuse_grad_buf = v.format == WeightFormat::Mxfp8;
+}
 
 inline size_t used_bytes() {
   size_t free = 0, total = 0;

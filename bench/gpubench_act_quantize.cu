@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
       for (const Call& c : kCalls) {
         const int N = c.width * C;
         const cuda::ActQuant q{.x = x, .bias = c.bias ? bias : nullptr, .biased = c.bias ? biased : nullptr,
-                               .op = c.op, .aux = aux, .ln = {mean, rstd, bias, bias}, .out = c.out ? out : nullptr,
+                               .op = c.op, .aux = aux, .norm = {mean, rstd, bias, bias}, .out = c.out ? out : nullptr,
                                .rows = {c.rows ? rc : nullptr, rs}, .cols = {c.cols ? cc : nullptr, cs},
                                .sums = {c.sums ? sums : nullptr, scratch}};
         const double bytes = call_bytes(c, M, N);

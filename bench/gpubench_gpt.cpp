@@ -47,37 +47,17 @@ struct Result {
   cuda::GraphStats graphs;
 };
 
-// "bf16", "mxfp8", ..., "fp8b128+fp8" (FP8 compute) or "fp8b128+fp8:S:E"
-// (FP8 compute with S blocks at the start and E at the end in bf16).
-struct Variant {
-  WeightFormat format;
-  Fp8Compute fp8;
-};
-Variant parse_variant(const std::string& name) {
-  const size_t plus = name.find('+');
-  if (plus == std::string::npos) return {parse_weight_format(name), {}};
-  Variant v{parse_weight_format(name.substr(0, plus)), {.on = true}};
-  const std::string rest = name.substr(plus);
-  char tail = 0;
-  MXDP_CHECK(rest == "+fp8" || std::sscanf(rest.c_str(), "+fp8:%d:%d%c", &v.fp8.bf16_first, &v.fp8.bf16_last, &tail) == 2,
-             "unknown variant '", name, "' (a weight format, FORMAT+fp8, or FORMAT+fp8:S:E)");
-  return v;
-}
+using bench::Variant;
 
 Result run(Communicator& comm, const GptConfig& mc, Variant v, int B, int T, int steps, int warmup,
            bench::Profile profile = bench::Profile::None) {
-  const WeightFormat f = v.format;
   const size_t before = bench::used_bytes();
   auto ops = make_engine_ops(Device::Cuda);
   auto model = make_model(Device::Cuda, gpt2_model_config(mc), *ops);
   model->init_weights(1337);
   model->set_fp8_compute(v.fp8);
   DpOptions o;
-  o.weight_format = f;
-  o.compute_dtype = v.fp8.on ? LinearCompute::Fp8 : LinearCompute::Bf16;
-  o.num_layers_at_start_in_bf16 = v.fp8.bf16_first;
-  o.num_layers_at_end_in_bf16 = v.fp8.bf16_last;
-  o.reuse_grad_buf = f == WeightFormat::Mxfp8;
+  bench::apply_variant(v, o);
   o.bucket_size = 40000000;
   o.lr = 6e-4;
   o.min_lr = 6e-5;
@@ -106,7 +86,7 @@ int main(int argc, char** argv) {
     auto comm = make_job_communicator(Device::Cuda, {});
     const GptConfig mc = gpt_config(model);
     if (profile != bench::Profile::None) {
-      run(*comm, mc, parse_variant(formats), B, T, profile == bench::Profile::Synced ? 1 : steps, 5, profile);
+      run(*comm, mc, bench::parse_variant(formats), B, T, profile == bench::Profile::Synced ? 1 : steps, 5, profile);
       return 0;
     }
     cudaStream_t s;
@@ -118,7 +98,7 @@ int main(int argc, char** argv) {
     std::stringstream fs(formats);
     std::string name;
     while (std::getline(fs, name, ',')) {
-      const Variant f = parse_variant(name);
+      const Variant f = bench::parse_variant(name);
       Result a = run(*comm, mc, f, B, T, steps, 5);
       Result b = run(*comm, mc, f, B, T, 0, 5);  // the same seed again: the first 5 losses must be the same bits
       bool same = true;

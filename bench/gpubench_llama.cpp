@@ -11,6 +11,9 @@
 //   gpubench_llama [model=qwen2.5-0.5b] [batch=8] [seq=2048] [steps=20] [formats=bf16]
 //                  [warmup=3 | profile | profile-pipelined] [micro=1]
 //
+// A format "fp8b128+fp8" (or "fp8b128+fp8:S:E") runs FP8 compute, as
+// gpubench_gpt's (bench/gpu_step_bench.h's Variant).
+//
 // micro: micro-batches of `batch` x `seq` tokens per optimizer step (gradient
 // accumulation, the engine's micro_batches); tokens/s counts all of them.
 // llm.q's published one-H100 figures are at batch 32, seq 1024, micro 16.
@@ -48,15 +51,15 @@ struct Result {
   int64_t graphs = 0;
 };
 
-Result run(Communicator& comm, const ModelConfig& mc, WeightFormat f, int B, int T, int micro, int steps, int warmup,
-           bench::Profile profile = bench::Profile::None) {
+Result run(Communicator& comm, const ModelConfig& mc, const bench::Variant& v, int B, int T, int micro, int steps,
+           int warmup, bench::Profile profile = bench::Profile::None) {
   const size_t before = bench::used_bytes();
   auto ops = make_engine_ops(Device::Cuda);
   auto model = make_model(Device::Cuda, mc, *ops);
   model->init_weights(1337);
+  model->set_fp8_compute(v.fp8);
   DpOptions o;
-  o.weight_format = f;
-  o.reuse_grad_buf = f == WeightFormat::Mxfp8;
+  bench::apply_variant(v, o);
   o.bucket_size = 40000000;
   o.clip_grad = 1.0;
   o.micro_batches = micro;
@@ -105,7 +108,7 @@ int main(int argc, char** argv) {
     const LlamaConfig lc = llama_config_of(mc);
     auto comm = make_job_communicator(Device::Cuda, {});
     if (profile != bench::Profile::None) {
-      run(*comm, mc, parse_weight_format(formats), B, T, micro, profile == bench::Profile::Synced ? 1 : steps, 5,
+      run(*comm, mc, bench::parse_variant(formats), B, T, micro, profile == bench::Profile::Synced ? 1 : steps, 5,
           profile);
       return 0;
     }
@@ -115,7 +118,7 @@ int main(int argc, char** argv) {
     std::stringstream fs(formats);
     std::string name;
     while (std::getline(fs, name, ',')) {
-      const WeightFormat f = parse_weight_format(name);
+      const bench::Variant f = bench::parse_variant(name);
       Result a = run(*comm, mc, f, B, T, micro, steps, warmup);
       Result b = run(*comm, mc, f, B, T, micro, 0, warmup);  // the same seed again: the same first losses, bit for bit
       bool same = b.t.losses.size() == size_t(warmup);

@@ -76,6 +76,8 @@ export -f memcheck_one memcheck_each
 step memcheck bash -c 'memcheck_one "$0" "$1"' "$B/tests/gputest_gpt" '-GpuGpt.Fp8Compute*'
 step memcheck_fp8 bash -c 'memcheck_each "$0" "$1"' "$B/tests/gputest_gpt" 'GpuGpt.Fp8Compute*'
 step memcheck_llama bash -c 'memcheck_one "$0" "$1"' "$B/tests/gputest_llama" 'GpuLlamaKernels.*:GpuLlama.LossLogits*'
+# The Llama's FP8 compute (act_quantize's RMSNorm and SwiGLU ops, Fp8Linear), in a process of its own.
+step memcheck_llama_fp8 bash -c 'memcheck_one "$0" "$1"' "$B/tests/gputest_llama" 'GpuLlama.Fp8ComputeMatches*'
 # mxdp's own sm_90a FP8 GEMM (TMA loads, wgmma; docs/fp8.md "Our own FP8 GEMM"): its tests under memcheck.
 step memcheck_fp8_gemm bash -c 'memcheck_one "$0" "$1"' "$B/tests/gputest_fp8_gemm" '*OwnSm90*'
 # racecheck on mxdp's own kernels only: the full-model tests (GpuGpt.*) run
@@ -110,6 +112,10 @@ step sample_cuda "$B/mxdp" sample --device cuda --load "$LOGDIR/ckpt" --tokens 8
 step train_llama_cuda "$B/mxdp" train --device cuda --model llama-tiny --steps 200 --eval-every 100 --eval-batches 4 \
   --sample-tokens 0 --progress lines --log-every 50 --save-dir "$LOGDIR/ckpt_llama"
 step sample_llama_cuda "$B/mxdp" sample --device cuda --load "$LOGDIR/ckpt_llama" --tokens 80
+# The Llama with FP8 compute: the same job, its closing sample included.
+step train_llama_cuda_fp8 "$B/mxdp" train --device cuda --model llama-tiny --steps 200 --eval-every 100 \
+  --eval-batches 4 --sample-tokens 20 --progress lines --log-every 50 --weight-format fp8b128 --compute-dtype fp8 \
+  --save-dir "$LOGDIR/ckpt_llama_fp8" --start-over
 if [ $ran -eq 0 ]; then echo "no step's name matches ONLY='$ONLY'" >&2; exit 2; fi
 echo "$ran steps in $SECONDS s"
 exit $fail

@@ -34,12 +34,15 @@
 #include "formats/codec.h"
 #include "models/gpt2/gpt.h"
 #include "models/gpt2/gpt_cpu.h"
+#include "gpu_fp8_fixtures.h"
 #include "gpu_test_util.h"
 
 using namespace mxdp;
 using mxdp::testing::bfr;
 using mxdp::testing::rel_err;
 using mxdp::gputest::DevHooks;
+using mxdp::gputest::Fp8Hooks;
+using mxdp::gputest::Fp8Weights;
 
 namespace {
 
@@ -702,15 +705,7 @@ TEST(GpuGptKernels, Fp8ForwardMakesTheTransposesBackwardMadeBefore) {
 TEST(GpuGptKernels, Fp8LayerNormOperandsWithoutTheLayerNormOutput) {
   REQUIRE_GPU();
   Stream st;
-  struct Operands {
-    Dev<uint8_t> rc, cc;
-    F32 rs, cs;
-    Operands(int Mp, int C)
-        : rc(size_t(Mp) * C), cc(size_t(Mp) * C), rs(size_t(fp8_1x128_scale_count(Mp, C))),
-          cs(size_t(fp8_1x128_scale_count(C, Mp))) {}
-    cuda::Fp8Slot rows() const { return {rc.p, rs.p}; }
-    cuda::Fp8Slot cols() const { return {cc.p, cs.p}; }
-  };
+  using Operands = gputest::Fp8Operands;
   const std::pair<int, int> shapes[] = {{300, 256}, {300, 208}, {32768, 256}};
   for (const auto& shape : shapes) {
     const int M = shape.first, C = shape.second, Mp = int(cuda::fp8_rows_padded(M));
@@ -749,24 +744,19 @@ TEST(GpuGptKernels, Fp8LayerNormOperandsWithoutTheLayerNormOutput) {
         cuda::residual_layernorm_forward(res_now.p, nullptr, mean_now.p, rstd_now.p, a.p, b.p, w.p, bias.p, M, C, st.s);
       else
         cuda::layernorm_forward(nullptr, mean_now.p, rstd_now.p, a.p, w.p, bias.p, M, C, st.s);
-      const cuda::LayerNormArgs ln{mean_now.p, rstd_now.p, w.p, bias.p};
+      const cuda::NormArgs ln{mean_now.p, rstd_now.p, w.p, bias.p};
       const uint16_t* input = residual ? res_now.p : a.p;
-      cuda::act_quantize({.x = input, .op = cuda::ActOp::LayerNorm, .ln = ln, .rows = now.rows(), .cols = now.cols()},
+      cuda::act_quantize({.x = input, .op = cuda::ActOp::LayerNorm, .norm = ln, .rows = now.rows(), .cols = now.cols()},
                          M, C, st.s);
-      cuda::act_quantize({.x = input, .op = cuda::ActOp::LayerNorm, .ln = ln, .out = values.p, .rows = again.rows(),
+      cuda::act_quantize({.x = input, .op = cuda::ActOp::LayerNorm, .norm = ln, .out = values.p, .rows = again.rows(),
                           .cols = again.cols()},
                          M, C, st.s);
       EXPECT_TRUE(same_bits(mean_now, mean_before)) << "mean";
       EXPECT_TRUE(same_bits(rstd_now, rstd_before)) << "rstd";
       if (residual) EXPECT_TRUE(same_bits(res_now, res_before)) << "the residual sum";
       EXPECT_TRUE(same_bits(values, out_before)) << "the op's bf16 values against the kernel's output";
-      for (const Operands* o : {&now, &again}) {
-        const char* call = o == &now ? "as the GPT calls it" : "writing its values";
-        EXPECT_TRUE(same_bits(o->rc, before.rc)) << call << ": row codes";
-        EXPECT_TRUE(same_bits(o->rs, before.rs)) << call << ": row scales";
-        EXPECT_TRUE(same_bits(o->cc, before.cc)) << call << ": column codes";
-        EXPECT_TRUE(same_bits(o->cs, before.cs)) << call << ": column scales";
-      }
+      now.expect_same(before, "as the GPT calls it");
+      again.expect_same(before, "writing its values");
     }
   }
 }
@@ -864,72 +854,6 @@ TEST(GpuGpt, RunToRunBitwise) {
   for (size_t p = 0; p < grads[0].size(); ++p)
     EXPECT_EQ(std::memcmp(grads[0][p].data(), grads[1][p].data(), grads[0][p].size() * 4), 0) << "param " << p;
 }
-
-// FP8 compute: the weights of the four block linears as the engine hands
-// them out (fp8b128 codes, GEMM-layout tile scales; W and W^T), made here with
-// the CPU codec from the CPU model's fp32 weights, in host memory for the CPU
-// model and in device memory for the GPU one.
-struct Fp8Weights {
-  struct One {
-    std::vector<uint8_t> codes, codes_t;
-    std::vector<float> gemm, gemm_t;
-    Dev<uint8_t> *dc = nullptr, *dct = nullptr;
-    F32 *ds = nullptr, *dst = nullptr;
-    int64_t rows = 0, cols = 0;
-  };
-  std::vector<One> w;
-  Fp8Weights(Gpt& cpu) : w(cpu.params().size()) {
-    for (int p = 0; p < int(cpu.params().size()); ++p) {
-      const ParamSpec& s = cpu.params()[size_t(p)];
-      if (!s.fp8_linear) continue;
-      One& o = w[size_t(p)];
-      o.rows = s.shape[0];
-      o.cols = s.shape[1];
-      std::vector<float> compact(size_t(fp8b128_scale_count(o.rows, o.cols))), compact_t(compact.size());
-      o.codes.resize(size_t(s.numel()));
-      o.codes_t.resize(o.codes.size());
-      fp8b128_quantize(cpu.weights(p), o.rows, o.cols, o.codes.data(), compact.data());
-      fp8b128_transpose(o.codes.data(), compact.data(), o.rows, o.cols, o.codes_t.data(), compact_t.data());
-      o.gemm.resize(size_t(fp8b128_gemm_scale_count(o.rows, o.cols)));
-      o.gemm_t.resize(size_t(fp8b128_gemm_scale_count(o.cols, o.rows)));
-      fp8b128_scales_for_gemm(compact.data(), o.rows, o.cols, o.gemm.data());
-      fp8b128_scales_for_gemm(compact_t.data(), o.cols, o.rows, o.gemm_t.data());
-      o.dc = new Dev<uint8_t>(o.codes.size());
-      o.dct = new Dev<uint8_t>(o.codes.size());
-      MXDP_CUDA_CHECK(cudaMemcpy(o.dc->p, o.codes.data(), o.codes.size(), cudaMemcpyHostToDevice));
-      MXDP_CUDA_CHECK(cudaMemcpy(o.dct->p, o.codes_t.data(), o.codes.size(), cudaMemcpyHostToDevice));
-      o.ds = new F32(o.gemm);
-      o.dst = new F32(o.gemm_t);
-    }
-  }
-  ~Fp8Weights() {
-    for (One& o : w) {
-      delete o.dc;
-      delete o.dct;
-      delete o.ds;
-      delete o.dst;
-    }
-  }
-  Fp8Weight get(int p, bool transposed, bool device) const {
-    const One& o = w.at(size_t(p));
-    EXPECT_GT(o.rows, 0) << "FP8 weight of param " << p << ", which is not an FP8 linear";
-    if (transposed)
-      return {device ? o.dct->p : o.codes_t.data(), device ? o.dst->p : o.gemm_t.data(), o.cols, o.rows};
-    return {device ? o.dc->p : o.codes.data(), device ? o.ds->p : o.gemm.data(), o.rows, o.cols};
-  }
-};
-// Hooks `in` plus the FP8 weights (host or device copies).
-struct Fp8Hooks final : ModelHooks {
-  ModelHooks& in;
-  const Fp8Weights& fw;
-  bool device;
-  Fp8Hooks(ModelHooks& h, const Fp8Weights& w, bool dev) : in(h), fw(w), device(dev) {}
-  void before_layer(int l) override { in.before_layer(l); }
-  float* grad(int p) override { return in.grad(p); }
-  void after_layer_backward(int l) override { in.after_layer_backward(l); }
-  Fp8Weight fp8_weight(int p) override { return fw.get(p, false, device); }
-  Fp8Weight fp8_weight_transposed(int p) override { return fw.get(p, true, device); }
-};
 
 // The GPU GPT in FP8 compute against the CPU GPT in FP8 compute (the
 // emulated GEMMs, fp32 activations): the same FP8 weights, so the differences

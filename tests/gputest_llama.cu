@@ -27,8 +27,10 @@
 #include "compare_util.h"
 #include "engine/engine.h"
 #include "formats/codec.h"
+#include "gpu_fp8_fixtures.h"
 #include "gpu_test_util.h"
 #include "models/cuda/attention.h"
+#include "models/cuda/fp8_linear.h"
 #include "models/llama/cuda/llama_cuda.h"
 #include "models/llama/cuda/llama_kernels.h"
 #include "models/llama/llama.h"
@@ -64,6 +66,12 @@ struct Dev {
   ~Dev() { cudaFree(p); }
   Dev(const Dev&) = delete;
   void put(const std::vector<T>& v) { MXDP_CUDA_CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice)); }
+  std::vector<uint8_t> bytes() const {
+    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint8_t> h(n * sizeof(T));
+    MXDP_CUDA_CHECK(cudaMemcpy(h.data(), p, h.size(), cudaMemcpyDeviceToHost));
+    return h;
+  }
 };
 struct Bf16 : Dev<uint16_t> {
   explicit Bf16(const std::vector<float>& v) : Dev<uint16_t>(v.size()) {
@@ -177,6 +185,73 @@ TEST(GpuLlamaKernels, SwigluForwardAndBackwardMatchCpu) {
     cuda::llama::swiglu_backward(gdgu.p, gd.p, ggu.p, M, F, st.s);
     EXPECT_LT(rel_err(gout.get(), out), 1e-2) << "F=" << F;
     EXPECT_LT(rel_err(gdgu.get(), dgu), 1e-2) << "F=" << F;
+  }
+}
+
+// FP8 compute writes neither the RMSNorms' outputs nor the SwiGLU's: act_quantize's
+// RMSNorm op makes the operands from the norm's input and the rstd the kernel
+// wrote, its SwiGLU op from gate_up. Their operands must be those the identity
+// pass makes from the kernel's bf16 output (which Fp8ActQuantizeIsTheCpuQuantizerOfItsValues,
+// gputest_gpt, holds to the CPU quantizers), bit for bit, and the ops' own bf16
+// values (`out`) the kernel's output. Shapes: whole tiles, a partial last tile
+// (208 = 128 + 80) and a padded M (300); 32768 rows hold enough elements that a
+// different order of the element's float operations would move some values.
+// Special rows for the RMSNorm: tiny, huge, all zeros, one large value.
+TEST(GpuLlamaKernels, Fp8RmsNormAndSwigluOperandsWithoutTheirOutputs) {
+  REQUIRE_GPU();
+  Stream st;
+  const auto same = [](const auto& a, const auto& b) { return a.bytes() == b.bytes(); };
+  const std::pair<int, int> shapes[] = {{300, 256}, {300, 208}, {32768, 256}};
+  for (const auto& [M, C] : shapes) {
+    const int Mp = int(cuda::fp8_rows_padded(M));
+    std::vector<float> a0 = randn(size_t(M) * C, 51, 2.f), b0 = randn(size_t(M) * C, 52);
+    const auto row = [&](int m) { return a0.begin() + ptrdiff_t(m) * C; };
+    for (int n = 0; n < C; ++n) {
+      row(1)[n] = bfr(row(1)[n] * 1e-30f);
+      row(2)[n] = bfr(row(2)[n] * 1e30f);
+      row(4)[n] = 0.f;
+    }
+    row(3)[5] = 32768.f;
+    for (int m = 0; m < 5; ++m) std::fill(b0.begin() + ptrdiff_t(m) * C, b0.begin() + ptrdiff_t(m + 1) * C, 0.f);
+    const Bf16 a(a0), b(b0), w(randn(size_t(C), 53));
+    for (const bool residual : {false, true}) {
+      SCOPED_TRACE(std::to_string(M) + " x " + std::to_string(C) + (residual ? ", residual + RMSNorm" : ", RMSNorm"));
+      Bf16 out_before(size_t(M) * C), res_before(size_t(M) * C), res_now(size_t(M) * C), values(size_t(M) * C);
+      F32 rstd_before{size_t(M)}, rstd_now{size_t(M)};
+      const gputest::Fp8Operands before(Mp, C), now(Mp, C), again(Mp, C);
+      if (residual) {
+        cuda::llama::residual_rmsnorm_forward(res_before.p, out_before.p, rstd_before.p, a.p, b.p, w.p, M, C, 1e-5f, st.s);
+        cuda::llama::residual_rmsnorm_forward(res_now.p, nullptr, rstd_now.p, a.p, b.p, w.p, M, C, 1e-5f, st.s);
+      } else {
+        cuda::llama::rmsnorm_forward(out_before.p, rstd_before.p, a.p, w.p, M, C, 1e-5f, st.s);
+        cuda::llama::rmsnorm_forward(nullptr, rstd_now.p, a.p, w.p, M, C, 1e-5f, st.s);
+      }
+      cuda::act_quantize({.x = out_before.p, .rows = before.rows(), .cols = before.cols()}, M, C, st.s);
+      const uint16_t* input = residual ? res_now.p : a.p;
+      const cuda::NormArgs norm{.rstd = rstd_now.p, .w = w.p};
+      cuda::act_quantize({.x = input, .op = cuda::ActOp::RmsNorm, .norm = norm, .rows = now.rows(), .cols = now.cols()},
+                         M, C, st.s);
+      cuda::act_quantize({.x = input, .op = cuda::ActOp::RmsNorm, .norm = norm, .out = values.p, .rows = again.rows(),
+                          .cols = again.cols()},
+                         M, C, st.s);
+      EXPECT_TRUE(same(rstd_now, rstd_before)) << "rstd without the output";
+      if (residual) EXPECT_TRUE(same(res_now, res_before)) << "the residual sum";
+      EXPECT_TRUE(same(values, out_before)) << "the op's bf16 values against the kernel's output";
+      now.expect_same(before, "as the Llama calls it");
+      again.expect_same(before, "writing its values");
+    }
+    SCOPED_TRACE(std::to_string(M) + " x " + std::to_string(C) + ", SwiGLU");
+    const Bf16 gu(randn(size_t(M) * 2 * C, 54, 3.f));
+    Bf16 act(size_t(M) * C), values(size_t(M) * C);
+    const gputest::Fp8Operands before(Mp, C), now(Mp, C), again(Mp, C);
+    cuda::llama::swiglu_forward(act.p, gu.p, M, C, st.s);
+    cuda::act_quantize({.x = act.p, .rows = before.rows(), .cols = before.cols()}, M, C, st.s);
+    cuda::act_quantize({.x = gu.p, .op = cuda::ActOp::SwiGlu, .rows = now.rows(), .cols = now.cols()}, M, C, st.s);
+    cuda::act_quantize({.x = gu.p, .op = cuda::ActOp::SwiGlu, .out = values.p, .rows = again.rows(), .cols = again.cols()},
+                       M, C, st.s);
+    EXPECT_TRUE(same(values, act)) << "the op's bf16 values against swiglu_forward's";
+    now.expect_same(before, "as the Llama calls it");
+    again.expect_same(before, "writing its values");
   }
 }
 
@@ -386,6 +461,110 @@ TEST(GpuLlama, RunToRunBitwiseAndGraphsChangeNoBit) {
   }
 }
 
+// The GPU Llama in FP8 compute against the CPU Llama in FP8 compute (the
+// emulated GEMMs, fp32 activations), on the same FP8 weights: the differences
+// are the GPU's bf16 activations and the codes they move now and then. Bounds
+// as the GPU GPT's (gputest_gpt): loss 1%, every gradient 8%. The Llama 3
+// (d_model 64: every weight one partial tile; GQA, untied head) and the Qwen2
+// (q/k/v biases, whose gradient act_quantize's column sums make; whole
+// tiles), at B*T = 111 (padded to 128 rows inside) and 256.
+TEST(GpuLlama, Fp8ComputeMatchesTheCpuFp8Llama) {
+  REQUIRE_GPU();
+  for (const LlamaConfig& cfg : {llama3_small(), qwen2_small()})
+    for (auto [B, T] : {std::pair{3, 37}, std::pair{4, 64}}) {
+      const std::string what =
+          std::string(cfg.qkv_bias ? "qwen2" : "llama3") + " B=" + std::to_string(B) + " T=" + std::to_string(T);
+      Pair m(cfg);
+      m.cpu.set_fp8_compute({.on = true});
+      m.gpu->set_fp8_compute({.on = true});
+      ASSERT_TRUE(m.gpu->reads_fp8_weights());
+      const gputest::Fp8Weights fw(m.cpu);
+      std::vector<int32_t> in, tgt;
+      make_tokens(cfg.vocab, B, T, 300 + B, in, tgt);
+      const Batch batch{in.data(), tgt.data(), B, T};
+      HostHooks hc0(m.cpu.params());
+      DevHooks hg0(m.cpu.params());
+      gputest::Fp8Hooks hc(hc0, fw, false), hg(hg0, fw, true);
+      const float lc = m.cpu.forward(batch, hc), lg = m.gpu->forward(batch, hg);
+      EXPECT_NEAR(lg, lc, 1e-2 * lc) << "loss " << what;
+      m.cpu.backward(hc);
+      m.gpu->backward(hg);
+      int fp8 = 0;
+      for (int p = 0; p < int(m.cpu.params().size()); ++p) {
+        const ParamSpec& spec = m.cpu.params()[size_t(p)];
+        const double e = rel_err(hg0.get(p), hc0.g[size_t(p)]);
+        EXPECT_LT(e, 8e-2) << spec.name << " " << what;
+        if (!spec.fp8_linear) continue;
+        ++fp8;
+        std::printf("  %-14s %s: gradient rel. error %.4f\n", spec.name.c_str(), what.c_str(), e);
+        EXPECT_THROW(m.gpu->compute_weights(p), Error) << spec.name << ": the FP8 linears have no bf16 copy";
+      }
+      EXPECT_EQ(fp8, 4 * cfg.n_layer) << what;
+    }
+}
+
+// The GPU Llama in FP8 compute as a step drives it: the FP8 weights of
+// Fp8Weights (fixed: no optimizer steps), fp32 device gradients.
+struct Fp8Llama {
+  Pair m;
+  const gputest::Fp8Weights fw;
+  DevHooks g;
+  gputest::Fp8Hooks h;
+  Fp8Llama(const LlamaConfig& cfg, const Fp8Compute& c) : m(cfg), fw(m.cpu), g(m.cpu.params()), h(g, fw, true) {
+    m.gpu->set_fp8_compute(c);
+  }
+  float step(const Batch& b) {  // forward + backward, the gradients zeroed first; the loss
+    for (size_t p = 0; p < g.g.size(); ++p) MXDP_CUDA_CHECK(cudaMemsetAsync(g.g[p], 0, size_t(g.n[p]) * 4, m.st.s));
+    const float loss = m.gpu->forward(b, h);
+    m.gpu->backward(h);
+    return loss;
+  }
+  void expect_same(float loss, const Fp8Llama& o, float o_loss, const std::string& what) const {
+    EXPECT_TRUE(mxdp::testing::same_bits(loss, o_loss)) << what << ": loss " << loss << " vs " << o_loss;
+    for (int p = 0; p < int(g.g.size()); ++p)
+      EXPECT_TRUE(mxdp::testing::same_bits(g.get(p), o.g.get(p))) << what << ": " << m.cpu.params()[size_t(p)].name;
+  }
+};
+
+// FP8 compute keeps per block what backward reads of the forward (among it the
+// X^T operands the forward makes for the wgrads). A Qwen2 of three blocks, the
+// first in bf16 (--num-layers-at-start-in-bf16 1): only blocks 1 and 2 read
+// FP8 weights. A step must give the bits of a fresh model's step on the same
+// micro-batch (run to run, the second model replaying the graphs its first step
+// captured), whatever ran before it: another micro-batch and an eval forward
+// of the same shape (which write the same per-block buffers), or
+// forward_logits of another shape (the arena laid out again, the graphs
+// captured again). B*T = 111: the padded rows in every per-block offset.
+TEST(GpuLlama, Fp8ComputeBitwiseRunToRunAndBackwardReadsItsOwnForward) {
+  REQUIRE_GPU();
+  LlamaConfig cfg = qwen2_small();
+  cfg.n_layer = 3;
+  const Fp8Compute c{.on = true, .bf16_first = 1};
+  const int B = 3, T = 37;
+  std::vector<int32_t> in[3], tgt[3];
+  for (int i = 0; i < 3; ++i) make_tokens(cfg.vocab, B, T, 400 + i, in[i], tgt[i]);
+  const Batch a{in[0].data(), tgt[0].data(), B, T}, b{in[1].data(), tgt[1].data(), B, T};
+  const Batch e{in[2].data(), tgt[2].data(), B, T};  // the eval's
+  const std::vector<int32_t> prompt(2 * 20, 7);      // forward_logits: B 2, T 20 (64 inside)
+
+  Fp8Llama fresh(cfg, c);
+  const float loss_b = fresh.step(b);
+  Fp8Llama m(cfg, c);
+  m.step(a);
+  EXPECT_FALSE(mxdp::testing::same_bits(m.step(a), loss_b)) << "micro-batches a and b give one loss: a vacuous test";
+  (void)m.m.gpu->forward(e, m.h);
+  m.expect_same(m.step(b), fresh, loss_b, "after micro-batches and an eval of its shape");
+  m.m.gpu->forward_logits(prompt.data(), 2, 20, m.h);
+  m.expect_same(m.step(b), fresh, loss_b, "after forward_logits of another shape");
+  for (int p = 0; p < int(m.m.cpu.params().size()); ++p) {
+    const ParamSpec& spec = m.m.gpu->params()[size_t(p)];
+    const bool fp8 = spec.layer >= 2 && m.m.cpu.params()[size_t(p)].fp8_linear;  // block 0 is layer 1
+    EXPECT_EQ(spec.fp8_linear, fp8) << spec.name;
+    if (fp8) EXPECT_THROW(m.m.gpu->compute_weights(p), Error) << spec.name;
+    else EXPECT_NO_THROW(m.m.gpu->compute_weights(p)) << spec.name;
+  }
+}
+
 TEST(GpuLlama, InitIsTheCpuInitRoundedToBf16) {
   REQUIRE_GPU();
   const LlamaConfig cfg = qwen2_small();
@@ -411,8 +590,10 @@ TEST(GpuLlama, InitIsTheCpuInitRoundedToBf16) {
 
 // Through the engine, as `mxdp train --device cuda` runs it: the registry's
 // builder, every weight format, 12 steps on 3 batches in turn whose targets
-// are a function of the input token. The loss must fall by 15% at least, and an engine whose model runs every kernel eagerly
-// (no CUDA graphs) must give the same bits.
+// are a function of the input token; fp8b128 also with FP8 compute (the block
+// linears' GEMMs in FP8 on the engine's W and W^T). The loss must fall by 15%
+// at least, and an engine whose model runs every kernel eagerly (no CUDA
+// graphs) must give the same bits.
 TEST(GpuLlama, TrainsThroughTheEngineInEveryWeightFormat) {
   REQUIRE_GPU();
   if (!cuda_available()) GTEST_SKIP() << "this build cannot run the GPU engine (no NCCL or cuDNN)";
@@ -422,7 +603,9 @@ TEST(GpuLlama, TrainsThroughTheEngineInEveryWeightFormat) {
     make_tokens(cfg.vocab, 4, 32, 40 + i, in[size_t(i)], tgt[size_t(i)]);
     for (size_t j = 0; j < in[size_t(i)].size(); ++j) tgt[size_t(i)][j] = (in[size_t(i)][j] * 7 + 3) % cfg.vocab;
   }
-  for (WeightFormat f : {WeightFormat::Bf16, WeightFormat::Mxfp8, WeightFormat::Nvfp4}) {
+  for (const auto& [f, fp8] : {std::pair{WeightFormat::Bf16, false}, {WeightFormat::Mxfp8, false},
+                                {WeightFormat::Nvfp4, false}, {WeightFormat::Fp8b128, true}}) {
+    const std::string name = std::string(to_string(f)) + (fp8 ? " + FP8 compute" : "");
     std::vector<double> losses[2];
     for (int graphs = 1; graphs >= 0; --graphs) {
       auto comm = make_job_communicator(Device::Cuda, {});
@@ -431,8 +614,10 @@ TEST(GpuLlama, TrainsThroughTheEngineInEveryWeightFormat) {
           graphs ? make_model(Device::Cuda, llama_model_config(cfg), *ops)
                  : cuda::make_llama(cfg, static_cast<cudaStream_t>(ops->stream()), {.cuda_graphs = false});
       model->init_weights(5);
+      model->set_fp8_compute({.on = fp8});
       DpOptions o;
       o.weight_format = f;
+      o.compute_dtype = fp8 ? LinearCompute::Fp8 : LinearCompute::Bf16;
       o.reuse_grad_buf = f == WeightFormat::Mxfp8;
       o.clip_grad = 1.0;
       o.lr = 3e-3;
@@ -444,10 +629,10 @@ TEST(GpuLlama, TrainsThroughTheEngineInEveryWeightFormat) {
       }
     }
     const auto& l = losses[1];
-    for (double x : l) ASSERT_TRUE(std::isfinite(x)) << to_string(f);
-    EXPECT_LT(l.back(), 0.85 * l.front()) << to_string(f) << ": the loss did not fall (" << l.front() << " -> "
-                                          << l.back() << ")";
-    EXPECT_TRUE(mxdp::testing::same_bits(losses[0], losses[1])) << to_string(f) << ": graphs on and off differ";
+    for (double x : l) ASSERT_TRUE(std::isfinite(x)) << name;
+    EXPECT_LT(l.back(), 0.85 * l.front()) << name << ": the loss did not fall (" << l.front() << " -> " << l.back()
+                                          << ")";
+    EXPECT_TRUE(mxdp::testing::same_bits(losses[0], losses[1])) << name << ": graphs on and off differ";
   }
 }
 

@@ -399,23 +399,6 @@ TEST(Fp8Compute, NeedsLinearWeightsOfSixteenAlignedSides) {
   EXPECT_TRUE(llama.reads_fp8_weights());
 }
 
-// The GPU Llama has no FP8 path yet: train refuses --compute-dtype fp8 with
-// --device cuda among its options (compute_param_specs, which check_options
-// calls before anything is prepared), naming the way out; on the CPU, and in
-// plan (no device), the same options pass.
-TEST(Fp8Compute, GpuLlamaRefusedAmongTheOptions) {
-  const ModelConfig mc = model_config("llama-tiny", {});
-  DpOptions o;
-  o.weight_format = WeightFormat::Fp8b128;
-  o.compute_dtype = LinearCompute::Fp8;
-  const std::string e = error_of([&] { compute_param_specs(mc, o, "llama-tiny", "cuda"); });
-  EXPECT_TRUE(contains(e, "llama-tiny computes in FP8 on the CPU only so far")) << e;
-  EXPECT_TRUE(contains(e, "use --compute-dtype bf16 on the GPU, or --device cpu")) << e;
-  EXPECT_EQ(compute_param_specs(mc, o, "llama-tiny", "cpu").size(), llama_param_specs(llama_config("llama-tiny")).size());
-  EXPECT_NO_THROW(compute_param_specs(mc, o, "llama-tiny"));
-  EXPECT_NO_THROW(compute_param_specs(model_config("tiny", {}), o, "tiny", "cuda")) << "the GPU GPT has one";
-}
-
 // train and plan refuse --compute-dtype fp8 with the same sentence: a Llama
 // whose linear weights are not all multiples of 16 (d_model 32 in 16 heads of
 // 2, 2 of them KV heads: qkv.w is 40 x 32). Every GPT-2 width fits.

@@ -163,8 +163,7 @@ class Model {
   virtual void set_fp8_compute(const Fp8Compute& c) {
     if (!c.on) return;
     check_fp8_compute(params());
-    MXDP_FAIL("this model lists FP8 linear weights but has no FP8 compute path on this device; use --compute-dtype "
-              "bf16");
+    MXDP_FAIL("this model lists FP8 linear weights but has no FP8 compute path; use --compute-dtype bf16");
   }
   // Deterministic initialisation of the compute weights from a seed.
   virtual void init_weights(uint64_t seed) = 0;

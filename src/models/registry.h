@@ -78,10 +78,6 @@ struct ModelSpec {
   // Hugging Face directory (its config.json), for `--model DIR`.
   bool (*reads_hf_config)(const nlohmann::json& config_json) = nullptr;
   ModelConfig (*from_hf_dir)(const std::string& dir, const ModelOverrides& overrides) = nullptr;
-  // Whether the GPU model computes in FP8 (--compute-dtype fp8 with --device
-  // cuda). The CPU model of an architecture whose params have fp8_linear
-  // weights always does (models/cpu/fp8_matmul.h).
-  bool fp8_on_cuda = false;
 };
 
 // For an architecture's spec.cpp: `spec` with the entries that follow from

@@ -46,16 +46,10 @@ ModelConfig resolve_model(const TrainConfig& cfg) {
                                   .max_seq = cfg.max_seq, .vocab = cfg.vocab});
 }
 
-std::vector<ParamSpec> compute_param_specs(const ModelConfig& mc, const DpOptions& dp, const std::string& model,
-                                           const std::string& device) {
+std::vector<ParamSpec> compute_param_specs(const ModelConfig& mc, const DpOptions& dp, const std::string& model) {
   dp.validate_fp8_compute();
   std::vector<ParamSpec> params = mc.spec().param_specs(mc);
-  if (dp.compute_dtype == LinearCompute::Fp8) {
-    check_fp8_compute(params, model);
-    MXDP_CHECK(device != "cuda" || mc.spec().fp8_on_cuda, "--compute-dtype fp8: ", model, " computes in FP8 on the ",
-               "CPU only so far (the GPU ", mc.spec().name, " model has no FP8 path yet); use --compute-dtype bf16 on ",
-               "the GPU, or --device cpu");
-  }
+  if (dp.compute_dtype == LinearCompute::Fp8) check_fp8_compute(params, model);
   return dp.model_fp8_compute().apply(std::move(params), mc.spec().n_layer(mc), model);
 }
 
@@ -214,7 +208,7 @@ void Trainer::check_options() {
              "--init-from starts a run from given weights, --load resumes one: pass one of them");
   mc_ = resolve_model(cfg_);
   // Refused here, before any data is prepared or directory made, as plan does.
-  compute_param_specs(mc_, cfg_.dp, cfg_.model, cfg_.device);
+  compute_param_specs(mc_, cfg_.dp, cfg_.model);
   MXDP_CHECK(cfg_.steps >= 0, "--steps must be >= 0, got ", cfg_.steps);
   MXDP_CHECK(cfg_.batch_size >= 1, "--batch-size must be >= 1, got ", cfg_.batch_size);
   const int max_seq = mc_.spec().max_seq(mc_);

@@ -110,10 +110,8 @@ ModelConfig resolve_model(const TrainConfig& cfg);
 // compute_dtype fp8, fp8_linear only on the blocks that compute in FP8
 // (Fp8Compute::apply). Throws the one refusal train and plan both give, naming
 // `model`, for FP8 compute options that do not fit each other or the model
-// (DpOptions::validate_fp8_compute, check_fp8_compute, Fp8Compute::check),
-// and, with `device` "cuda", for a model whose GPU model has no FP8 path
-// (ModelSpec::fp8_on_cuda; plan, which names no device, passes "").
-std::vector<ParamSpec> compute_param_specs(const ModelConfig& mc, const DpOptions& dp, const std::string& model,
-                                           const std::string& device = "");
+// (DpOptions::validate_fp8_compute, check_fp8_compute, Fp8Compute::check).
+// Every model that lists FP8 linear weights computes in FP8 on both devices.
+std::vector<ParamSpec> compute_param_specs(const ModelConfig& mc, const DpOptions& dp, const std::string& model);
 
 }  // namespace mxdp

@@ -1,20 +1,36 @@
-// One LayerNorm output element before its rounding to bf16, shared by the
-// GPT's LayerNorm kernels (gpt_kernels.cu's ln_row) and act_quantize's
-// LayerNorm op (fp8_linear.cu), which makes the FP8 operands of a LayerNorm's
-// output from its input, mean and rstd instead of reading the bf16 output.
-// The op must give the kernel's bits, so both compute it here, in one order
-// with the rounding of each step spelled out: x - mean rounded, times rstd
-// rounded (the _rn intrinsics are never contracted), then one fused
-// multiply-add with the weight and bias. That is what nvcc's default contraction (-fmad=true)
-// made of the kernel's former `(x - mean) * rstd * w + b` (its PTX: sub.f32,
-// mul.f32, fma.rn.f32), so the LayerNorm's bits did not change; and neither
-// caller's bits depend on its file's -fmad setting.
+// The elementwise values that act_quantize's ops (fp8_linear.cu) share with
+// the models' own kernels, so that an op makes the FP8 operands of exactly the
+// bf16 output that kernel would have written (before its rounding to bf16):
+//   layernorm_value  the GPT's LayerNorm kernels (gpt_kernels.cu's ln_row);
+//   rmsnorm_value    the Llama's RMSNorm kernels (llama_kernels.cu's rms_row);
+//   swiglu_value     the Llama's SwiGLU forward (llama_kernels.cu).
+// Each spells out the order and the rounding of every step (the _rn
+// intrinsics are never contracted into an FMA), so neither caller's bits depend
+// on its file's -fmad setting.
 #pragma once
 
 namespace mxdp::cuda::device {
 
+// x - mean rounded, times rstd rounded, then one fused multiply-add with the
+// weight and bias: what nvcc's default contraction (-fmad=true) made of the
+// GPT kernel's former `(x - mean) * rstd * w + b` (its PTX: sub.f32, mul.f32,
+// fma.rn.f32), so the LayerNorm's bits did not change when it moved here.
 __device__ __forceinline__ float layernorm_value(float x, float mean, float rstd, float w, float b) {
   return __fmaf_rn(__fmul_rn(__fsub_rn(x, mean), rstd), w, b);
+}
+
+// w (x r), r = 1 / sqrt(mean(x^2) + eps) the row's rstd: two rounded products
+// (the CPU model's llama::rmsnorm_forward computes the same two in fp32).
+__device__ __forceinline__ float rmsnorm_value(float x, float rstd, float w) {
+  return __fmul_rn(w, __fmul_rn(x, rstd));
+}
+
+// silu(g) u = (g sigma(g)) u, sigma(g) = 1 / (1 + exp(-g)) with the accurate
+// expf and an IEEE division (the CPU model's llama::swiglu_forward computes
+// the same expression in fp32; its expf may differ in the last ulp).
+__device__ __forceinline__ float swiglu_value(float g, float u) {
+  const float sigma = __fdiv_rn(1.f, __fadd_rn(1.f, expf(-g)));
+  return __fmul_rn(__fmul_rn(g, sigma), u);
 }
 
 }  // namespace mxdp::cuda::device

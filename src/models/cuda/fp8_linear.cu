@@ -3,8 +3,9 @@
 // act_quantize: one CTA of 256 threads per 128x128 tile, in two phases.
 // Phase 1: each thread takes 8 consecutive elements of a row (16 threads a row,
 // 8 passes), applies bias and op and rounds to bf16 (the hardware pair
-// conversion, the codec's bits; the LayerNorm op also reads its 8 rows' mean
-// and rstd and its 8 columns' weight and bias). For the rows operand the 16
+// conversion, the codec's bits; the norm ops also read their 8 rows'
+// statistics and their 8 columns' weights, the SwiGLU the up half of its 8
+// rows of gate_up). For the rows operand the 16
 // lanes of a row reduce the 8 passes' amaxes at once (max8_transposed: each
 // lane ends with one pass's amax and computes that block's scale and
 // reciprocal), then encode pass by pass with the reciprocal shuffled from its
@@ -43,11 +44,11 @@
 #include "formats/codec.h"
 #include "formats/cuda/bf16_pack.cuh"
 #include "formats/cuda/fp8_encode.cuh"
+#include "models/cuda/act_values.cuh"
 #include "models/cuda/column_sums.h"  // bias_backward_finish and its scratch layout
 #include "models/cuda/fp8_gemm_sm90.h"
 #include "models/cuda/fp8_tile_ops.cuh"
 #include "models/cuda/gelu_fast.cuh"
-#include "models/cuda/act_values.cuh"
 #include "util/check.h"
 #include "util/cuda_check.h"
 #include "util/env.h"
@@ -151,41 +152,47 @@ static_assert(kPasses == 8, "the rows operand reduces 8 passes' amaxes at once")
 __device__ __forceinline__ int pass_row(int pass) { return pass * (kThreads / 16) + (threadIdx.x >> 4); }
 
 // A thread's registers in phase 1: its passes' chunks of x (then their bf16
-// results), the GELU gradient's pre-activation, the LayerNorm's row statistics,
-// and its 8 columns' bias and LayerNorm weight and bias. An array the op does
-// not read has one element and is never touched.
+// results), the second input of the GELU gradient (the pre-activation) or of
+// the SwiGLU (the up half of gate_up), the norm's row statistics, and its 8
+// columns' bias and norm weight and bias. An array the op does not read has
+// one element and is never touched.
 template <ActOp kOp>
 struct PassInputs {
-  static constexpr bool kAux = kOp == ActOp::GeluGrad, kLn = kOp == ActOp::LayerNorm;
+  static constexpr bool kAux = kOp == ActOp::GeluGrad || kOp == ActOp::SwiGlu;
+  static constexpr bool kLn = kOp == ActOp::LayerNorm, kNorm = kLn || kOp == ActOp::RmsNorm;
   uint4 raw[kPasses], aux[kAux ? kPasses : 1];
-  float mean[kLn ? kPasses : 1], rstd[kLn ? kPasses : 1];
+  float mean[kLn ? kPasses : 1], rstd[kNorm ? kPasses : 1];
   float b[8], lw[8], lb[8];  // an absent chunk's (column beyond N) are loaded from column n0 and unused
 };
+// Where row m's chunk at column n of x starts: x is [M, N], or for the SwiGLU
+// gate_up [M, 2N] (the gate at n, the up half at N + n).
+template <ActOp kOp>
+__device__ __forceinline__ int64_t x_at(int m, int n, int N) {
+  return (kOp == ActOp::SwiGlu ? 2 * int64_t(m) * N : int64_t(m) * N) + n;
+}
 
 // Phase 1's loads, all issued before any is used (a thread has its reads in
 // flight at once): every pass's chunks and row statistics, then the columns'.
 template <ActOp kOp, bool kBias>
 __device__ __forceinline__ void load_tile_inputs(PassInputs<kOp>& in, const ActQuant& q, int M, int N, int m0, int n0,
                                                  int c, bool present) {
-  constexpr bool kLn = PassInputs<kOp>::kLn;
+  constexpr bool kLn = PassInputs<kOp>::kLn, kNorm = PassInputs<kOp>::kNorm;
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
     const int m = m0 + pass * (kThreads / 16) + (threadIdx.x >> 4);
-    const int64_t at = int64_t(m) * N + n0 + c;
+    const int64_t at = x_at<kOp>(m, n0 + c, N);
     const bool inside = present && m < M;
     in.raw[pass] = inside ? *reinterpret_cast<const uint4*>(q.x + at) : make_uint4(0, 0, 0, 0);
     if constexpr (kOp == ActOp::GeluGrad)
       in.aux[pass] = inside ? *reinterpret_cast<const uint4*>(q.aux + at) : make_uint4(0, 0, 0, 0);
-    if constexpr (kLn) {
-      in.mean[pass] = inside ? q.ln.mean[m] : 0.f;
-      in.rstd[pass] = inside ? q.ln.rstd[m] : 0.f;
-    }
+    if constexpr (kOp == ActOp::SwiGlu)
+      in.aux[pass] = inside ? *reinterpret_cast<const uint4*>(q.x + at + N) : make_uint4(0, 0, 0, 0);
+    if constexpr (kLn) in.mean[pass] = inside ? q.norm.mean[m] : 0.f;
+    if constexpr (kNorm) in.rstd[pass] = inside ? q.norm.rstd[m] : 0.f;
   }
   if constexpr (kBias) load8(q.bias + n0 + (present ? c : 0), in.b);
-  if constexpr (kLn) {
-    load8(q.ln.w + n0 + (present ? c : 0), in.lw);
-    load8(q.ln.b + n0 + (present ? c : 0), in.lb);
-  }
+  if constexpr (kNorm) load8(q.norm.w + n0 + (present ? c : 0), in.lw);
+  if constexpr (kLn) load8(q.norm.b + n0 + (present ? c : 0), in.lb);
 }
 
 // One pass of phase 1: bias and op on the thread's chunk, rounded to bf16 (the
@@ -221,6 +228,16 @@ __device__ __forceinline__ float op_and_amax(PassInputs<kOp>& in, const ActQuant
 #pragma unroll
       for (int i = 0; i < 8; ++i)
         v[i] = device::layernorm_value(v[i], in.mean[pass], in.rstd[pass], in.lw[i], in.lb[i]);
+      in.raw[pass] = round8(v);
+    } else if constexpr (kOp == ActOp::RmsNorm) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = device::rmsnorm_value(v[i], in.rstd[pass], in.lw[i]);
+      in.raw[pass] = round8(v);
+    } else if constexpr (kOp == ActOp::SwiGlu) {
+      float u[8];
+      unpack8(in.aux[pass], u);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = device::swiglu_value(v[i], u[i]);
       in.raw[pass] = round8(v);
     }
     if (kOp != ActOp::Identity && q.out) *reinterpret_cast<uint4*>(q.out + at) = in.raw[pass];
@@ -300,31 +317,38 @@ void launch(const ActQuant& q, int M, int N, int Mp, cudaStream_t s) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// The variants act_quantize compiles, one launcher each: the ops without
-// column sums (with or without a bias, any operands); the LayerNorm op (the
-// GPT's ln1 and ln2 operands: both operands, no bias, no sums); the column
-// sums (the GPT's output gradients of fc and qkv: identity or GELU gradient,
-// no bias, both operands). Each checks what its variant needs.
+// The variants act_quantize compiles, one launcher each: the elementwise ops
+// without column sums (with or without a bias, any operands); the norm ops and
+// the SwiGLU (the operands of the GPT's ln1 and ln2 and of the Llama's two
+// RMSNorms and its SwiGLU: both operands, no bias, no sums); the column sums
+// (the models' output gradients of fc and qkv: identity or GELU gradient, no
+// bias, both operands). Each checks what its variant needs.
 template <bool kBias>
 void launch_op(const ActQuant& q, int M, int N, int Mp, cudaStream_t s) {
   switch (q.op) {
     case ActOp::Identity: return launch<ActOp::Identity, kBias>(q, M, N, Mp, s);
     case ActOp::Gelu: return launch<ActOp::Gelu, kBias>(q, M, N, Mp, s);
     case ActOp::GeluGrad: return launch<ActOp::GeluGrad, kBias>(q, M, N, Mp, s);
-    case ActOp::LayerNorm: break;  // launch_layernorm
+    case ActOp::LayerNorm:
+    case ActOp::RmsNorm:
+    case ActOp::SwiGlu: break;  // launch_producer_op
   }
   MXDP_CHECK(false, "internal: act_quantize's op ", int(q.op), " has no variant without column sums");
 }
 
-void launch_layernorm(const ActQuant& q, int M, int N, int Mp, cudaStream_t s) {
-  MXDP_CHECK(q.ln.mean && q.ln.rstd,
-             "act_quantize: the LayerNorm op needs the mean and rstd its forward kernel wrote for each row");
-  MXDP_CHECK(q.ln.w && q.ln.b && aligned16(q.ln.w) && aligned16(q.ln.b),
-             "act_quantize: the LayerNorm op needs the LayerNorm's weight and bias, 16-byte aligned");
-  MXDP_CHECK(!q.bias && q.rows.codes && q.cols.codes,
-             "act_quantize: the LayerNorm op is built only to make both operands (rows and cols), without a bias");
-  MXDP_CHECK(!q.sums.dst, "act_quantize: the LayerNorm op is built without column sums");
-  launch_one<ActOp::LayerNorm, false, true, true>(q, M, N, Mp, s);
+// The ops that stand in for a kernel's output (the norms, the SwiGLU).
+void launch_producer_op(const ActQuant& q, int M, int N, int Mp, cudaStream_t s) {
+  const char* name = q.op == ActOp::LayerNorm ? "LayerNorm" : q.op == ActOp::RmsNorm ? "RMSNorm" : "SwiGLU";
+  MXDP_CHECK(!q.bias && q.rows.codes && q.cols.codes && !q.sums.dst, "act_quantize: the ", name,
+             " op is built only to make both operands (rows and cols), without a bias or column sums");
+  if (q.op == ActOp::SwiGlu) return launch_one<ActOp::SwiGlu, false, true, true>(q, M, N, Mp, s);
+  const bool ln = q.op == ActOp::LayerNorm;
+  MXDP_CHECK(q.norm.rstd && (!ln || q.norm.mean), "act_quantize: the ", name, " op needs the ",
+             ln ? "mean and rstd" : "rstd", " its forward kernel wrote for each row");
+  MXDP_CHECK(q.norm.w && aligned16(q.norm.w) && (!ln || (q.norm.b && aligned16(q.norm.b))), "act_quantize: the ",
+             name, " op needs the norm's weight", ln ? " and bias" : "", ", 16-byte aligned");
+  if (ln) launch_one<ActOp::LayerNorm, false, true, true>(q, M, N, Mp, s);
+  else launch_one<ActOp::RmsNorm, false, true, true>(q, M, N, Mp, s);
 }
 
 void launch_with_sums(const ActQuant& q, int M, int N, int Mp, cudaStream_t s) {
@@ -351,7 +375,8 @@ void act_quantize(const ActQuant& q, int M, int N, cudaStream_t s) {
   MXDP_CHECK(q.op != ActOp::GeluGrad || (q.aux && aligned16(q.aux)), "act_quantize: the GELU gradient needs aux");
   MXDP_CHECK(!q.bias || aligned16(q.bias), "act_quantize: bias must be 16-byte aligned");
   MXDP_CHECK((!q.rows.codes || q.rows.scales) && (!q.cols.codes || q.cols.scales), "act_quantize: codes without scales");
-  if (q.op == ActOp::LayerNorm) launch_layernorm(q, M, N, int(Mp), s);
+  if (q.op == ActOp::LayerNorm || q.op == ActOp::RmsNorm || q.op == ActOp::SwiGlu)
+    launch_producer_op(q, M, N, int(Mp), s);
   else if (q.sums.dst) launch_with_sums(q, M, N, int(Mp), s);
   else if (q.bias) launch_op<true>(q, M, N, int(Mp), s);
   else launch_op<false>(q, M, N, int(Mp), s);

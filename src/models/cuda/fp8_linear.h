@@ -8,9 +8,10 @@
 //   2. applies an elementwise op: identity, GELU (tanh form, the CPU model's
 //      gelu_forward in models/gpt2/gpt_cpu.h, here through the logistic
 //      function: fp8_linear.cu's gelu_tanh), the GELU gradient
-//      (x * gelu'(aux), aux the pre-activation), or a LayerNorm from its input
-//      x and the statistics its forward kernel wrote (the output that kernel
-//      would have written, bit for bit), rounded to bf16 and optionally
+//      (x * gelu'(aux), aux the pre-activation), a LayerNorm or an RMSNorm
+//      from its input x and the statistics its forward kernel wrote, or the
+//      Llama's SwiGLU from its gate_up rows (the output that kernel would have
+//      written, bit for bit: act_values.cuh), rounded to bf16 and optionally
 //      written to `out`,
 //   3. quantizes that bf16 value into up to two operands: `rows`, 1x128 blocks
 //      along N (the a operand of fprop and dgrad, rows x N), and `cols`, 1x128
@@ -48,7 +49,7 @@
 
 namespace mxdp::cuda {
 
-enum class ActOp : uint8_t { Identity, Gelu, GeluGrad, LayerNorm };
+enum class ActOp : uint8_t { Identity, Gelu, GeluGrad, LayerNorm, RmsNorm, SwiGlu };
 
 // Codes and 1x128 scales of one operand (VEC128_32F layout, formats/fp8_block.h).
 struct Fp8Slot {
@@ -57,17 +58,18 @@ struct Fp8Slot {
   Fp8Operand operand() const { return {codes, scales, Fp8Kind::E4M3, Fp8Scaling::Rows1x128}; }
 };
 
-// The LayerNorm op's inputs besides x (the LayerNorm's input, e.g. the residual
-// stream): row m's value at column n is layernorm_value(x, mean[m], rstd[m],
+// The norm ops' inputs besides x (the norm's input, e.g. the residual stream).
+// LayerNorm: row m's value at column n is layernorm_value(x, mean[m], rstd[m],
 // w[n], b[n]) (models/cuda/act_values.cuh), the element gpt_kernels.h's
 // layernorm_forward computes before its rounding to bf16, from the mean and
-// rstd it wrote. So the operands are those of its bf16 output, which it then
-// need not write (it takes a null out).
-struct LayerNormArgs {
+// rstd it wrote. RmsNorm: rmsnorm_value(x, rstd[m], w[n]), llama_kernels.h's
+// rmsnorm_forward's element (mean and b unused). So the operands are those of
+// the kernel's bf16 output, which it then need not write (it takes a null out).
+struct NormArgs {
   const float* mean = nullptr;   // [M]
   const float* rstd = nullptr;   // [M]
-  const uint16_t* w = nullptr;   // [N] bf16, the LayerNorm's weight
-  const uint16_t* b = nullptr;   // [N] bf16, its bias
+  const uint16_t* w = nullptr;   // [N] bf16, the norm's weight
+  const uint16_t* b = nullptr;   // [N] bf16, its bias (LayerNorm)
 };
 
 // Where act_quantize adds the column sums: dst[n] += sum over the M rows of
@@ -82,12 +84,13 @@ struct ColumnSums {
 };
 
 struct ActQuant {
-  const uint16_t* x = nullptr;     // [M, N] bf16
+  const uint16_t* x = nullptr;     // [M, N] bf16 (SwiGlu: gate_up [M, 2N], rows [gate | up])
   const uint16_t* bias = nullptr;  // [N]: x + bias first (may be null)
   uint16_t* biased = nullptr;      // where x + bias goes (may be x itself; null: nowhere)
   ActOp op = ActOp::Identity;
   const uint16_t* aux = nullptr;   // GeluGrad: the pre-activation [M, N]
-  LayerNormArgs ln;                // LayerNorm: statistics, weight and bias (op LayerNorm makes rows and cols, no bias)
+  NormArgs norm;                   // LayerNorm, RmsNorm: statistics and weights (these ops, and SwiGlu, make rows
+                                   // and cols, with no bias and no sums)
   uint16_t* out = nullptr;         // op's bf16 result (may be x; null: not written)
   Fp8Slot rows;                    // [Mp, N], 1x128 along N (codes null: not made)
   Fp8Slot cols;                    // [N, Mp], 1x128 along M (codes null: not made)

@@ -13,10 +13,15 @@
 //               the engine hooks around each layer, the work between two
 //               hook calls run as one graph segment (stream_graphs.h), the
 //               loss (the fused classifier and mean_loss, classifier.h), and
-//               when each may be called (State).
+//               when each may be called (State);
+//   FP8 compute set_fp8_compute (docs/fp8.md): which blocks compute their
+//               linear layers in FP8, the engine's W / W^T of those layers
+//               fetched from the hooks for each stage, and the FP8 linear
+//               layer (Fp8Linear: the GEMMs and their scratch operands).
 //
-// A model writes only its own parts: its parameter indices, the arena's
-// layout, the body of each forward and backward stage, and its init. Stage s
+// A model writes only its own parts: its parameter indices (with, per block,
+// its FP8 linears' weights), the arena's layout, the body of each forward and
+// backward stage (in bf16 and in FP8), and its init. Stage s
 // is the work of layer s (layer 0 the embedding, 1 + l block l, L + 1 the
 // head): forward stage s runs after before_layer(s), backward stage s before
 // after_layer_backward(s); stage 0's backward is not a graph (its launch size
@@ -29,6 +34,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <utility>
 #include <vector>
@@ -37,6 +43,7 @@
 #include "formats/cuda/bf16_cuda.h"
 #include "models/cuda/attention.h"
 #include "models/cuda/classifier.h"  // classifier, mean_loss: every GPU model's loss
+#include "models/cuda/fp8_linear.h"
 #include "models/cuda/gemm.h"
 #include "models/cuda/stream_graphs.h"
 #include "models/model.h"
@@ -160,6 +167,18 @@ class LmCuda : public Interface {
   // starts its masters from initial_weights(), not from bf16.
   void set_weights(int p, const float* host) override;
 
+  // FP8 compute (docs/fp8.md): the linear layers of the blocks c names
+  // (block_linears_) read the engine's W / W^T (ModelHooks::fp8_weight)
+  // through Fp8Linear, and have no bf16 copy here; the model's FP8 stage
+  // bodies quantize their inputs and output gradients 1x128. Everything else
+  // stays bf16: the embeddings, attention, the norms, the head, and the
+  // linears of the blocks c keeps in bf16 (they read bf16 weights the engine
+  // dequantizes, as under bf16 compute). Set before the first forward
+  // (check_fp8_compute says what it needs; a width that is not a multiple of
+  // 128 ends in partial tiles).
+  void set_fp8_compute(const Fp8Compute& c) override;
+  bool reads_fp8_weights() const override { return fp8_; }
+
   void forward_into(const Batch& batch, ModelHooks& hooks, float* loss) override;
   float forward(const Batch& batch, ModelHooks& hooks) override;
   void forward_logits(const int32_t* tokens, int B, int T, ModelHooks& hooks) override;
@@ -180,15 +199,6 @@ class LmCuda : public Interface {
   virtual void forward_stage(int s) = 0;
   // g: the gradients of stage_grads_[s], in that order (null for -1).
   virtual void backward_stage(int s, float* const* g) = 0;
-  // Device pointers stage s's launches read beyond the fixed ones, taken from
-  // the hooks outside any capture (the GPT's FP8 W, or W^T in backward); they
-  // join the segment's key.
-  virtual std::vector<intptr_t> fetch_stage_weights(int /*s*/, ModelHooks& /*hooks*/, bool /*backward*/) {
-    return {};
-  }
-  // Workspaces beyond attention's that the segments' launches use (the GPT's
-  // FP8 linear scratch): pushed onto every segment's key.
-  virtual void extend_key(StreamGraphs::Key& /*key*/) const {}
 
   // ---- for the model's parts
   int check_param(int p) const {
@@ -211,10 +221,17 @@ class LmCuda : public Interface {
     take(io_.seg_start, BT + 1);
     take(io_.seg_token, BT);
   }
-  // (Re)allocates the bf16 compute weights for the params that have them (all
-  // but the fp8_linear ones when `fp8`), keeping the values of those that had
-  // them before (zeros for new ones).
-  void layout_weights(bool fp8);
+  // FP8 compute: whether block l computes its linears in FP8; its index among
+  // the blocks of its kind (FP8 or bf16), i.e. its slot in the activations a
+  // model keeps for that kind only; how many blocks compute in FP8.
+  bool fp8_block(int l) const { return fp8_ && specs_[size_t(block_linears_[size_t(l)][0])].fp8_linear; }
+  int64_t block_slot(int l) const { return slot_[size_t(l)]; }
+  int64_t n_fp8_blocks() const { return n_fp8_blocks_; }
+  // The FP8 linear layer, and the engine's W (forward) and W^T (backward) of
+  // FP8 weight p for the stage running now.
+  Fp8Linear& lin() const { return *lin_; }
+  const Fp8Weight& fw(int p) const { return fw_[size_t(p)]; }
+  const Fp8Weight& fwt(int p) const { return fwt_[size_t(p)]; }
 
   Config cfg_;
   std::vector<ParamSpec> specs_;
@@ -225,6 +242,10 @@ class LmCuda : public Interface {
   // stage s adds to, in the order backward_stage reads them; -1: none there
   // (a null gradient). The model fills it in its constructor.
   std::vector<std::vector<int>> stage_grads_;
+  // Per block: the weights of its linear layers that FP8 compute reads as FP8
+  // (those its spec flags fp8_linear), the first of them named in fp8_block.
+  // The model fills it in its constructor.
+  std::vector<std::vector<int>> block_linears_;
 
   int B_ = 0, T_ = 0;  // the arena's shape (0: none yet; a model sets both to 0 to have it laid out again)
   LmSlices io_{};
@@ -235,6 +256,14 @@ class LmCuda : public Interface {
   enum class State { kNone, kLogits, kLoss, kBackwardDone };
 
   void to_compute_weights();  // the bf16 compute weights from init_ (the fp32 initial values)
+  // (Re)allocates the bf16 compute weights for the params that have them (all
+  // but the fp8_linear ones when `fp8`), keeping the values of those that had
+  // them before (zeros for new ones).
+  void layout_weights(bool fp8);
+  // FP8 compute: block s - 1's W (forward) or W^T (backward) from the hooks
+  // into fw_ / fwt_, outside any graph capture (W^T may be made now, on the
+  // stream); their pointers, for the segment's key. Empty for other stages.
+  std::vector<intptr_t> fetch_stage_weights(int s, ModelHooks& hooks, bool transposed);
   void ensure_activations(int B, int T);
   void upload_batch(const int32_t* tokens, const int32_t* targets, int B, int T);
   void run_forward(ModelHooks& hooks);
@@ -262,6 +291,14 @@ class LmCuda : public Interface {
   Buf<float> init_;
   bool init_released_ = false;  // the engine took the initial values
 
+  const std::vector<ParamSpec> base_specs_;  // the constructor's list: set_fp8_compute starts from it
+  bool fp8_ = false;              // FP8 compute of the block linears (of some blocks at least)
+  std::vector<int> slot_;         // per block, see block_slot
+  int64_t n_fp8_blocks_ = 0;
+  int64_t fp8_width_ = 0;         // the widest side of an FP8 weight: the operands' widest row
+  std::unique_ptr<Fp8Linear> lin_;
+  std::vector<Fp8Weight> fw_, fwt_;  // per param: W and W^T of this pass (FP8 weights only)
+
   Buf<uint8_t> arena_;
   int real_T_ = 0;  // forward_logits: the T asked for (the arena's T_ is padded)
   BatchUpload upload_;
@@ -276,11 +313,12 @@ template <class I, class C>
 LmCuda<I, C>::LmCuda(const C& cfg, std::vector<ParamSpec> specs, int logits_ld, const char* name, cudaStream_t stream,
                      bool cuda_graphs)
     : cfg_(cfg), specs_(std::move(specs)), s_(stream), gemm_(stream), att_(stream), logits_ld_(logits_ld),
-      name_(name), graphs_(stream, cuda_graphs) {
+      name_(name), graphs_(stream, cuda_graphs), base_specs_(specs_) {
   for (const auto& p : specs_) {
     offsets_.push_back(total_);
     total_ += round_up(p.numel(), 128);  // every param 256-byte aligned
   }
+  for (int l = 0; l < cfg_.n_layer; ++l) slot_.push_back(l);  // every block bf16
   layout_weights(false);
   MXDP_CUDA_CHECK(cudaMallocHost(&loss_host_, sizeof(float)));
   loss_mean_.resize(1);
@@ -347,6 +385,48 @@ void LmCuda<I, C>::layout_weights(bool fp8) {
   MXDP_CUDA_CHECK(cudaStreamSynchronize(s_));
   weights_.swap(nw);
   woff_ = std::move(off);
+}
+
+template <class I, class C>
+void LmCuda<I, C>::set_fp8_compute(const Fp8Compute& c) {
+  const std::vector<ParamSpec> specs = c.apply(base_specs_, cfg_.n_layer);
+  if (c.on) check_fp8_compute(specs);
+  size_t listed = 0, flagged = 0;
+  for (const std::vector<int>& b : block_linears_) listed += b.size();
+  for (const ParamSpec& p : base_specs_) flagged += p.fp8_linear;
+  MXDP_CHECK(block_linears_.size() == size_t(cfg_.n_layer) && listed == flagged, "internal: the GPU ", name_,
+             " lists ", listed, " block linears for ", flagged, " FP8 linear weights");
+  std::vector<int> slot(size_t(cfg_.n_layer));  // per block: its index among the blocks of its kind
+  int n_fp8 = 0, n_bf16 = 0;
+  for (int l = 0; l < cfg_.n_layer; ++l) slot[size_t(l)] = c.fp8_block(l, cfg_.n_layer) ? n_fp8++ : n_bf16++;
+  if (c.on == fp8_ && slot == slot_ && n_fp8 == n_fp8_blocks_) return;
+  MXDP_CHECK(!ran_, "set_fp8_compute: set it before the model's first forward");
+  fp8_width_ = 0;
+  for (size_t p = 0; p < specs.size(); ++p) {
+    specs_[p].fp8_linear = specs[p].fp8_linear;
+    if (c.on && specs[p].fp8_linear) fp8_width_ = std::max({fp8_width_, specs[p].shape[0], specs[p].shape[1]});
+  }
+  fp8_ = c.on;
+  slot_ = std::move(slot);
+  n_fp8_blocks_ = n_fp8;
+  B_ = T_ = 0;  // the arena's layout depends on it (the activations each kind of block keeps)
+  if (fp8_ && !lin_) lin_ = std::make_unique<Fp8Linear>(s_);
+  fw_.assign(fp8_ ? specs_.size() : 0, {});
+  fwt_.assign(fp8_ ? specs_.size() : 0, {});
+  layout_weights(fp8_);
+}
+
+template <class I, class C>
+std::vector<intptr_t> LmCuda<I, C>::fetch_stage_weights(int s, ModelHooks& hooks, bool transposed) {
+  if (s < 1 || s > cfg_.n_layer || !fp8_block(s - 1)) return {};
+  std::vector<intptr_t> key;
+  for (int p : block_linears_[size_t(s - 1)]) {
+    Fp8Weight& f = transposed ? fwt_[size_t(p)] : fw_[size_t(p)];
+    f = transposed ? hooks.fp8_weight_transposed(p) : hooks.fp8_weight(p);
+    key.push_back(reinterpret_cast<intptr_t>(f.codes));
+    key.push_back(reinterpret_cast<intptr_t>(f.scales));
+  }
+  return key;
 }
 
 template <class I, class C>
@@ -421,7 +501,7 @@ void LmCuda<I, C>::backward(ModelHooks& hooks) {
     std::vector<float*> g;
     for (int p : stage_grads_[size_t(s)]) g.push_back(p >= 0 ? hooks.grad(p) : nullptr);
     if (s > 0) {
-      const std::vector<intptr_t> extra = fetch_stage_weights(s, hooks, /*backward=*/true);
+      const std::vector<intptr_t> extra = fetch_stage_weights(s, hooks, /*transposed=*/true);
       segment(backward_segment(s), g, [&] { backward_stage(s, g.data()); }, extra);
     } else {
       backward_stage(0, g.data());  // not a graph: its launch size is the batch's number of distinct tokens
@@ -439,6 +519,7 @@ void LmCuda<I, C>::ensure_activations(int B, int T) {
   arena_.resize(sizing.size());
   ArenaSlicer take(arena_.get());
   carve(take, B, T);
+  if (fp8_) lin_->reserve(int(int64_t(B) * T), int(fp8_width_));
   activations_ready(B, T);
   B_ = B;
   T_ = T;
@@ -466,7 +547,7 @@ void LmCuda<I, C>::run_forward(ModelHooks& hooks) {
   ran_ = true;
   for (int s = 0; s <= cfg_.n_layer + 1; ++s) {
     hooks.before_layer(s);
-    const std::vector<intptr_t> extra = fetch_stage_weights(s, hooks, /*backward=*/false);
+    const std::vector<intptr_t> extra = fetch_stage_weights(s, hooks, /*transposed=*/false);
     segment(forward_segment(s), {}, [&] { forward_stage(s); }, extra);
   }
 }
@@ -476,7 +557,8 @@ void LmCuda<I, C>::segment(int id, std::span<float* const> pointers, const std::
                            std::span<const intptr_t> extra) {
   StreamGraphs::Key key{B_, T_, reinterpret_cast<intptr_t>(arena_.get()),
                         reinterpret_cast<intptr_t>(att_.workspace()), att_.workspace_bytes()};
-  extend_key(key);
+  // Fp8Linear's scratch (reallocated when it grows) is in every segment's key.
+  key.push_back(reinterpret_cast<intptr_t>(lin_ ? lin_->workspace_key() : nullptr));
   for (float* p : pointers) key.push_back(reinterpret_cast<intptr_t>(p));
   for (intptr_t p : extra) key.push_back(p);
   graphs_.run(id, key, work);

@@ -83,7 +83,6 @@ const ModelSpec& gpt2_spec() {
       .build_cuda = build_cuda,
       .hf_import = hf_import,
       .hf_export = export_hf_gpt2,
-      .fp8_on_cuda = true,
   });
   return spec;
 }

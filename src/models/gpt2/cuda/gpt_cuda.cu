@@ -51,36 +51,8 @@ class GptCuda final : public LmCuda<GptModel, GptConfig> {
       stage_grads_.push_back({p.ln1w, p.ln1b, p.qkvw, p.qkvb, p.projw, p.projb, p.ln2w, p.ln2b, p.fcw, p.fcb, p.mprojw,
                               p.mprojb});
     stage_grads_.push_back({0, lnfw_, lnfb_});  // the head's weight is wte
-    for (int l = 0; l < cfg_.n_layer; ++l) slot_.push_back(l);  // every block bf16
+    for (const BlockParams& p : blocks_) block_linears_.push_back({p.qkvw, p.projw, p.fcw, p.mprojw});
   }
-
-  // FP8 compute (docs/fp8.md): the four linear layers of each block read the
-  // engine's W / W^T (ModelHooks::fp8_weight) through Fp8Linear, their inputs
-  // and output gradients quantized 1x128 by act_quantize; those weights then
-  // have no bf16 copy here. The embeddings, attention, LayerNorms and the LM
-  // head stay bf16, and so do the blocks c keeps in bf16 (their linears read
-  // bf16 weights the engine dequantizes, as under bf16 compute). Set before
-  // the first forward (check_fp8_compute says what it needs; a d_model that
-  // is not a multiple of 128 ends in partial tiles).
-  void set_fp8_compute(const Fp8Compute& c) override {
-    const std::vector<ParamSpec> specs = gpt_fp8_param_specs(cfg_, c);
-    if (c.on) check_fp8_compute(specs);
-    std::vector<int> slot(size_t(cfg_.n_layer));  // per block: its index among the blocks of its kind
-    int n_fp8 = 0, n_bf16 = 0;
-    for (int l = 0; l < cfg_.n_layer; ++l) slot[size_t(l)] = c.fp8_block(l, cfg_.n_layer) ? n_fp8++ : n_bf16++;
-    if (c.on == fp8_ && slot == slot_ && n_fp8 == n_fp8_blocks_) return;
-    MXDP_CHECK(!ran_, "set_fp8_compute: set it before the model's first forward");
-    for (size_t p = 0; p < specs.size(); ++p) specs_[p].fp8_linear = specs[p].fp8_linear;
-    fp8_ = c.on;
-    slot_ = std::move(slot);
-    n_fp8_blocks_ = n_fp8;
-    B_ = T_ = 0;  // the arena's layout depends on it (bf16 blocks: h, ln1 and ln2; FP8 blocks: the X^T operands)
-    if (fp8_ && !lin_) lin_ = std::make_unique<Fp8Linear>(s_);
-    fw_.assign(fp8_ ? specs_.size() : 0, {});
-    fwt_.assign(fp8_ ? specs_.size() : 0, {});
-    layout_weights(fp8_);
-  }
-  bool reads_fp8_weights() const override { return fp8_; }
 
  private:
   struct BlockParams {
@@ -112,14 +84,6 @@ class GptCuda final : public LmCuda<GptModel, GptConfig> {
   void activations_ready(int B, int T) override;
   void forward_stage(int s) override;
   void backward_stage(int s, float* const* g) override;
-  // FP8 compute: block s - 1's W (forward) or W^T (backward) from the hooks
-  // into fw_ / fwt_, outside any graph capture (W^T may be made now, on the
-  // stream); their pointers, for the segment's key.
-  std::vector<intptr_t> fetch_stage_weights(int s, ModelHooks& hooks, bool transposed) override;
-  // Fp8Linear's scratch (reallocated when it grows) is in every segment's key.
-  void extend_key(StreamGraphs::Key& key) const override {
-    key.push_back(reinterpret_cast<intptr_t>(lin_ ? lin_->workspace_key() : nullptr));
-  }
 
   // Block l's slices of the activations.
   struct BlockActs {
@@ -135,15 +99,6 @@ class GptCuda final : public LmCuda<GptModel, GptConfig> {
   void backward_block(int l, float* const* g);
   void backward_block_fp8(int l, float* const* g);
 
-  bool fp8_ = false;              // FP8 compute of the block linears (of some blocks at least)
-  // Per block: its index among the FP8 blocks (fp8_block(l)) or among the bf16
-  // ones, its slot in the activations of its kind; and how many FP8 blocks.
-  std::vector<int> slot_;
-  int n_fp8_blocks_ = 0;
-  bool fp8_block(int l) const { return fp8_ && specs_[size_t(blocks_[size_t(l)].qkvw)].fp8_linear; }
-  std::unique_ptr<Fp8Linear> lin_;
-  std::vector<Fp8Weight> fw_;     // per param: W (forward) and W^T (backward) of this pass
-  std::vector<Fp8Weight> fwt_;
   std::vector<BlockParams> blocks_;
   int lnfw_ = 0, lnfb_ = 0;
   Activations act_{};
@@ -158,7 +113,7 @@ void GptCuda::carve(ArenaSlicer& take, int B, int T) {
   // compute never writes them: act_quantize makes their operands (fprop's rows
   // and the X^T, below, that the wgrads read) from the LayerNorm's input and
   // statistics.
-  const int64_t Lb = L - n_fp8_blocks_, Lf = n_fp8_blocks_;  // bf16 and FP8 blocks
+  const int64_t Lb = L - n_fp8_blocks(), Lf = n_fp8_blocks();  // bf16 and FP8 blocks
   take(a.ln1, Lb * BT * C);
   take(a.ln2, Lb * BT * C);
   take(a.qkv, L * BT * 3 * C);
@@ -192,23 +147,9 @@ void GptCuda::carve(ArenaSlicer& take, int B, int T) {
   take(a.xt_scales, xt / 128);
 }
 
-void GptCuda::activations_ready(int B, int T) {
+void GptCuda::activations_ready(int, int) {
   // The column sums' counters start at zero (the kernels leave them so).
   MXDP_CUDA_CHECK(cudaMemsetAsync(act_.scratch, 0, kColsumCounters * sizeof(float), s_));
-  if (fp8_) lin_->reserve(int(int64_t(B) * T), 4 * cfg_.d_model);
-}
-
-std::vector<intptr_t> GptCuda::fetch_stage_weights(int s, ModelHooks& hooks, bool transposed) {
-  if (s < 1 || s > cfg_.n_layer || !fp8_block(s - 1)) return {};
-  std::vector<intptr_t> key;
-  const BlockParams& p = blocks_[size_t(s - 1)];
-  for (int wp : {p.qkvw, p.projw, p.fcw, p.mprojw}) {
-    Fp8Weight& f = transposed ? fwt_[size_t(wp)] : fw_[size_t(wp)];
-    f = transposed ? hooks.fp8_weight_transposed(wp) : hooks.fp8_weight(wp);
-    key.push_back(reinterpret_cast<intptr_t>(f.codes));
-    key.push_back(reinterpret_cast<intptr_t>(f.scales));
-  }
-  return key;
 }
 
 // Layer 0 is the embeddings, layer 1 + l block l, layer L + 1 the final
@@ -253,7 +194,7 @@ GptCuda::BlockActs GptCuda::block_acts(int l) {
   // An FP8 block: null LayerNorm outputs (the kernels then write none) and no
   // h. ln1, ln2 and h are indexed among the bf16 blocks, X^T among the FP8 ones.
   const bool fp8 = fp8_block(l);
-  const int64_t k = slot_[size_t(l)];
+  const int64_t k = block_slot(l);
   BlockActs b{a.resid + l * BTC,        fp8 ? nullptr : a.ln1 + k * BTC,  a.qkv + l * 3 * BTC, a.atty + l * BTC,
               a.resid_mid + l * BTC,    fp8 ? nullptr : a.ln2 + k * BTC,  a.fch_pre + l * 4 * BTC,
               fp8 ? nullptr : a.fch + k * 4 * BTC,
@@ -358,22 +299,22 @@ void GptCuda::forward_block_fp8(int l) {
   const BlockParams& p = blocks_[size_t(l)];
   const BlockActs b = block_acts(l);
   uint16_t* tmp = act_.tmp;
-  const Fp8Slot q = lin_->slot(Fp8Linear::kRows);
-  const auto quantize_ln = [&](const uint16_t* ln_input, const LayerNormArgs& ln, const Fp8Slot& xt) {
-    act_quantize({.x = ln_input, .op = ActOp::LayerNorm, .ln = ln, .rows = q, .cols = xt}, M, C, s_);
+  const Fp8Slot q = lin().slot(Fp8Linear::kRows);
+  const auto quantize_ln = [&](const uint16_t* ln_input, const NormArgs& ln, const Fp8Slot& xt) {
+    act_quantize({.x = ln_input, .op = ActOp::LayerNorm, .norm = ln, .rows = q, .cols = xt}, M, C, s_);
   };
   quantize_ln(b.x, {b.ln1_mean, b.ln1_rstd, w(p.ln1w), w(p.ln1b)}, b.ln1t);
-  lin_->fprop(b.qkv, q, fw_[size_t(p.qkvw)], w(p.qkvb), M, 3 * C, C);
+  lin().fprop(b.qkv, q, fw(p.qkvw), w(p.qkvb), M, 3 * C, C);
   att_.forward(b.atty, b.stats, b.qkv, B, T, NH, HS);
   act_quantize({.x = b.atty, .rows = q, .cols = b.attyt}, M, C, s_);
-  lin_->fprop(tmp, q, fw_[size_t(p.projw)], w(p.projb), M, C, C);
+  lin().fprop(tmp, q, fw(p.projw), w(p.projb), M, C, C);
   residual_layernorm_forward(b.mid, nullptr, b.ln2_mean, b.ln2_rstd, b.x, tmp, w(p.ln2w), w(p.ln2b), M, C, s_);
   quantize_ln(b.mid, {b.ln2_mean, b.ln2_rstd, w(p.ln2w), w(p.ln2b)}, b.ln2t);
   // pre + bias is written back (backward's GELU gradient reads it); GELU(pre)'s rows operand goes
   // to the kCols scratch (free in the forward): the fused GEMM still reads q while it writes them.
-  const Fp8Slot g = lin_->slot(Fp8Linear::kCols);
-  lin_->fprop_gelu(b.pre, q, fw_[size_t(p.fcw)], w(p.fcb), M, 4 * C, C, g, b.ht);
-  lin_->fprop(tmp, g, fw_[size_t(p.mprojw)], w(p.mprojb), M, C, 4 * C);
+  const Fp8Slot g = lin().slot(Fp8Linear::kCols);
+  lin().fprop_gelu(b.pre, q, fw(p.fcw), w(p.fcb), M, 4 * C, C, g, b.ht);
+  lin().fprop(tmp, g, fw(p.mprojw), w(p.mprojb), M, C, 4 * C);
 }
 
 // backward_block under FP8 compute. Per linear layer: the output gradient dY
@@ -391,29 +332,29 @@ void GptCuda::backward_block_fp8(int l, float* const* g) {
   const BlockActs b = block_acts(l);
   float *d_ln1w = g[0], *d_ln1b = g[1], *d_qkvw = g[2], *d_qkvb = g[3], *d_projw = g[4], *d_projb = g[5];
   float *d_ln2w = g[6], *d_ln2b = g[7], *d_fcw = g[8], *d_fcb = g[9], *d_mprojw = g[10], *d_mprojb = g[11];
-  const Fp8Slot dy = lin_->slot(Fp8Linear::kRows), dyt = lin_->slot(Fp8Linear::kCols);
+  const Fp8Slot dy = lin().slot(Fp8Linear::kRows), dyt = lin().slot(Fp8Linear::kCols);
   const auto grad_operands = [&](const uint16_t* d, int N, float* dbias) {
     act_quantize({.x = d, .rows = dy, .cols = dyt, .sums = {dbias, a.scratch}}, M, N, s_);
   };
   // MLP: resid[l+1] = mid + mproj(gelu(fc(ln2))).
   grad_operands(a.dresid, C, nullptr);  // mproj's bias gradient: a.mproj_dbias, below
-  lin_->wgrad(d_mprojw, dyt, b.ht, M, C, 4 * C);
+  lin().wgrad(d_mprojw, dyt, b.ht, M, C, 4 * C);
   add_into(d_mprojb, a.mproj_dbias, C, s_);  // the column sums of a.dresid (see Activations)
-  lin_->dgrad(a.dfch, dy, fwt_[size_t(p.mprojw)], M, C, 4 * C);
+  lin().dgrad(a.dfch, dy, fwt(p.mprojw), M, C, 4 * C);
   act_quantize({.x = a.dfch, .op = ActOp::GeluGrad, .aux = b.pre, .rows = dy, .cols = dyt, .sums = {d_fcb, a.scratch}},
                M, 4 * C, s_);
-  lin_->wgrad(d_fcw, dyt, b.ln2t, M, 4 * C, C);
-  lin_->dgrad(a.dln, dy, fwt_[size_t(p.fcw)], M, 4 * C, C);
+  lin().wgrad(d_fcw, dyt, b.ln2t, M, 4 * C, C);
+  lin().dgrad(a.dln, dy, fwt(p.fcw), M, 4 * C, C);
   layernorm_backward(a.dresid, true, d_ln2w, d_ln2b, {d_projb}, a.scratch, a.dln, b.mid, w(p.ln2w), b.ln2_mean,
                      b.ln2_rstd, M, C, s_);  // d_projb: the column sums of the new a.dresid
   // Attention: mid = x + proj(attn(qkv(ln1))).
   grad_operands(a.dresid, C, nullptr);  // proj's bias gradient: layernorm_backward's, above
-  lin_->wgrad(d_projw, dyt, b.attyt, M, C, C);
-  lin_->dgrad(a.datty, dy, fwt_[size_t(p.projw)], M, C, C);
+  lin().wgrad(d_projw, dyt, b.attyt, M, C, C);
+  lin().dgrad(a.datty, dy, fwt(p.projw), M, C, C);
   att_.backward(a.dqkv, a.datty, b.qkv, b.atty, b.stats, B, T, NH, HS);
   grad_operands(a.dqkv, 3 * C, d_qkvb);
-  lin_->wgrad(d_qkvw, dyt, b.ln1t, M, 3 * C, C);
-  lin_->dgrad(a.dln, dy, fwt_[size_t(p.qkvw)], M, 3 * C, C);
+  lin().wgrad(d_qkvw, dyt, b.ln1t, M, 3 * C, C);
+  lin().dgrad(a.dln, dy, fwt(p.qkvw), M, 3 * C, C);
   const ColumnSum below = l > 0 ? ColumnSum{a.mproj_dbias, false} : ColumnSum{};  // block l-1's mlp.proj bias
   layernorm_backward(a.dresid, true, d_ln1w, d_ln1b, below, a.scratch, a.dln, b.x, w(p.ln1w), b.ln1_mean, b.ln1_rstd,
                      M, C, s_);

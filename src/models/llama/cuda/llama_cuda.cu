@@ -19,16 +19,24 @@
 // (models/cuda/classifier.h) turns the logits into per-row losses and, in
 // place, into dlogits.
 //
+// Under FP8 compute (docs/fp8.md) the four linears of a block (qkv, o,
+// gate_up, down) read the engine's FP8 W / W^T through Fp8Linear, and hn1, hn2
+// and act are not written: the RMSNorm kernels write only rstd, and
+// act_quantize's RMSNorm and SwiGLU ops make the linears' operands from the
+// norms' inputs and from gu (forward_block_fp8).
+//
 // Hooks: before_layer(l+1) is called before the fused residual+RMSNorm kernel
 // that first reads block l's attn_norm.w; after_layer_backward(L) as soon as
 // that layer's gradients are in.
 #include "models/llama/cuda/llama_cuda.h"
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "models/cuda/column_sums.h"  // bias_backward, colsum_scratch_floats, kColsumCounters
+#include "models/cuda/fp8_linear.h"
 #include "models/cuda/lm_cuda.h"
 #include "models/llama/cuda/llama_kernels.h"
 #include "util/check.h"
@@ -62,6 +70,7 @@ class LlamaCuda final : public LmCuda<LlamaModel, LlamaConfig> {
     for (const BlockParams& p : blocks_)
       stage_grads_.push_back({p.attn_norm, p.qkvw, p.qkvb, p.ow, p.mlp_norm, p.gate_up, p.down});
     stage_grads_.push_back({head_, norm_});
+    for (const BlockParams& p : blocks_) block_linears_.push_back({p.qkvw, p.ow, p.gate_up, p.down});
   }
 
  private:
@@ -73,10 +82,26 @@ class LlamaCuda final : public LmCuda<LlamaModel, LlamaConfig> {
   // batch, the logits and the losses; and with RoPE's tables, so that the
   // graphs' key, which names the arena, covers them).
   struct Activations {
-    uint16_t *resid, *resid_mid, *hn1, *hn2, *qkv, *atty, *gu, *hnf;
+    uint16_t *resid, *resid_mid, *hn1, *hn2, *qkv, *atty, *gu, *hnf;  // hn1, hn2 (and act): bf16 blocks only
     uint16_t *act, *tmp, *dresid, *dln, *datty, *dqkv, *dact, *dgu;
     float *rstd1, *rstd2, *rstdf, *stats, *rms_scratch, *bias_scratch, *cos, *sin;
+    uint8_t* xt_codes;  // FP8 blocks only: their X^T operands (BlockActs::hn1t ... actt)
+    float* xt_scales;
   };
+  // Block l's slices of the activations. hn1, hn2 and act are null in an FP8
+  // block, whose four X^T operands (the wgrads' inputs, made by the forward's
+  // quantize passes and kept for backward) take their place: hn1^T [C, Mp],
+  // atty^T [Q, Mp], hn2^T [C, Mp], act^T [F, Mp].
+  struct BlockActs {
+    uint16_t *x, *hn1, *qkv, *atty, *mid, *hn2, *gu, *act;
+    float *rstd1, *rstd2, *stats;
+    Fp8Slot hn1t, attyt, hn2t, actt;
+  };
+  // The widths of an FP8 block's X^T operands, in BlockActs' order, and their sum.
+  std::array<int64_t, 4> xt_widths() const {
+    return {cfg_.d_model, cfg_.q_dim(), cfg_.d_model, cfg_.d_ff};
+  }
+  int64_t xt_width() const { return 2 * cfg_.d_model + cfg_.q_dim() + cfg_.d_ff; }
 
   static const LlamaConfig& validated(const LlamaConfig& cfg) {
     validate(cfg);
@@ -89,9 +114,12 @@ class LlamaCuda final : public LmCuda<LlamaModel, LlamaConfig> {
   void activations_ready(int B, int T) override;
   void forward_stage(int s) override;
   void backward_stage(int s, float* const* g) override;
-  void block_forward(int l);
+  BlockActs block_acts(int l);
+  void forward_block(int l);
+  void forward_block_fp8(int l);
   void backward_head(float* dhead, float* dnorm);
   void backward_block(int l, float* const* g);
+  void backward_block_fp8(int l, float* const* g);
 
   std::vector<float> inv_freq_;
   std::vector<BlockParams> blocks_;
@@ -103,14 +131,17 @@ void LlamaCuda::carve(ArenaSlicer& take, int B, int T) {
   const int64_t BT = int64_t(B) * T, C = cfg_.d_model, L = cfg_.n_layer, NH = cfg_.n_head, V = cfg_.vocab;
   const int64_t S = cfg_.qkv_dim(), Q = cfg_.q_dim(), F = cfg_.d_ff, half = cfg_.head_dim / 2;
   Activations& a = act_;
+  // The norms' outputs and the SwiGLU's are kept for the bf16 blocks' wgrads;
+  // an FP8 block keeps its X^T operands instead (xt, below).
+  const int64_t Lb = L - n_fp8_blocks(), Lf = n_fp8_blocks();
   take(a.resid, (L + 1) * BT * C);
   take(a.resid_mid, L * BT * C);
-  take(a.hn1, L * BT * C);
-  take(a.hn2, L * BT * C);
+  take(a.hn1, Lb * BT * C);
+  take(a.hn2, Lb * BT * C);
   take(a.qkv, L * BT * S);
   take(a.atty, L * BT * Q);
   take(a.gu, L * BT * 2 * F);
-  take(a.act, L * BT * F);
+  take(a.act, Lb * BT * F);
   take(a.hnf, BT * C);
   take(io_.logits, BT * V);
   take(a.tmp, BT * C);
@@ -130,6 +161,9 @@ void LlamaCuda::carve(ArenaSlicer& take, int B, int T) {
   take(a.cos, T * half);
   take(a.sin, T * half);
   take_batch(take, BT);
+  const int64_t xt = Lf * xt_width() * fp8_rows_padded(BT);  // codes; a scale per 128
+  take(a.xt_codes, xt);
+  take(a.xt_scales, xt / 128);
 }
 
 void LlamaCuda::activations_ready(int, int T) {
@@ -163,11 +197,11 @@ void LlamaCuda::forward_stage(int s) {
     return;
   }
   if (s == 1) {
-    llama::rmsnorm_forward(a.hn1, a.rstd1, a.resid, w(blocks_[0].attn_norm), M, C, eps, s_);
+    llama::rmsnorm_forward(block_acts(0).hn1, a.rstd1, a.resid, w(blocks_[0].attn_norm), M, C, eps, s_);
   } else {
     const int l = s - 2;  // the block this residual add closes
     const bool last = l + 1 == L;
-    uint16_t* next = last ? a.hnf : a.hn1 + (l + 1) * BTC;
+    uint16_t* next = last ? a.hnf : block_acts(l + 1).hn1;  // null for an FP8 block
     float* rstd = last ? a.rstdf : a.rstd1 + int64_t(l + 1) * M;
     const int nw = last ? norm_ : blocks_[size_t(l + 1)].attn_norm;
     llama::residual_rmsnorm_forward(a.resid + (l + 1) * BTC, next, rstd, a.resid_mid + l * BTC, a.tmp, w(nw), M, C,
@@ -177,31 +211,93 @@ void LlamaCuda::forward_stage(int s) {
     gemm_.forward(io_.logits, a.hnf, w(head_), nullptr, M, cfg_.vocab, C);
     return;
   }
-  block_forward(s - 1);
+  fp8_block(s - 1) ? forward_block_fp8(s - 1) : forward_block(s - 1);
 }
 
-void LlamaCuda::block_forward(int l) {
+LlamaCuda::BlockActs LlamaCuda::block_acts(int l) {
+  const int64_t M = int64_t(B_) * T_, C = cfg_.d_model, F = cfg_.d_ff, lm = l * M;
+  Activations& a = act_;
+  const bool fp8 = fp8_block(l);
+  const int64_t k = block_slot(l);  // hn1, hn2, act among the bf16 blocks, X^T among the FP8 ones
+  BlockActs b{a.resid + lm * C,
+              fp8 ? nullptr : a.hn1 + k * M * C,
+              a.qkv + lm * cfg_.qkv_dim(),
+              a.atty + lm * cfg_.q_dim(),
+              a.resid_mid + lm * C,
+              fp8 ? nullptr : a.hn2 + k * M * C,
+              a.gu + lm * 2 * F,
+              fp8 ? nullptr : a.act + k * M * F,
+              a.rstd1 + lm,
+              a.rstd2 + lm,
+              a.stats + l * int64_t(B_) * cfg_.n_head * T_};
+  if (fp8) {
+    // Block l's X^T operands, one after another: [width, Mp] codes and
+    // (Mp / 128) x width scales each (Mp: M padded to 128, as act_quantize writes).
+    const int64_t Mp = fp8_rows_padded(M);
+    uint8_t* codes = a.xt_codes + k * xt_width() * Mp;
+    float* scales = a.xt_scales + k * xt_width() * Mp / 128;
+    Fp8Slot* xt[4] = {&b.hn1t, &b.attyt, &b.hn2t, &b.actt};
+    const std::array<int64_t, 4> width = xt_widths();
+    for (int i = 0; i < 4; ++i) {
+      *xt[i] = {codes, scales};
+      codes += width[size_t(i)] * Mp;
+      scales += width[size_t(i)] * Mp / 128;
+    }
+  }
+  return b;
+}
+
+void LlamaCuda::forward_block(int l) {
   const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, KV = cfg_.n_kv_head, hd = cfg_.head_dim;
   const int M = B * T, S = cfg_.qkv_dim(), Q = cfg_.q_dim(), F = cfg_.d_ff;
-  const int64_t BTC = int64_t(M) * C;
   const float eps = float(cfg_.rms_eps);
-  Activations& a = act_;
   const BlockParams& p = blocks_[size_t(l)];
-  uint16_t* x = a.resid + l * BTC;
-  uint16_t* qkv = a.qkv + int64_t(l) * M * S;
-  uint16_t* atty = a.atty + int64_t(l) * M * Q;
-  uint16_t* mid = a.resid_mid + l * BTC;
-  uint16_t* gu = a.gu + int64_t(l) * M * 2 * F;
-  uint16_t* act = a.act + int64_t(l) * M * F;
-  gemm_.forward(qkv, a.hn1 + l * BTC, w(p.qkvw), bias(p.qkvb), M, S, C);
-  llama::rope(qkv, a.cos, a.sin, B, T, NH, KV, hd, /*inverse=*/false, s_);
-  att_.forward_gqa(atty, a.stats + int64_t(l) * B * NH * T, qkv, B, T, NH, KV, hd);
-  gemm_.forward(a.tmp, atty, w(p.ow), nullptr, M, C, Q);
-  llama::residual_rmsnorm_forward(mid, a.hn2 + l * BTC, a.rstd2 + int64_t(l) * M, x, a.tmp, w(p.mlp_norm), M, C, eps,
-                                  s_);
-  gemm_.forward(gu, a.hn2 + l * BTC, w(p.gate_up), nullptr, M, 2 * F, C);
-  llama::swiglu_forward(act, gu, M, F, s_);
-  gemm_.forward(a.tmp, act, w(p.down), nullptr, M, C, F);
+  const BlockActs b = block_acts(l);
+  uint16_t* tmp = act_.tmp;
+  gemm_.forward(b.qkv, b.hn1, w(p.qkvw), bias(p.qkvb), M, S, C);
+  llama::rope(b.qkv, act_.cos, act_.sin, B, T, NH, KV, hd, /*inverse=*/false, s_);
+  att_.forward_gqa(b.atty, b.stats, b.qkv, B, T, NH, KV, hd);
+  gemm_.forward(tmp, b.atty, w(p.ow), nullptr, M, C, Q);
+  llama::residual_rmsnorm_forward(b.mid, b.hn2, b.rstd2, b.x, tmp, w(p.mlp_norm), M, C, eps, s_);
+  gemm_.forward(b.gu, b.hn2, w(p.gate_up), nullptr, M, 2 * F, C);
+  llama::swiglu_forward(b.act, b.gu, M, F, s_);
+  gemm_.forward(tmp, b.act, w(p.down), nullptr, M, C, F);
+}
+
+// Block l's body under FP8 compute (forward_block's, with the four linears in
+// FP8): each GEMM's input quantized 1x128 in one act_quantize pass into both
+// its operands, the rows for fprop (the kRows slot) and the transpose for
+// backward's wgrad (the block's own X^T slot, kept until then). hn1 and hn2
+// are not written (their kernels get a null output): act_quantize's RMSNorm
+// op computes them from the norm's input and the rstd the kernel wrote, the
+// bits the kernel would have written; the SwiGLU output likewise goes only to
+// its two operands, made from gu by the SwiGLU op. Every forward makes the X^T
+// operands, an eval's too (the same graphs; a backward always follows its own
+// forward).
+void LlamaCuda::forward_block_fp8(int l) {
+  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, KV = cfg_.n_kv_head, hd = cfg_.head_dim;
+  const int M = B * T, S = cfg_.qkv_dim(), Q = cfg_.q_dim(), F = cfg_.d_ff;
+  const float eps = float(cfg_.rms_eps);
+  const BlockParams& p = blocks_[size_t(l)];
+  const BlockActs b = block_acts(l);
+  uint16_t* tmp = act_.tmp;
+  Fp8Linear& lin = this->lin();
+  const Fp8Slot q = lin.slot(Fp8Linear::kRows);
+  const auto quantize_norm = [&](const uint16_t* input, const float* rstd, int norm_w, const Fp8Slot& xt) {
+    act_quantize({.x = input, .op = ActOp::RmsNorm, .norm = {.rstd = rstd, .w = w(norm_w)}, .rows = q, .cols = xt},
+                 M, C, s_);
+  };
+  quantize_norm(b.x, b.rstd1, p.attn_norm, b.hn1t);
+  lin.fprop(b.qkv, q, fw(p.qkvw), bias(p.qkvb), M, S, C);
+  llama::rope(b.qkv, act_.cos, act_.sin, B, T, NH, KV, hd, /*inverse=*/false, s_);
+  att_.forward_gqa(b.atty, b.stats, b.qkv, B, T, NH, KV, hd);
+  act_quantize({.x = b.atty, .rows = q, .cols = b.attyt}, M, Q, s_);
+  lin.fprop(tmp, q, fw(p.ow), nullptr, M, C, Q);
+  llama::residual_rmsnorm_forward(b.mid, nullptr, b.rstd2, b.x, tmp, w(p.mlp_norm), M, C, eps, s_);
+  quantize_norm(b.mid, b.rstd2, p.mlp_norm, b.hn2t);
+  lin.fprop(b.gu, q, fw(p.gate_up), nullptr, M, 2 * F, C);
+  act_quantize({.x = b.gu, .op = ActOp::SwiGlu, .rows = q, .cols = b.actt}, M, F, s_);
+  lin.fprop(tmp, q, fw(p.down), nullptr, M, C, F);
 }
 
 // Stage L + 1 is the head and the final RMSNorm, stage 1 + l block l, stage
@@ -212,7 +308,7 @@ void LlamaCuda::backward_stage(int s, float* const* g) {
   } else if (s == cfg_.n_layer + 1) {
     backward_head(g[0], g[1]);
   } else {
-    backward_block(s - 1, g);
+    fp8_block(s - 1) ? backward_block_fp8(s - 1, g) : backward_block(s - 1, g);
   }
 }
 
@@ -231,39 +327,68 @@ void LlamaCuda::backward_head(float* dhead, float* dnorm) {
 void LlamaCuda::backward_block(int l, float* const* g) {
   const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, KV = cfg_.n_kv_head, hd = cfg_.head_dim;
   const int M = B * T, S = cfg_.qkv_dim(), Q = cfg_.q_dim(), F = cfg_.d_ff;
-  const int64_t BTC = int64_t(M) * C;
   Activations& a = act_;
   const BlockParams& p = blocks_[size_t(l)];
+  const BlockActs b = block_acts(l);
   float *d_attn_norm = g[0], *d_qkvw = g[1], *d_qkvb = g[2], *d_ow = g[3], *d_mlp_norm = g[4], *d_gate_up = g[5],
         *d_down = g[6];
-  const uint16_t* x = a.resid + l * BTC;
-  const uint16_t* hn1 = a.hn1 + l * BTC;
-  const uint16_t* qkv = a.qkv + int64_t(l) * M * S;
-  const uint16_t* atty = a.atty + int64_t(l) * M * Q;
-  const uint16_t* mid = a.resid_mid + l * BTC;
-  const uint16_t* hn2 = a.hn2 + l * BTC;
-  const uint16_t* gu = a.gu + int64_t(l) * M * 2 * F;
-  const uint16_t* act = a.act + int64_t(l) * M * F;
   // MLP half: y = mid + down(swiglu(gate_up(rmsnorm(mid)))). The SwiGLU
   // output is kept from the forward: recomputing it here cost a pass over
   // gate_up (3 d_ff values a token read and written) to save d_ff of memory.
-  gemm_.backward_weight(d_down, a.dresid, act, M, C, F);
+  gemm_.backward_weight(d_down, a.dresid, b.act, M, C, F);
   gemm_.backward_data(a.dact, a.dresid, w(p.down), M, C, F);
-  llama::swiglu_backward(a.dgu, a.dact, gu, M, F, s_);
+  llama::swiglu_backward(a.dgu, a.dact, b.gu, M, F, s_);
   gemm_.backward_data(a.dln, a.dgu, w(p.gate_up), M, 2 * F, C);
-  gemm_.backward_weight(d_gate_up, a.dgu, hn2, M, 2 * F, C);
-  llama::rmsnorm_backward(a.dresid, true, d_mlp_norm, a.rms_scratch, a.dln, mid, w(p.mlp_norm),
-                          a.rstd2 + int64_t(l) * M, M, C, s_);
+  gemm_.backward_weight(d_gate_up, a.dgu, b.hn2, M, 2 * F, C);
+  llama::rmsnorm_backward(a.dresid, true, d_mlp_norm, a.rms_scratch, a.dln, b.mid, w(p.mlp_norm), b.rstd2, M, C, s_);
   // Attention half: mid = x + o(attn(rope(qkv(rmsnorm(x))))).
   gemm_.backward_data(a.datty, a.dresid, w(p.ow), M, C, Q);
-  gemm_.backward_weight(d_ow, a.dresid, atty, M, C, Q);
-  att_.backward_gqa(a.dqkv, a.datty, qkv, atty, a.stats + int64_t(l) * B * NH * T, B, T, NH, KV, hd);
+  gemm_.backward_weight(d_ow, a.dresid, b.atty, M, C, Q);
+  att_.backward_gqa(a.dqkv, a.datty, b.qkv, b.atty, b.stats, B, T, NH, KV, hd);
   llama::rope(a.dqkv, a.cos, a.sin, B, T, NH, KV, hd, /*inverse=*/true, s_);
   gemm_.backward_data(a.dln, a.dqkv, w(p.qkvw), M, S, C);
-  gemm_.backward_weight(d_qkvw, a.dqkv, hn1, M, S, C);
+  gemm_.backward_weight(d_qkvw, a.dqkv, b.hn1, M, S, C);
   if (d_qkvb) bias_backward(d_qkvb, a.bias_scratch, a.dqkv, M, S, s_);
-  llama::rmsnorm_backward(a.dresid, true, d_attn_norm, a.rms_scratch, a.dln, x, w(p.attn_norm),
-                          a.rstd1 + int64_t(l) * M, M, C, s_);
+  llama::rmsnorm_backward(a.dresid, true, d_attn_norm, a.rms_scratch, a.dln, b.x, w(p.attn_norm), b.rstd1, M, C, s_);
+}
+
+// backward_block under FP8 compute. Per linear layer: the output gradient dY
+// quantized both ways (kRows for dgrad, kCols, the transpose, for wgrad); the
+// input's transpose X^T for wgrad is the one the forward made (BlockActs::
+// hn1t ... actt). The qkv bias gradient (Qwen2) is the column sums of qkv's
+// dY, added by the act_quantize that quantizes it (bias_backward's bits).
+void LlamaCuda::backward_block_fp8(int l, float* const* g) {
+  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, KV = cfg_.n_kv_head, hd = cfg_.head_dim;
+  const int M = B * T, S = cfg_.qkv_dim(), Q = cfg_.q_dim(), F = cfg_.d_ff;
+  Activations& a = act_;
+  const BlockParams& p = blocks_[size_t(l)];
+  const BlockActs b = block_acts(l);
+  float *d_attn_norm = g[0], *d_qkvw = g[1], *d_qkvb = g[2], *d_ow = g[3], *d_mlp_norm = g[4], *d_gate_up = g[5],
+        *d_down = g[6];
+  Fp8Linear& lin = this->lin();
+  const Fp8Slot dy = lin.slot(Fp8Linear::kRows), dyt = lin.slot(Fp8Linear::kCols);
+  const auto grad_operands = [&](const uint16_t* d, int N, float* dbias) {
+    act_quantize({.x = d, .rows = dy, .cols = dyt, .sums = {dbias, a.bias_scratch}}, M, N, s_);
+  };
+  // MLP half: y = mid + down(swiglu(gate_up(rmsnorm(mid)))).
+  grad_operands(a.dresid, C, nullptr);
+  lin.wgrad(d_down, dyt, b.actt, M, C, F);
+  lin.dgrad(a.dact, dy, fwt(p.down), M, C, F);
+  llama::swiglu_backward(a.dgu, a.dact, b.gu, M, F, s_);
+  grad_operands(a.dgu, 2 * F, nullptr);
+  lin.wgrad(d_gate_up, dyt, b.hn2t, M, 2 * F, C);
+  lin.dgrad(a.dln, dy, fwt(p.gate_up), M, 2 * F, C);
+  llama::rmsnorm_backward(a.dresid, true, d_mlp_norm, a.rms_scratch, a.dln, b.mid, w(p.mlp_norm), b.rstd2, M, C, s_);
+  // Attention half: mid = x + o(attn(rope(qkv(rmsnorm(x))))).
+  grad_operands(a.dresid, C, nullptr);
+  lin.wgrad(d_ow, dyt, b.attyt, M, C, Q);
+  lin.dgrad(a.datty, dy, fwt(p.ow), M, C, Q);
+  att_.backward_gqa(a.dqkv, a.datty, b.qkv, b.atty, b.stats, B, T, NH, KV, hd);
+  llama::rope(a.dqkv, a.cos, a.sin, B, T, NH, KV, hd, /*inverse=*/true, s_);
+  grad_operands(a.dqkv, S, d_qkvb);  // d_qkvb null without biases: no sums
+  lin.wgrad(d_qkvw, dyt, b.hn1t, M, S, C);
+  lin.dgrad(a.dln, dy, fwt(p.qkvw), M, S, C);
+  llama::rmsnorm_backward(a.dresid, true, d_attn_norm, a.rms_scratch, a.dln, b.x, w(p.attn_norm), b.rstd1, M, C, s_);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <initializer_list>
 
 #include "formats/codec.h"
+#include "models/cuda/act_values.cuh"
 #include "models/cuda/bf16_vectors.cuh"
 #include "util/check.h"
 #include "util/cuda_check.h"
@@ -65,20 +66,23 @@ __global__ void embedding_backward_kernel(float* dembed, const uint16_t* dx, con
 // ---------------------------------------------------------------- RMSNorm
 
 // One warp per row; lane l takes the 8-value chunks l, l+32, ... in every
-// pass, so a lane reads back only what it wrote. ss: the lane's partial sum of squares.
+// pass, so a lane reads back only what it wrote. ss: the lane's partial sum of
+// squares. out null: only rstd is written (FP8 compute, whose act_quantize
+// makes the operands of the output from x and rstd: act_values.cuh).
 __device__ __forceinline__ void rms_row(uint16_t* out, float* rstd, const uint16_t* x, const uint16_t* w, int64_t m,
                                         int C, float eps, float ss) {
   const int lane = threadIdx.x % 32, chunks = C / 8;
   const float r = 1.f / sqrtf(warp_sum(ss) / float(C) + eps);
+  if (lane == 0) rstd[m] = r;
+  if (!out) return;
   for (int k = lane; k < chunks; k += 32) {
     float f[8], g[8];
     load(x + 8 * k, f);
     load(w + 8 * k, g);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) f[i] = g[i] * (f[i] * r);
-    store(out + 8 * k, f);
+    for (int i = 0; i < 8; ++i) f[i] = device::rmsnorm_value(f[i], r, g[i]);
+    store(out + m * C + 8 * k, f);
   }
-  if (lane == 0) rstd[m] = r;
 }
 
 __global__ void rmsnorm_forward_kernel(uint16_t* out, float* rstd, const uint16_t* inp, const uint16_t* w, int M,
@@ -93,7 +97,7 @@ __global__ void rmsnorm_forward_kernel(uint16_t* out, float* rstd, const uint16_
 #pragma unroll
     for (int i = 0; i < 8; ++i) ss += f[i] * f[i];
   }
-  rms_row(out + m * C, rstd, x, w, m, C, eps, ss);
+  rms_row(out, rstd, x, w, m, C, eps, ss);
 }
 
 __global__ void residual_rmsnorm_forward_kernel(uint16_t* res, uint16_t* out, float* rstd, const uint16_t* a,
@@ -112,7 +116,7 @@ __global__ void residual_rmsnorm_forward_kernel(uint16_t* res, uint16_t* out, fl
     }
     store(res + m * C + 8 * k, f);
   }
-  rms_row(out + m * C, rstd, res + m * C, w, m, C, eps, ss);
+  rms_row(out, rstd, res + m * C, w, m, C, eps, ss);
 }
 
 // y = w * n, n = x * r: dx = r * (w*d - n * mean(w*d*n)), as the CPU loop.
@@ -277,7 +281,7 @@ __global__ void swiglu_forward_kernel(uint16_t* out, const uint16_t* gu, int64_t
     load(gu + m * 2 * F + 8 * k, g);
     load(gu + m * 2 * F + F + 8 * k, u);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) g[e] = g[e] * sigmoid(g[e]) * u[e];
+    for (int e = 0; e < 8; ++e) g[e] = device::swiglu_value(g[e], u[e]);  // act_quantize's SwiGLU op: the same
     store(out + m * F + 8 * k, g);
   }
 }

@@ -30,9 +30,11 @@ void embedding_backward(float* dembed, const uint16_t* dx, const int32_t* order,
                         const int32_t* seg_token, int n_seg, int C, cudaStream_t s);
 
 // out = bf16(w * (x * r)), r = 1 / sqrt(mean(x^2) + eps) in fp32, kept in rstd [M].
+// out may be null: only rstd is written (FP8 compute makes the output's
+// operands in act_quantize's RMSNorm op, models/cuda/fp8_linear.h).
 void rmsnorm_forward(uint16_t* out, float* rstd, const uint16_t* inp, const uint16_t* w, int M, int C, float eps,
                      cudaStream_t s);
-// res = bf16(a + b) (the residual add), then out = RMSNorm(res) as above.
+// res = bf16(a + b) (the residual add), then out = RMSNorm(res) as above (out may be null).
 void residual_rmsnorm_forward(uint16_t* res, uint16_t* out, float* rstd, const uint16_t* a, const uint16_t* b,
                               const uint16_t* w, int M, int C, float eps, cudaStream_t s);
 // Floats of scratch rmsnorm_backward needs for M rows of C (no zeroing needed).
@@ -50,7 +52,8 @@ void rmsnorm_backward(uint16_t* dinp, bool accumulate, float* dw, float* scratch
 void rope(uint16_t* qkv, const float* cs, const float* sn, int B, int T, int NH, int KV, int hd, bool inverse,
           cudaStream_t s);
 
-// out [M, F] = bf16(silu(gate) * up), gate_up [M, 2F] rows [gate | up].
+// out [M, F] = bf16(silu(gate) * up), gate_up [M, 2F] rows [gate | up]
+// (models/cuda/act_values.cuh's swiglu_value, which act_quantize's SwiGLU op shares).
 void swiglu_forward(uint16_t* out, const uint16_t* gate_up, int M, int F, cudaStream_t s);
 // dgate_up [M, 2F] OVERWRITTEN from dout [M, F].
 void swiglu_backward(uint16_t* dgate_up, const uint16_t* dout, const uint16_t* gate_up, int M, int F,
