@@ -62,6 +62,8 @@ struct Dev {
   explicit Dev(size_t count) : n(count) {
     MXDP_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
     MXDP_CUDA_CHECK(cudaMemset(p, 0xFF, std::max<size_t>(n, 1) * sizeof(T)));  // poison: NaN for floats
+    // The poison (legacy default stream) lands before the kernels' non-blocking stream writes p.
+    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
   }
   ~Dev() { cudaFree(p); }
   Dev(const Dev&) = delete;
@@ -71,6 +73,7 @@ struct Bf16 : Dev<uint16_t> {
     std::vector<uint16_t> h(v.size());
     for (size_t i = 0; i < v.size(); ++i) h[i] = codec::bf16_from_f32(v[i]);
     MXDP_CUDA_CHECK(cudaMemcpy(p, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+    MXDP_CUDA_CHECK(cudaDeviceSynchronize());  // a pageable copy's DMA may land after cudaMemcpy returns
   }
   explicit Bf16(size_t count) : Dev<uint16_t>(count) {}
   std::vector<float> get() const {
@@ -85,6 +88,7 @@ struct Bf16 : Dev<uint16_t> {
 struct F32 : Dev<float> {
   explicit F32(const std::vector<float>& v) : Dev<float>(v.size()) {
     MXDP_CUDA_CHECK(cudaMemcpy(p, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+    MXDP_CUDA_CHECK(cudaDeviceSynchronize());  // a pageable copy's DMA may land after cudaMemcpy returns
   }
   explicit F32(size_t count) : Dev<float>(count) {}
   std::vector<float> get() const {

@@ -65,7 +65,14 @@ struct Dev {
   }
   ~Dev() { cudaFree(p); }
   Dev(const Dev&) = delete;
-  void put(const std::vector<T>& v) { MXDP_CUDA_CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice)); }
+  // A cudaMemcpy from pageable memory may return before its DMA has landed,
+  // and the kernels run on a non-blocking stream that does not wait for the
+  // legacy one: without the synchronize a kernel could read the poison (as
+  // GpuLlamaKernels.RopeForwardAndInverseMatchCpu once did on an H100).
+  void put(const std::vector<T>& v) {
+    MXDP_CUDA_CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
+  }
   std::vector<uint8_t> bytes() const {
     MXDP_CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<uint8_t> h(n * sizeof(T));
@@ -464,7 +471,11 @@ TEST(GpuLlama, RunToRunBitwiseAndGraphsChangeNoBit) {
 // The GPU Llama in FP8 compute against the CPU Llama in FP8 compute (the
 // emulated GEMMs, fp32 activations), on the same FP8 weights: the differences
 // are the GPU's bf16 activations and the codes they move now and then. Bounds
-// as the GPU GPT's (gputest_gpt): loss 1%, every gradient 8%. The Llama 3
+// loss 1% (as the GPU GPT's, gputest_gpt) and every gradient 12%: measured on
+// an H100, the Llama 3's FP8 linears' gradients are 3.9-5.2% off, the wider
+// Qwen2's 5.2-9.1% (its MLP weights in the last block the most: more code
+// flips reach them), where the GPT's bound is 8% over its 6.7%; a wrong index,
+// a missing term or a wrong operand is far beyond either. The Llama 3
 // (d_model 64: every weight one partial tile; GQA, untied head) and the Qwen2
 // (q/k/v biases, whose gradient act_quantize's column sums make; whole
 // tiles), at B*T = 111 (padded to 128 rows inside) and 256.
@@ -493,7 +504,7 @@ TEST(GpuLlama, Fp8ComputeMatchesTheCpuFp8Llama) {
       for (int p = 0; p < int(m.cpu.params().size()); ++p) {
         const ParamSpec& spec = m.cpu.params()[size_t(p)];
         const double e = rel_err(hg0.get(p), hc0.g[size_t(p)]);
-        EXPECT_LT(e, 8e-2) << spec.name << " " << what;
+        EXPECT_LT(e, 12e-2) << spec.name << " " << what;
         if (!spec.fp8_linear) continue;
         ++fp8;
         std::printf("  %-14s %s: gradient rel. error %.4f\n", spec.name.c_str(), what.c_str(), e);
