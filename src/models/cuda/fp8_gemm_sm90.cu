@@ -61,6 +61,24 @@ static_assert(Smem<Epi::GeluQuant>::kBytes <= 227 * 1024 && Smem<Epi::Bf16>::kBy
                   Smem<Epi::Accumulate>::kBytes <= 227 * 1024,
               "a CTA's shared memory");
 
+// A cluster's group of tiles of d: kM down the rows (two from a cluster of 2 up), kN across
+// (fp8_gemm_nt_kernel says how its CTAs share the loads).
+template <int kCluster>
+struct ClusterShape {
+  static constexpr int kM = kCluster >= 2 ? 2 : 1, kN = kCluster / kM;
+};
+// The groups of an M x N d in clusters of kCluster: across N (a row of groups), and in all. What
+// the kernel walks and the launch sizes its grid by.
+struct TileGroups {
+  int across, total;
+};
+template <int kCluster>
+__host__ __device__ __forceinline__ TileGroups tile_groups(int M, int N) {
+  using C = ClusterShape<kCluster>;
+  const int across = (N + kTile * C::kN - 1) / (kTile * C::kN);
+  return {across, across * ((M + kTile * C::kM - 1) / (kTile * C::kM))};
+}
+
 // The epilogue's inputs and outputs besides d and its tensor map.
 struct EpiArgs {
   const __nv_bfloat16* bias = nullptr;  // [N]; Bf16: added to the fp32 sum; GeluQuant: to its bf16 rounding
@@ -413,13 +431,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kBarriers);
   uint64_t* empty = full + kStages;
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
-  constexpr int kCm = kCluster >= 2 ? 2 : 1, kCn = kCluster / kCm;  // the group's tiles down and across
+  constexpr int kCm = ClusterShape<kCluster>::kM, kCn = ClusterShape<kCluster>::kN;  // the group's tiles
   const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
   const int rm = int(rank) % kCm, rn = int(rank) / kCm;
   const int cluster = blockIdx.x / kCluster, clusters = gridDim.x / kCluster;
   const int nk = (K + kTile - 1) / kTile;
-  const int n_groups = (N + kTile * kCn - 1) / (kTile * kCn);  // groups across
-  const int groups = n_groups * ((M + kTile * kCm - 1) / (kTile * kCm));
+  const TileGroups tg = tile_groups<kCluster>(M, N);
+  const int n_groups = tg.across, groups = tg.total;
   // The group's tile of this CTA.
   auto tile_n0 = [&](int g) { return ((g % n_groups) * kCn + rn) * kTile; };
   auto tile_m0 = [&](int g) { return ((g / n_groups) * kCm + rm) * kTile; };
@@ -682,10 +700,10 @@ void launch(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const
   cudaLaunchAttribute attr;
   cudaLaunchConfig_t cfg = launch_config<kCluster, kEpi>(stream, &attr);
   const int resident = resident_clusters<kCluster, kEpi>();
-  constexpr int kCm = kCluster >= 2 ? 2 : 1, kCn = kCluster / kCm;  // as the kernel's
-  const int groups = ((N + kTile * kCn - 1) / (kTile * kCn)) * ((M + kTile * kCm - 1) / (kTile * kCm));
+  using C = ClusterShape<kCluster>;
+  const int groups = tile_groups<kCluster>(M, N).total;
   cfg.gridDim = dim3((persistent ? std::min(groups, resident) : groups) * kCluster);
-  const CUtensorMap ma = codes_map(a.codes, M, K, kTile / kCn), mb = codes_map(b.codes, N, K, kTile / kCm);
+  const CUtensorMap ma = codes_map(a.codes, M, K, kTile / C::kN), mb = codes_map(b.codes, N, K, kTile / C::kM);
   // The bf16 output in 128 x 64 halves of a tile (the wgrad adds into d itself and has no map), the
   // code tiles of GeluQuant (the other epilogues pass a's map, unused).
   const CUtensorMap md =
