@@ -14,6 +14,7 @@
 #include "formats/cuda/bf16_pack.cuh"
 #include "formats/cuda/fp8_encode.cuh"
 #include "formats/fp8_block.h"
+#include "models/cuda/fp8_tile_ops.cuh"
 #include "models/cuda/gelu_fast.cuh"
 #include "util/check.h"
 #include "util/cuda_check.h"
@@ -344,8 +345,8 @@ __device__ __forceinline__ void epilogue_gelu_quant(float (&acc)[64], Frag f, in
   }
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
-    const uint32_t w = device::encode4<Fp8Kind::E4M3, device::kEnc>(acc[4 * i] * rc[0], acc[4 * i + 1] * rc[0],
-                                                                     acc[4 * i + 2] * rc[1], acc[4 * i + 3] * rc[1]);
+    const float q[4] = {acc[4 * i] * rc[0], acc[4 * i + 1] * rc[0], acc[4 * i + 2] * rc[1], acc[4 * i + 3] * rc[1]};
+    const uint32_t w = device::encode4(q);
     const int c = 8 * i + 2 * f.q;
     *reinterpret_cast<uint16_t*>(rq + sw128_at(f.r, c)) = uint16_t(w);
     *reinterpret_cast<uint16_t*>(rq + sw128_at(f.r + 8, c)) = uint16_t(w >> 16);
@@ -377,8 +378,8 @@ __device__ __forceinline__ void epilogue_gelu_quant(float (&acc)[64], Frag f, in
   for (int i = 0; i < 16; ++i) {
     const int c = 8 * i + 2 * f.q;
     const float r0 = crcp[c], r1 = crcp[c + 1];
-    const uint32_t w = device::encode4<Fp8Kind::E4M3, device::kEnc>(acc[4 * i] * r0, acc[4 * i + 2] * r0,
-                                                                     acc[4 * i + 1] * r1, acc[4 * i + 3] * r1);
+    const float q[4] = {acc[4 * i] * r0, acc[4 * i + 2] * r0, acc[4 * i + 1] * r1, acc[4 * i + 3] * r1};
+    const uint32_t w = device::encode4(q);
     cq[sw128_at(c, f.r)] = uint8_t(w);
     cq[sw128_at(c, f.r + 8)] = uint8_t(w >> 8);
     cq[sw128_at(c + 1, f.r)] = uint8_t(w >> 16);
