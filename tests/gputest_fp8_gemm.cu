@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "formats/codec.h"
@@ -372,6 +373,30 @@ TEST(GpuFp8Gemm, OwnSm90WgradAgainstFp32ReferencesAndCublasLt) {
     for (size_t i = 0; i < hlt.size(); ++i) want_lt[i] = double(hlt[i]) - 1.0;
     const Err l = error_of([&](size_t i) { return double(hdw[i]) - 1.0; }, want_lt);
     expect_own_errors("own sm90 wgrad (M: tokens)", c.name, M, N, K, e, f, l, 1e-3);
+  }
+}
+
+// What Fp8Linear sends to cuBLASLt because fp8_gemm_sm90_supported says no, the
+// own GEMM's entry points refuse with an error that names the shape: M, N or K
+// not multiples of 16, and for the fused epilogue an M not a multiple of 128.
+TEST(GpuFp8Gemm, OwnSm90BadShapesAreErrors) {
+  if (!gputest::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (!cuda::fp8_gemm_sm90_supported(1024, 1024, 1024)) GTEST_SKIP() << "not a compute capability 9.0 device";
+  Dev<uint8_t> q(256 * 256), rq(256 * 256), cq(256 * 256);
+  Dev<float> s(256 * 4), dw(256 * 256), rs(256 * 2), cs(2 * 256);
+  Dev<uint16_t> d(256 * 256), bias(256);
+  const Fp8Operand a{q.p, s.p, Fp8Kind::E4M3, Fp8Scaling::Rows1x128}, t{q.p, s.p, Fp8Kind::E4M3, Fp8Scaling::Tiles128};
+  EXPECT_FALSE(cuda::fp8_gemm_sm90_supported(100, 256, 256));
+  EXPECT_THROW(cuda::fp8_gemm_nt_sm90(a, t, 100, 256, 256, nullptr, d.p, 0), Error);  // M not a multiple of 16
+  EXPECT_THROW(cuda::fp8_gemm_nt_sm90(a, t, 256, 256, 120, nullptr, d.p, 0), Error);  // K not a multiple of 16
+  EXPECT_THROW(cuda::fp8_gemm_nt_accumulate_sm90(a, a, 256, 200, 256, dw.p, 0), Error);  // N not a multiple of 16
+  EXPECT_THROW(cuda::fp8_gemm_gelu_quant_sm90(a, t, 144, 256, 256, bias.p, {d.p, rq.p, rs.p, cq.p, cs.p}, 0),
+               Error);  // M not a multiple of 128
+  try {
+    cuda::fp8_gemm_nt_sm90(a, t, 256, 200, 256, nullptr, d.p, 0);
+    ADD_FAILURE() << "N = 200 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shape 256 x 200 x 256"), std::string::npos) << e.what();
   }
 }
 

@@ -771,25 +771,11 @@ void launch_cluster(int cluster, const Fp8Operand& a, const Fp8Operand& b, int M
   run(a, b, M, N, K, e, o, stream, persistent);
 }
 
-// What every entry point checks: E4M3 operands of the scalings given, the shape, the alignment.
-void check_operands(const char* what, const Fp8Operand& a, const Fp8Operand& b, Fp8Scaling b_scaling, int M, int N,
-                    int K, const void* d, int cluster) {
-  MXDP_CHECK(a.kind == Fp8Kind::E4M3 && b.kind == Fp8Kind::E4M3, what, " takes E4M3 operands");
-  MXDP_CHECK(a.scaling == Fp8Scaling::Rows1x128 && b.scaling == b_scaling, what, " takes a with 1x128 scales and b with ",
-             b_scaling == Fp8Scaling::Rows1x128 ? "1x128 scales" : "128x128 tiles");
-  MXDP_CHECK(fp8_gemm_sm90_supported(M, N, K), what, ": shape ", M, " x ", N, " x ", K,
-             " (multiples of 16) on a compute capability 9.0 device");
-  MXDP_CHECK((reinterpret_cast<uintptr_t>(a.codes) | reinterpret_cast<uintptr_t>(b.codes) |
-              reinterpret_cast<uintptr_t>(d)) % 16 == 0,
-             what, ": the operands' codes and d must be 16-byte aligned");
-  MXDP_CHECK(cluster == 1 || cluster == 2 || cluster == 4, what, ": cluster ", cluster, " (1, 2 or 4)");
-}
-
-}  // namespace
-
-bool fp8_gemm_sm90_supported(int M, int N, int K) {
-  if (M <= 0 || N <= 0 || K <= 0 || M % 16 || N % 16 || K % 16) return false;
-  // Asked once: a process drives one device (the GEMM is called per linear layer, per step).
+// fp8_gemm_sm90_supported's two halves. The shape: M, N, K positive multiples of 16.
+bool shape_supported(int M, int N, int K) { return !(M <= 0 || N <= 0 || K <= 0 || M % 16 || N % 16 || K % 16); }
+// The device: compute capability 9.0. Asked once: a process drives one device (the GEMM is
+// called per linear layer, per step).
+bool device_supported() {
   static const bool hopper = [] {
     int dev = 0, major = 0, minor = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return false;
@@ -800,6 +786,26 @@ bool fp8_gemm_sm90_supported(int M, int N, int K) {
   }();
   return hopper;
 }
+
+// What every entry point checks: E4M3 operands of the scalings given, the shape, the device, the
+// alignment.
+void check_operands(const char* what, const Fp8Operand& a, const Fp8Operand& b, Fp8Scaling b_scaling, int M, int N,
+                    int K, const void* d, int cluster) {
+  MXDP_CHECK(a.kind == Fp8Kind::E4M3 && b.kind == Fp8Kind::E4M3, what, " takes E4M3 operands");
+  MXDP_CHECK(a.scaling == Fp8Scaling::Rows1x128 && b.scaling == b_scaling, what, " takes a with 1x128 scales and b with ",
+             b_scaling == Fp8Scaling::Rows1x128 ? "1x128 scales" : "128x128 tiles");
+  MXDP_CHECK(shape_supported(M, N, K), what, ": shape ", M, " x ", N, " x ", K,
+             " (M, N and K must be positive multiples of 16)");
+  MXDP_CHECK(device_supported(), what, " runs only on a compute capability 9.0 device");
+  MXDP_CHECK((reinterpret_cast<uintptr_t>(a.codes) | reinterpret_cast<uintptr_t>(b.codes) |
+              reinterpret_cast<uintptr_t>(d)) % 16 == 0,
+             what, ": the operands' codes and d must be 16-byte aligned");
+  MXDP_CHECK(cluster == 1 || cluster == 2 || cluster == 4, what, ": cluster ", cluster, " (1, 2 or 4)");
+}
+
+}  // namespace
+
+bool fp8_gemm_sm90_supported(int M, int N, int K) { return shape_supported(M, N, K) && device_supported(); }
 
 int fp8_gemm_sm90_resident_clusters(int cluster) {
   MXDP_CHECK(cluster == 1 || cluster == 2 || cluster == 4, "fp8_gemm_sm90_resident_clusters: cluster ", cluster,
