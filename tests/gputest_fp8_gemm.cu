@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "formats/codec.h"
@@ -269,19 +270,28 @@ void expect_own_errors(const char* what, const char* name, int M, int N, int K, 
   EXPECT_LE(l.frob, bound);
 }
 
+// Why the own GEMM's tests skip here (no GPU, not compute capability 9.0), or
+// nullptr where they run.
+const char* own_sm90_skip() {
+  if (!gputest::have_gpu()) return "no CUDA device";
+  if (!cuda::fp8_gemm_sm90_supported(1024, 1024, 1024)) return "not a compute capability 9.0 device";
+  return nullptr;
+}
+// A shape of the own GEMM's tests: d[M, N] from a[M, K] and W {N, K} (for the
+// wgrad, M is the tokens).
+struct Case {
+  const char* name;
+  int M, N, K;
+};
+
 // mxdp's own sm_90a GEMM (models/cuda/fp8_gemm_sm90.h) for fprop and dgrad,
 // against the same references and bounds as cuBLASLt above, and against
 // cuBLASLt's output on the same operands. The shapes add gpt2-1558m's (d_model
 // 1600: a last K block and N tile of 64) and a token count that ends in a
 // partial 128-row tile (M 1040), where TMA's zero fill and the row guards work.
 TEST(GpuFp8Gemm, OwnSm90GemmAgainstFp32ReferencesAndCublasLt) {
-  if (!gputest::have_gpu()) GTEST_SKIP() << "no CUDA device";
-  if (!cuda::fp8_gemm_sm90_supported(1024, 1024, 1024)) GTEST_SKIP() << "not a compute capability 9.0 device";
+  if (const char* why = own_sm90_skip()) GTEST_SKIP() << why;
   cuda::Fp8Gemm gemm(0);
-  struct Case {
-    const char* name;
-    int M, N, K;
-  };
   uint32_t seed = 101;
   for (const Case& c : {Case{"124m attn.qkv", 1024, 2304, 768}, Case{"124m mlp.proj", 1024, 768, 3072},
                         Case{"774m mlp.fc", 1024, 5120, 1280}, Case{"1558m attn.qkv", 1024, 4800, 1600},
@@ -341,13 +351,8 @@ TEST(GpuFp8Gemm, OwnSm90GemmAgainstFp32ReferencesAndCublasLt) {
 // wgrad, and against cuBLASLt's accumulate on the same operands. Token counts
 // that end in a partial 128-deep block (1040) and an N below one tile.
 TEST(GpuFp8Gemm, OwnSm90WgradAgainstFp32ReferencesAndCublasLt) {
-  if (!gputest::have_gpu()) GTEST_SKIP() << "no CUDA device";
-  if (!cuda::fp8_gemm_sm90_supported(1024, 1024, 1024)) GTEST_SKIP() << "not a compute capability 9.0 device";
+  if (const char* why = own_sm90_skip()) GTEST_SKIP() << why;
   cuda::Fp8Gemm gemm(0);
-  struct Case {
-    const char* name;
-    int M, N, K;  // tokens, W {N, K}
-  };
   uint32_t seed = 301;
   for (const Case& c : {Case{"124m attn.qkv", 1024, 2304, 768}, Case{"1558m mlp.proj", 1040, 1600, 6400},
                         Case{"small", 144, 48, 80}}) {
@@ -375,6 +380,29 @@ TEST(GpuFp8Gemm, OwnSm90WgradAgainstFp32ReferencesAndCublasLt) {
   }
 }
 
+// What Fp8Linear sends to cuBLASLt because fp8_gemm_sm90_supported says no, the
+// own GEMM's entry points refuse with an error that names the shape: M, N or K
+// not multiples of 16, and for the fused epilogue an M not a multiple of 128.
+TEST(GpuFp8Gemm, OwnSm90BadShapesAreErrors) {
+  if (const char* why = own_sm90_skip()) GTEST_SKIP() << why;
+  Dev<uint8_t> q(256 * 256), rq(256 * 256), cq(256 * 256);
+  Dev<float> s(256 * 4), dw(256 * 256), rs(256 * 2), cs(2 * 256);
+  Dev<uint16_t> d(256 * 256), bias(256);
+  const Fp8Operand a{q.p, s.p, Fp8Kind::E4M3, Fp8Scaling::Rows1x128}, t{q.p, s.p, Fp8Kind::E4M3, Fp8Scaling::Tiles128};
+  EXPECT_FALSE(cuda::fp8_gemm_sm90_supported(100, 256, 256));
+  EXPECT_THROW(cuda::fp8_gemm_nt_sm90(a, t, 100, 256, 256, nullptr, d.p, 0), Error);  // M not a multiple of 16
+  EXPECT_THROW(cuda::fp8_gemm_nt_sm90(a, t, 256, 256, 120, nullptr, d.p, 0), Error);  // K not a multiple of 16
+  EXPECT_THROW(cuda::fp8_gemm_nt_accumulate_sm90(a, a, 256, 200, 256, dw.p, 0), Error);  // N not a multiple of 16
+  EXPECT_THROW(cuda::fp8_gemm_gelu_quant_sm90(a, t, 144, 256, 256, bias.p, {d.p, rq.p, rs.p, cq.p, cs.p}, 0),
+               Error);  // M not a multiple of 128
+  try {
+    cuda::fp8_gemm_nt_sm90(a, t, 256, 200, 256, nullptr, d.p, 0);
+    ADD_FAILURE() << "N = 200 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shape 256 x 200 x 256"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace mxdp
 
@@ -390,12 +418,7 @@ namespace {
 // with the codec. Shapes: 124M and 1558M fc, and an N ending in a partial tile
 // (208 = 128 + 80) with K ending in a partial block; each way of running it.
 TEST(GpuFp8Gemm, OwnSm90GeluQuantIsGemmThenActQuantize) {
-  if (!gputest::have_gpu()) GTEST_SKIP() << "no CUDA device";
-  if (!cuda::fp8_gemm_sm90_supported(1024, 1024, 1024)) GTEST_SKIP() << "not a compute capability 9.0 device";
-  struct Case {
-    const char* name;
-    int M, N, K;
-  };
+  if (const char* why = own_sm90_skip()) GTEST_SKIP() << why;
   uint32_t seed = 401;
   for (const Case& c : {Case{"124m mlp.fc", 1024, 3072, 768}, Case{"1558m mlp.fc", 1024, 6400, 1600},
                         Case{"small", 256, 208, 144}}) {

@@ -14,6 +14,7 @@
 #include "formats/cuda/bf16_pack.cuh"
 #include "formats/cuda/fp8_encode.cuh"
 #include "formats/fp8_block.h"
+#include "models/cuda/fp8_tile_ops.cuh"
 #include "models/cuda/gelu_fast.cuh"
 #include "util/check.h"
 #include "util/cuda_check.h"
@@ -60,6 +61,24 @@ struct Smem {
 static_assert(Smem<Epi::GeluQuant>::kBytes <= 227 * 1024 && Smem<Epi::Bf16>::kBytes <= 227 * 1024 &&
                   Smem<Epi::Accumulate>::kBytes <= 227 * 1024,
               "a CTA's shared memory");
+
+// A cluster's group of tiles of d: kM down the rows (two from a cluster of 2 up), kN across
+// (fp8_gemm_nt_kernel says how its CTAs share the loads).
+template <int kCluster>
+struct ClusterShape {
+  static constexpr int kM = kCluster >= 2 ? 2 : 1, kN = kCluster / kM;
+};
+// The groups of an M x N d in clusters of kCluster: across N (a row of groups), and in all. What
+// the kernel walks and the launch sizes its grid by.
+struct TileGroups {
+  int across, total;
+};
+template <int kCluster>
+__host__ __device__ __forceinline__ TileGroups tile_groups(int M, int N) {
+  using C = ClusterShape<kCluster>;
+  const int across = (N + kTile * C::kN - 1) / (kTile * C::kN);
+  return {across, across * ((M + kTile * C::kM - 1) / (kTile * C::kM))};
+}
 
 // The epilogue's inputs and outputs besides d and its tensor map.
 struct EpiArgs {
@@ -326,8 +345,8 @@ __device__ __forceinline__ void epilogue_gelu_quant(float (&acc)[64], Frag f, in
   }
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
-    const uint32_t w = device::encode4<Fp8Kind::E4M3, device::kEnc>(acc[4 * i] * rc[0], acc[4 * i + 1] * rc[0],
-                                                                     acc[4 * i + 2] * rc[1], acc[4 * i + 3] * rc[1]);
+    const float q[4] = {acc[4 * i] * rc[0], acc[4 * i + 1] * rc[0], acc[4 * i + 2] * rc[1], acc[4 * i + 3] * rc[1]};
+    const uint32_t w = device::encode4(q);
     const int c = 8 * i + 2 * f.q;
     *reinterpret_cast<uint16_t*>(rq + sw128_at(f.r, c)) = uint16_t(w);
     *reinterpret_cast<uint16_t*>(rq + sw128_at(f.r + 8, c)) = uint16_t(w >> 16);
@@ -359,8 +378,8 @@ __device__ __forceinline__ void epilogue_gelu_quant(float (&acc)[64], Frag f, in
   for (int i = 0; i < 16; ++i) {
     const int c = 8 * i + 2 * f.q;
     const float r0 = crcp[c], r1 = crcp[c + 1];
-    const uint32_t w = device::encode4<Fp8Kind::E4M3, device::kEnc>(acc[4 * i] * r0, acc[4 * i + 2] * r0,
-                                                                     acc[4 * i + 1] * r1, acc[4 * i + 3] * r1);
+    const float q[4] = {acc[4 * i] * r0, acc[4 * i + 2] * r0, acc[4 * i + 1] * r1, acc[4 * i + 3] * r1};
+    const uint32_t w = device::encode4(q);
     cq[sw128_at(c, f.r)] = uint8_t(w);
     cq[sw128_at(c, f.r + 8)] = uint8_t(w >> 8);
     cq[sw128_at(c + 1, f.r)] = uint8_t(w >> 16);
@@ -372,6 +391,204 @@ __device__ __forceinline__ void epilogue_gelu_quant(float (&acc)[64], Frag f, in
     tma_store(map_rq, rq, n0, m0);  // rows codes [M, N]: columns n0.., rows m0..
     tma_store(map_cq, cq, m0, n0);  // cols codes [N, M]: columns m0.., rows n0..
   }
+}
+
+// What the loader and the consumers of a CTA share (fp8_gemm_nt_kernel sets it up once): the stage
+// ring and its barriers in shared memory, and the CTA's place in its cluster and in the grid.
+template <int kCluster>
+struct Cta {
+  uint8_t* smem;          // 1024-aligned: Smem's offsets are from here
+  uint8_t* stage_a;       // the ring: a's stages,
+  uint8_t* stage_b;       // then b's
+  float* col_scales;      // kStages x 128, the wgrad's
+  uint64_t* full;         // [kStages]: a stage loaded
+  uint64_t* empty;        // [kStages]: a stage free again
+  int rm, rn;             // the CTA's tile in its cluster's group: down, across
+  int cluster, clusters;  // the CTA's cluster, the grid's clusters
+  int nk;                 // k-blocks of 128 a tile
+  TileGroups groups;      // the groups of tiles of d
+  // The group's tile of this CTA.
+  __device__ __forceinline__ int tile_n0(int g) const {
+    return ((g % groups.across) * ClusterShape<kCluster>::kN + rn) * kTile;
+  }
+  __device__ __forceinline__ int tile_m0(int g) const {
+    return ((g / groups.across) * ClusterShape<kCluster>::kM + rm) * kTile;
+  }
+};
+
+// Warpgroup 0, the loader: one thread issues every TMA copy, the k-blocks of the CTA's tiles into
+// the stage ring, each stage once the consumers of every CTA it goes to have released it.
+template <int kCluster, Epi kEpi>
+__device__ __forceinline__ void producer(const Cta<kCluster>& cta, int t, const CUtensorMap& map_a,
+                                         const CUtensorMap& map_b, const float* sb, int ldb_s, int N) {
+  constexpr bool kWgrad = kEpi == Epi::Accumulate;
+  constexpr int kStages = Smem<kEpi>::kStages;
+  constexpr int kCm = ClusterShape<kCluster>::kM, kCn = ClusterShape<kCluster>::kN;
+  // The loader's warpgroup gives registers to the consumers': 128 x 40 + 256 x 232 fit the
+  // SM's 64 K, and a consumer holds two 64-register partial products beside its sum.
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+  if (t != 0) return;
+  int it = 0;  // k-blocks loaded so far, across tiles: the ring position and phase
+  for (int g = cta.cluster; g < cta.groups.total; g += cta.clusters) {
+    const int n0 = cta.tile_n0(g), m0 = cta.tile_m0(g);
+    for (int kb = 0; kb < cta.nk; ++kb, ++it) {
+      const int s = it % kStages;
+      if (it >= kStages) {
+        if constexpr (kCluster == 1) mbar_wait(&cta.empty[s], ((it / kStages) + 1) & 1);
+        else mbar_wait_cluster(&cta.empty[s], ((it / kStages) + 1) & 1);
+      }
+      if constexpr (kWgrad) {
+        // ldb_s is a multiple of 4 and n0 of 128: 16-byte aligned, a multiple of 16 bytes. A
+        // cluster's tile past the last column (an odd number of them) loads no scales.
+        const uint32_t bytes = n0 < N ? uint32_t(min(kTile, ldb_s - n0)) * 4 : 0;
+        mbar_expect_tx(&cta.full[s], 2 * kStageBytes + bytes);
+        if (bytes > 0) bulk_load(cta.col_scales + s * kTile, sb + int64_t(kb) * ldb_s + n0, bytes, &cta.full[s]);
+      } else {
+        mbar_expect_tx(&cta.full[s], 2 * kStageBytes);
+      }
+      if constexpr (kCn == 1) {
+        tma_load(cta.stage_a + s * kStageBytes, &map_a, &cta.full[s], kb * kTile, m0);
+      } else {  // share rn of a's box, to the CTAs of this row of tiles: ranks rm, rm + kCm, ...
+        constexpr int kPart = kTile / kCn;
+        uint16_t mask = 0;
+        for (int j = 0; j < kCn; ++j) mask |= uint16_t(1u << (cta.rm + kCm * j));
+        tma_load_multicast(cta.stage_a + s * kStageBytes + cta.rn * kPart * kTile, &map_a, &cta.full[s], kb * kTile,
+                           m0 + cta.rn * kPart, mask);
+      }
+      if constexpr (kCm == 1) {
+        tma_load(cta.stage_b + s * kStageBytes, &map_b, &cta.full[s], kb * kTile, n0);
+      } else {  // share rm of b's box, to the CTAs of this column of tiles: ranks kCm rn + 0, 1, ...
+        constexpr int kPart = kTile / kCm;
+        const uint16_t mask = uint16_t(((1u << kCm) - 1) << (kCm * cta.rn));
+        tma_load_multicast(cta.stage_b + s * kStageBytes + cta.rm * kPart * kTile, &map_b, &cta.full[s], kb * kTile,
+                           n0 + cta.rm * kPart, mask);
+      }
+    }
+  }
+}
+
+// Warpgroups 1 and 2, the consumers: a consumer computes rows cw * 64 .. + 63 of each of the CTA's
+// tiles by wgmma, promoting every 128 of K, releases each stage to the loader(s) once read, and
+// ends the tile with the epilogue kEpi. Thread t holds rows r_lo and r_lo + 8, columns
+// 8 i + 2 (lane % 4) + {0, 1} (wgmma's accumulator layout).
+template <int kCluster, Epi kEpi>
+__device__ __forceinline__ void consumer(const Cta<kCluster>& cta, int wg, int t, const CUtensorMap& map_d,
+                                         const CUtensorMap& map_rq, const CUtensorMap& map_cq, const float* sa,
+                                         int lda_s, const float* sb, int ldb_s, const EpiArgs& e, void* d_out, int M,
+                                         int N) {
+  using L = Smem<kEpi>;
+  constexpr bool kWgrad = kEpi == Epi::Accumulate;
+  constexpr int kStages = L::kStages;
+  uint8_t* out = cta.smem + L::kOut;  // the tile on its way out
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  const int cw = wg - 1, warp = t / 32, lane = t % 32;
+  int it = 0;  // k-blocks consumed before this tile's first
+  for (int g = cta.cluster; g < cta.groups.total; g += cta.clusters) {
+    const int n0 = cta.tile_n0(g), m0 = cta.tile_m0(g);
+    const int r_lo = m0 + cw * 64 + warp * 16 + lane / 4, r_hi = r_lo + 8;
+    // A tile past the matrix (a cluster's group at the edge) still loads its share of the
+    // stages for its peers, but reads no scales and stores nothing.
+    const float* sb_row = kWgrad || n0 >= N ? nullptr : sb + int64_t(n0 / kTile) * ldb_s;
+    float acc[64], p0[64], p1[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+    // The scales of k-block kb, read before its stage is waited for.
+    auto scales_of = [&](int kb, float& lo, float& hi) {
+      const float b_scale = kWgrad ? 1.f : sb_row != nullptr ? sb_row[kb] : 0.f;
+      lo = (r_lo < M ? sa[int64_t(kb) * lda_s + r_lo] : 0.f) * b_scale;
+      hi = (r_hi < M ? sa[int64_t(kb) * lda_s + r_hi] : 0.f) * b_scale;
+    };
+    // k-block kb's 128-deep partial product into part, asynchronously (one commit group).
+    auto issue = [&](int kb, float(&part)[64]) {
+      const int s = (it + kb) % kStages;
+      mbar_wait(&cta.full[s], ((it + kb) / kStages) & 1);
+      const uint64_t da = sw128_desc(cta.stage_a + s * kStageBytes + cw * 64 * kTile);
+      const uint64_t db = sw128_desc(cta.stage_b + s * kStageBytes);
+      fence_regs(part);
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+      for (int k = 0; k < kTile / 32; ++k) wgmma_m64n128k32(part, da + 2 * k, db + 2 * k, k > 0);
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    };
+    // k-block kb's finished partial product, scaled, into the fp32 sum (the promotion), its
+    // stage released to the loader(s).
+    auto retire = [&](int kb, float(&part)[64], float s_lo, float s_hi) {
+      fence_regs(part);
+      const int s = (it + kb) % kStages;
+      auto release = [&] {
+        if (lane != 0) return;
+        if constexpr (kCluster == 1) {
+          mbar_arrive(&cta.empty[s]);
+        } else {
+#pragma unroll
+          for (int c = 0; c < kCluster; ++c) mbar_arrive_cluster(&cta.empty[s], c);
+        }
+      };
+      if constexpr (kWgrad) {
+        // The column scales live in the stage: it is released only after they are read
+        // (every lane of the warp: __syncwarp before lane 0 arrives).
+        const float2* col = reinterpret_cast<const float2*>(cta.col_scales + s * kTile) + lane % 4;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          const float2 cs = col[4 * i];
+          acc[4 * i + 0] = fmaf(part[4 * i + 0], s_lo * cs.x, acc[4 * i + 0]);
+          acc[4 * i + 1] = fmaf(part[4 * i + 1], s_lo * cs.y, acc[4 * i + 1]);
+          acc[4 * i + 2] = fmaf(part[4 * i + 2], s_hi * cs.x, acc[4 * i + 2]);
+          acc[4 * i + 3] = fmaf(part[4 * i + 3], s_hi * cs.y, acc[4 * i + 3]);
+        }
+        __syncwarp();
+        release();
+      } else {
+        release();
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          acc[4 * i + 0] = fmaf(part[4 * i + 0], s_lo, acc[4 * i + 0]);
+          acc[4 * i + 1] = fmaf(part[4 * i + 1], s_lo, acc[4 * i + 1]);
+          acc[4 * i + 2] = fmaf(part[4 * i + 2], s_hi, acc[4 * i + 2]);
+          acc[4 * i + 3] = fmaf(part[4 * i + 3], s_hi, acc[4 * i + 3]);
+        }
+      }
+    };
+    // Two k-blocks in flight: k-block kb + 1's wgmmas run while kb's product is promoted
+    // (the promotions still add in k order: the same bits as one at a time).
+    float lo0, hi0, lo1, hi1;
+    scales_of(0, lo0, hi0);
+    issue(0, p0);
+    int kb = 0;
+    for (; kb + 2 < cta.nk; kb += 2) {  // p0: k-block kb, in flight
+      scales_of(kb + 1, lo1, hi1);
+      issue(kb + 1, p1);
+      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+      retire(kb, p0, lo0, hi0);
+      scales_of(kb + 2, lo0, hi0);
+      issue(kb + 2, p0);
+      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+      retire(kb + 1, p1, lo1, hi1);
+    }
+    if (kb + 1 < cta.nk) {  // the last two
+      scales_of(kb + 1, lo1, hi1);
+      issue(kb + 1, p1);
+      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+      retire(kb, p0, lo0, hi0);
+      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+      retire(kb + 1, p1, lo1, hi1);
+    } else {  // the last one
+      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+      retire(kb, p0, lo0, hi0);
+    }
+    it += cta.nk;
+    const Frag f{cw * 64 + warp * 16 + lane / 4, lane % 4};
+    if constexpr (kEpi == Epi::Accumulate) {
+      epilogue_accumulate(acc, f, static_cast<float*>(d_out), m0, n0, M, N);
+    } else if constexpr (kEpi == Epi::Bf16) {
+      epilogue_bf16(acc, f, out, &map_d, e.bias, m0, n0, M, N);
+    } else {
+      epilogue_gelu_quant(acc, f, cw * 4 + warp, out, cta.smem + L::kRowCodes, cta.smem + L::kColCodes,
+                          reinterpret_cast<float*>(cta.smem + L::kColAmax),
+                          reinterpret_cast<float*>(cta.smem + L::kColRcp), &map_d, &map_rq, &map_cq, e, m0, n0, M, N);
+    }
+  }
+  if (!kWgrad && threadIdx.x == kStorer) tma_store_wait();  // the last tile's stores, before the CTA leaves
 }
 #endif  // MXDP_SM90A_KERNEL
 
@@ -393,6 +610,8 @@ __device__ __forceinline__ void epilogue_gelu_quant(float (&acc)[64], Frag f, in
 // scales too, sb at kb * ldb_s + n (the loader copies a stage's 128 of them
 // into shared memory beside its codes), each product is scaled by its row's
 // and its column's scale, and the fp32 tile is added into d (d += a . b^T).
+// kCm x kCn is ClusterShape's; the loader's work is producer's, the
+// multipliers' consumer's, and what they share a Cta.
 template <int kCluster, Epi kEpi>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_gemm_nt_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -402,193 +621,39 @@ __global__ void __launch_bounds__(kThreads, 1)
                        int N, int K) {
 #ifdef MXDP_SM90A_KERNEL
   using L = Smem<kEpi>;
-  constexpr bool kWgrad = kEpi == Epi::Accumulate;
   constexpr int kStages = L::kStages;
+  constexpr int kCm = ClusterShape<kCluster>::kM;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint8_t* stage_a = smem;
-  uint8_t* stage_b = smem + L::kB;
-  uint8_t* out = smem + L::kOut;  // the tile on its way out
-  float* col_scales = reinterpret_cast<float*>(smem + L::kColScales);  // kStages x 128, the wgrad's
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kBarriers);
-  uint64_t* empty = full + kStages;
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
-  constexpr int kCm = kCluster >= 2 ? 2 : 1, kCn = kCluster / kCm;  // the group's tiles down and across
   const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
-  const int rm = int(rank) % kCm, rn = int(rank) / kCm;
-  const int cluster = blockIdx.x / kCluster, clusters = gridDim.x / kCluster;
-  const int nk = (K + kTile - 1) / kTile;
-  const int n_groups = (N + kTile * kCn - 1) / (kTile * kCn);  // groups across
-  const int groups = n_groups * ((M + kTile * kCm - 1) / (kTile * kCm));
-  // The group's tile of this CTA.
-  auto tile_n0 = [&](int g) { return ((g % n_groups) * kCn + rn) * kTile; };
-  auto tile_m0 = [&](int g) { return ((g / n_groups) * kCm + rm) * kTile; };
+  const Cta<kCluster> cta{.smem = smem,
+                          .stage_a = smem,
+                          .stage_b = smem + L::kB,
+                          .col_scales = reinterpret_cast<float*>(smem + L::kColScales),
+                          .full = full,
+                          .empty = full + kStages,
+                          .rm = int(rank) % kCm,
+                          .rn = int(rank) / kCm,
+                          .cluster = int(blockIdx.x / kCluster),
+                          .clusters = int(gridDim.x / kCluster),
+                          .nk = (K + kTile - 1) / kTile,
+                          .groups = tile_groups<kCluster>(M, N)};
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], kConsumerWarps * kCluster);  // a stage is free when every CTA's consumers are done
+      mbar_init(&cta.full[s], 1);
+      mbar_init(&cta.empty[s], kConsumerWarps * kCluster);  // a stage is free when every CTA's consumers are done
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   if constexpr (kCluster > 1) cluster_sync();  // no multicast before the peer's barriers exist
   else __syncthreads();
 
-  if (wg == 0) {  // the loader: one thread issues every TMA copy
-    // The loader's warpgroup gives registers to the consumers': 128 x 40 + 256 x 232 fit the
-    // SM's 64 K, and a consumer holds two 64-register partial products beside its sum.
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-    if (t == 0) {
-      int it = 0;  // k-blocks loaded so far, across tiles: the ring position and phase
-      for (int g = cluster; g < groups; g += clusters) {
-        const int n0 = tile_n0(g), m0 = tile_m0(g);
-        for (int kb = 0; kb < nk; ++kb, ++it) {
-          const int s = it % kStages;
-          if (it >= kStages) {
-            if constexpr (kCluster == 1) mbar_wait(&empty[s], ((it / kStages) + 1) & 1);
-            else mbar_wait_cluster(&empty[s], ((it / kStages) + 1) & 1);
-          }
-          if constexpr (kWgrad) {
-            // ldb_s is a multiple of 4 and n0 of 128: 16-byte aligned, a multiple of 16 bytes. A
-            // cluster's tile past the last column (an odd number of them) loads no scales.
-            const uint32_t bytes = n0 < N ? uint32_t(min(kTile, ldb_s - n0)) * 4 : 0;
-            mbar_expect_tx(&full[s], 2 * kStageBytes + bytes);
-            if (bytes > 0) bulk_load(col_scales + s * kTile, sb + int64_t(kb) * ldb_s + n0, bytes, &full[s]);
-          } else {
-            mbar_expect_tx(&full[s], 2 * kStageBytes);
-          }
-          if constexpr (kCn == 1) {
-            tma_load(stage_a + s * kStageBytes, &map_a, &full[s], kb * kTile, m0);
-          } else {  // share rn of a's box, to the CTAs of this row of tiles: ranks rm, rm + kCm, ...
-            constexpr int kPart = kTile / kCn;
-            uint16_t mask = 0;
-            for (int j = 0; j < kCn; ++j) mask |= uint16_t(1u << (rm + kCm * j));
-            tma_load_multicast(stage_a + s * kStageBytes + rn * kPart * kTile, &map_a, &full[s], kb * kTile,
-                               m0 + rn * kPart, mask);
-          }
-          if constexpr (kCm == 1) {
-            tma_load(stage_b + s * kStageBytes, &map_b, &full[s], kb * kTile, n0);
-          } else {  // share rm of b's box, to the CTAs of this column of tiles: ranks kCm rn + 0, 1, ...
-            constexpr int kPart = kTile / kCm;
-            const uint16_t mask = uint16_t(((1u << kCm) - 1) << (kCm * rn));
-            tma_load_multicast(stage_b + s * kStageBytes + rm * kPart * kTile, &map_b, &full[s], kb * kTile,
-                               n0 + rm * kPart, mask);
-          }
-        }
-      }
-    }
-  } else {
-    // A consumer: rows cw * 64 .. + 63 of the tile. Thread t holds rows r_lo and
-    // r_lo + 8, columns 8 i + 2 (lane % 4) + {0, 1} (wgmma's accumulator layout).
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-    const int cw = wg - 1, warp = t / 32, lane = t % 32;
-    int it = 0;  // k-blocks consumed before this tile's first
-    for (int g = cluster; g < groups; g += clusters) {
-      const int n0 = tile_n0(g), m0 = tile_m0(g);
-      const int r_lo = m0 + cw * 64 + warp * 16 + lane / 4, r_hi = r_lo + 8;
-      // A tile past the matrix (a cluster's group at the edge) still loads its share of the
-      // stages for its peers, but reads no scales and stores nothing.
-      const float* sb_row = kWgrad || n0 >= N ? nullptr : sb + int64_t(n0 / kTile) * ldb_s;
-      float acc[64], p0[64], p1[64];
-#pragma unroll
-      for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-      // The scales of k-block kb, read before its stage is waited for.
-      auto scales_of = [&](int kb, float& lo, float& hi) {
-        const float b_scale = kWgrad ? 1.f : sb_row != nullptr ? sb_row[kb] : 0.f;
-        lo = (r_lo < M ? sa[int64_t(kb) * lda_s + r_lo] : 0.f) * b_scale;
-        hi = (r_hi < M ? sa[int64_t(kb) * lda_s + r_hi] : 0.f) * b_scale;
-      };
-      // k-block kb's 128-deep partial product into part, asynchronously (one commit group).
-      auto issue = [&](int kb, float(&part)[64]) {
-        const int s = (it + kb) % kStages;
-        mbar_wait(&full[s], ((it + kb) / kStages) & 1);
-        const uint64_t da = sw128_desc(stage_a + s * kStageBytes + cw * 64 * kTile);
-        const uint64_t db = sw128_desc(stage_b + s * kStageBytes);
-        fence_regs(part);
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-        for (int k = 0; k < kTile / 32; ++k) wgmma_m64n128k32(part, da + 2 * k, db + 2 * k, k > 0);
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-      };
-      // k-block kb's finished partial product, scaled, into the fp32 sum (the promotion), its
-      // stage released to the loader(s).
-      auto retire = [&](int kb, float(&part)[64], float s_lo, float s_hi) {
-        fence_regs(part);
-        const int s = (it + kb) % kStages;
-        auto release = [&] {
-          if (lane != 0) return;
-          if constexpr (kCluster == 1) {
-            mbar_arrive(&empty[s]);
-          } else {
-#pragma unroll
-            for (int c = 0; c < kCluster; ++c) mbar_arrive_cluster(&empty[s], c);
-          }
-        };
-        if constexpr (kWgrad) {
-          // The column scales live in the stage: it is released only after they are read
-          // (every lane of the warp: __syncwarp before lane 0 arrives).
-          const float2* col = reinterpret_cast<const float2*>(col_scales + s * kTile) + lane % 4;
-#pragma unroll
-          for (int i = 0; i < 16; ++i) {
-            const float2 cs = col[4 * i];
-            acc[4 * i + 0] = fmaf(part[4 * i + 0], s_lo * cs.x, acc[4 * i + 0]);
-            acc[4 * i + 1] = fmaf(part[4 * i + 1], s_lo * cs.y, acc[4 * i + 1]);
-            acc[4 * i + 2] = fmaf(part[4 * i + 2], s_hi * cs.x, acc[4 * i + 2]);
-            acc[4 * i + 3] = fmaf(part[4 * i + 3], s_hi * cs.y, acc[4 * i + 3]);
-          }
-          __syncwarp();
-          release();
-        } else {
-          release();
-#pragma unroll
-          for (int i = 0; i < 16; ++i) {
-            acc[4 * i + 0] = fmaf(part[4 * i + 0], s_lo, acc[4 * i + 0]);
-            acc[4 * i + 1] = fmaf(part[4 * i + 1], s_lo, acc[4 * i + 1]);
-            acc[4 * i + 2] = fmaf(part[4 * i + 2], s_hi, acc[4 * i + 2]);
-            acc[4 * i + 3] = fmaf(part[4 * i + 3], s_hi, acc[4 * i + 3]);
-          }
-        }
-      };
-      // Two k-blocks in flight: k-block kb + 1's wgmmas run while kb's product is promoted
-      // (the promotions still add in k order: the same bits as one at a time).
-      float lo0, hi0, lo1, hi1;
-      scales_of(0, lo0, hi0);
-      issue(0, p0);
-      int kb = 0;
-      for (; kb + 2 < nk; kb += 2) {  // p0: k-block kb, in flight
-        scales_of(kb + 1, lo1, hi1);
-        issue(kb + 1, p1);
-        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-        retire(kb, p0, lo0, hi0);
-        scales_of(kb + 2, lo0, hi0);
-        issue(kb + 2, p0);
-        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-        retire(kb + 1, p1, lo1, hi1);
-      }
-      if (kb + 1 < nk) {  // the last two
-        scales_of(kb + 1, lo1, hi1);
-        issue(kb + 1, p1);
-        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-        retire(kb, p0, lo0, hi0);
-        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        retire(kb + 1, p1, lo1, hi1);
-      } else {  // the last one
-        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        retire(kb, p0, lo0, hi0);
-      }
-      it += nk;
-      const Frag f{cw * 64 + warp * 16 + lane / 4, lane % 4};
-      if constexpr (kEpi == Epi::Accumulate) {
-        epilogue_accumulate(acc, f, static_cast<float*>(d_out), m0, n0, M, N);
-      } else if constexpr (kEpi == Epi::Bf16) {
-        epilogue_bf16(acc, f, out, &map_d, e.bias, m0, n0, M, N);
-      } else {
-        epilogue_gelu_quant(acc, f, cw * 4 + warp, out, smem + L::kRowCodes, smem + L::kColCodes,
-                            reinterpret_cast<float*>(smem + L::kColAmax), reinterpret_cast<float*>(smem + L::kColRcp),
-                            &map_d, &map_rq, &map_cq, e, m0, n0, M, N);
-      }
-    }
-    if (!kWgrad && threadIdx.x == kStorer) tma_store_wait();  // the last tile's stores, before the CTA leaves
-  }
+  if (wg == 0)
+    producer<kCluster, kEpi>(cta, t, map_a, map_b, sb, ldb_s, N);
+  else
+    consumer<kCluster, kEpi>(cta, wg, t, map_d, map_rq, map_cq, sa, lda_s, sb, ldb_s, e, d_out, M, N);
   // No CTA leaves while its peer may still multicast into it or arrive on its barriers.
   if constexpr (kCluster > 1) {
     __syncwarp();
@@ -682,10 +747,10 @@ void launch(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, const
   cudaLaunchAttribute attr;
   cudaLaunchConfig_t cfg = launch_config<kCluster, kEpi>(stream, &attr);
   const int resident = resident_clusters<kCluster, kEpi>();
-  constexpr int kCm = kCluster >= 2 ? 2 : 1, kCn = kCluster / kCm;  // as the kernel's
-  const int groups = ((N + kTile * kCn - 1) / (kTile * kCn)) * ((M + kTile * kCm - 1) / (kTile * kCm));
+  using C = ClusterShape<kCluster>;
+  const int groups = tile_groups<kCluster>(M, N).total;
   cfg.gridDim = dim3((persistent ? std::min(groups, resident) : groups) * kCluster);
-  const CUtensorMap ma = codes_map(a.codes, M, K, kTile / kCn), mb = codes_map(b.codes, N, K, kTile / kCm);
+  const CUtensorMap ma = codes_map(a.codes, M, K, kTile / C::kN), mb = codes_map(b.codes, N, K, kTile / C::kM);
   // The bf16 output in 128 x 64 halves of a tile (the wgrad adds into d itself and has no map), the
   // code tiles of GeluQuant (the other epilogues pass a's map, unused).
   const CUtensorMap md =
@@ -706,25 +771,11 @@ void launch_cluster(int cluster, const Fp8Operand& a, const Fp8Operand& b, int M
   run(a, b, M, N, K, e, o, stream, persistent);
 }
 
-// What every entry point checks: E4M3 operands of the scalings given, the shape, the alignment.
-void check_operands(const char* what, const Fp8Operand& a, const Fp8Operand& b, Fp8Scaling b_scaling, int M, int N,
-                    int K, const void* d, int cluster) {
-  MXDP_CHECK(a.kind == Fp8Kind::E4M3 && b.kind == Fp8Kind::E4M3, what, " takes E4M3 operands");
-  MXDP_CHECK(a.scaling == Fp8Scaling::Rows1x128 && b.scaling == b_scaling, what, " takes a with 1x128 scales and b with ",
-             b_scaling == Fp8Scaling::Rows1x128 ? "1x128 scales" : "128x128 tiles");
-  MXDP_CHECK(fp8_gemm_sm90_supported(M, N, K), what, ": shape ", M, " x ", N, " x ", K,
-             " (multiples of 16) on a compute capability 9.0 device");
-  MXDP_CHECK((reinterpret_cast<uintptr_t>(a.codes) | reinterpret_cast<uintptr_t>(b.codes) |
-              reinterpret_cast<uintptr_t>(d)) % 16 == 0,
-             what, ": the operands' codes and d must be 16-byte aligned");
-  MXDP_CHECK(cluster == 1 || cluster == 2 || cluster == 4, what, ": cluster ", cluster, " (1, 2 or 4)");
-}
-
-}  // namespace
-
-bool fp8_gemm_sm90_supported(int M, int N, int K) {
-  if (M <= 0 || N <= 0 || K <= 0 || M % 16 || N % 16 || K % 16) return false;
-  // Asked once: a process drives one device (the GEMM is called per linear layer, per step).
+// fp8_gemm_sm90_supported's two halves. The shape: M, N, K positive multiples of 16.
+bool shape_supported(int M, int N, int K) { return !(M <= 0 || N <= 0 || K <= 0 || M % 16 || N % 16 || K % 16); }
+// The device: compute capability 9.0. Asked once: a process drives one device (the GEMM is
+// called per linear layer, per step).
+bool device_supported() {
   static const bool hopper = [] {
     int dev = 0, major = 0, minor = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return false;
@@ -735,6 +786,26 @@ bool fp8_gemm_sm90_supported(int M, int N, int K) {
   }();
   return hopper;
 }
+
+// What every entry point checks: E4M3 operands of the scalings given, the shape, the device, the
+// alignment.
+void check_operands(const char* what, const Fp8Operand& a, const Fp8Operand& b, Fp8Scaling b_scaling, int M, int N,
+                    int K, const void* d, int cluster) {
+  MXDP_CHECK(a.kind == Fp8Kind::E4M3 && b.kind == Fp8Kind::E4M3, what, " takes E4M3 operands");
+  MXDP_CHECK(a.scaling == Fp8Scaling::Rows1x128 && b.scaling == b_scaling, what, " takes a with 1x128 scales and b with ",
+             b_scaling == Fp8Scaling::Rows1x128 ? "1x128 scales" : "128x128 tiles");
+  MXDP_CHECK(shape_supported(M, N, K), what, ": shape ", M, " x ", N, " x ", K,
+             " (M, N and K must be positive multiples of 16)");
+  MXDP_CHECK(device_supported(), what, " runs only on a compute capability 9.0 device");
+  MXDP_CHECK((reinterpret_cast<uintptr_t>(a.codes) | reinterpret_cast<uintptr_t>(b.codes) |
+              reinterpret_cast<uintptr_t>(d)) % 16 == 0,
+             what, ": the operands' codes and d must be 16-byte aligned");
+  MXDP_CHECK(cluster == 1 || cluster == 2 || cluster == 4, what, ": cluster ", cluster, " (1, 2 or 4)");
+}
+
+}  // namespace
+
+bool fp8_gemm_sm90_supported(int M, int N, int K) { return shape_supported(M, N, K) && device_supported(); }
 
 int fp8_gemm_sm90_resident_clusters(int cluster) {
   MXDP_CHECK(cluster == 1 || cluster == 2 || cluster == 4, "fp8_gemm_sm90_resident_clusters: cluster ", cluster,

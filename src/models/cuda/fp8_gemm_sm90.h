@@ -32,6 +32,10 @@ namespace mxdp::cuda {
 
 // True when the device and the build can run fp8_gemm_nt_sm90 (compute
 // capability 9.0, the sm_90a kernel compiled in) and M, N, K are multiples of 16.
+// For a caller with another route (Fp8Linear: cuBLASLt) to choose by; the entry
+// points below check the same again and throw, saying whether the shape or the
+// device was refused. Cheap enough to ask twice a GEMM: six integer tests and a
+// device query made once a process.
 bool fp8_gemm_sm90_supported(int M, int N, int K);
 
 // How many clusters of `cluster` CTAs (1, 2 or 4) fit on the device at once: the
