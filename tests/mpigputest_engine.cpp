@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 
 #include "engine/cuda/engine_ops_cuda.h"
@@ -321,98 +322,73 @@ TEST(GpuEngine, GptLifecycleBitwiseEqualToReference) {
   EXPECT_EQ(compared, 5 * 6);  // bf16, mxfp8, mxfp8+reuse, nvfp4, fp8b128 (overlap on) x sequences a..e
 }
 
-// A runner for a GPU model in FP8 compute (its make_model set by the caller):
-// the model reads its FP8 W and W^T itself (own_fp8), and the oracle holds
-// every one to the masters, copied back from the device.
-Runner fp8_runner(const DpOptions& o, const std::string& ckpt) {
-  Runner r = gpt_runner(o, ckpt);
-  r.own_fp8 = true;
-  r.copy_out = [](void* d, const void* src, size_t n) {
-    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
-    MXDP_CUDA_CHECK(cudaMemcpy(d, src, n, cudaMemcpyDeviceToHost));
-  };
-  return r;
-}
-// Sequence s in sharded and reference mode (and, for sequence a, sharded
-// twice): no error, the oracle content with every read, some FP8 reads among
-// them, bitwise the same results. Returns 1 (the sequences compared).
-template <class MakeRunner>
-int run_fp8_sequence(const MakeRunner& runner, const DpOptions& o, const Sequence& s, const std::string& base,
-                     const std::string& key) {
-  SequenceResult dist = runner(o, base + "-dist.ckpt").run(s.ops);
-  SequenceResult ref = runner(o.reference(), base + "-ref.ckpt").run(s.ops);
-  EXPECT_EQ(dist.error, "") << key;
-  EXPECT_EQ(dist.oracle, "") << key;
-  EXPECT_GT(dist.fp8_checks, 0) << key << ": no FP8 weight read reached the oracle";
-  EXPECT_EQ(compare(dist, ref), "") << key << ", dp=" << gpu().comm->size();
-  if (s.name[0] == 'a') {
-    SequenceResult again = runner(o, base + "-again.ckpt").run(s.ops);
-    EXPECT_EQ(compare(again, dist), "") << "two identical runs, " << key;
-  }
-  return 1;
-}
-
-// The GPU GPT in FP8 compute (docs/fp8.md): its four block linears read the
-// engine's W and W^T through cuda::Fp8Linear. Lifecycle sequences a to e with
-// fp8b128 + FP8 compute (overlap on): sharded bitwise equal to reference mode,
-// two identical runs bitwise equal, and every W and W^T the model reads held
-// to the oracle bit for bit (copied back from the device).
-TEST(GpuEngine, GptFp8ComputeLifecycleBitwiseEqualToReference) {
-  const std::string why = skip_reason();
-  if (!why.empty()) GTEST_SKIP() << why;
+// A GPU model in FP8 compute (docs/fp8.md) through the lifecycle sequences a
+// to e with fp8b128 + FP8 compute (overlap on), its first block in FP8 and in
+// bf16 (--num-layers-at-start-in-bf16 1): sharded bitwise equal to reference
+// mode, two identical runs (sequence a) bitwise equal, no error, and every W
+// and W^T the model reads held to the oracle bit for bit (copied back from the
+// device), some FP8 reads among the reads. `make` builds the model for a
+// weight format. Returns the sequences compared.
+int run_fp8_lifecycles(const std::string& name, const std::function<std::unique_ptr<Model>(WeightFormat)>& make) {
   int compared = 0;
   for (const Config& cfg : configs()) {
     if (cfg.opt.compute_dtype != LinearCompute::Fp8 || !cfg.opt.overlap_param_gather) continue;
-    for (int bf16_first : {0, 1})  // 1: block 0 in bf16 (--num-layers-at-start-in-bf16 1), block 1 in FP8
+    for (int bf16_first : {0, 1})  // 1: block 0 in bf16, block 1 in FP8
     for (const Sequence& s : sequences()) {
       if (s.name[0] > 'e') continue;
       DpOptions o = for_sequence(cfg.opt, s);
       o.bucket_size = 20000;
       o.num_layers_at_start_in_bf16 = bf16_first;
-      const std::string key = cfg.name + "/" + s.name + (bf16_first ? " first block bf16" : "");
-      const std::string base = scratch() + "/gptfp8-" + cfg.name + (bf16_first ? "-b" : "");
+      const std::string key = name + " FP8 " + cfg.name + "/" + s.name + (bf16_first ? " first block bf16" : "");
+      const std::string base = scratch() + "/" + name + "-fp8-" + cfg.name + (bf16_first ? "-b" : "");
       auto runner = [&](const DpOptions& opt, const std::string& ckpt) {
-        Runner r = fp8_runner(opt, ckpt);
-        r.make_model = [f = opt.weight_format] {
-          return cuda::make_gpt(lifecycle_gpt(f), static_cast<cudaStream_t>(gpu().ops->stream()));
+        Runner r = gpt_runner(opt, ckpt);
+        r.make_model = [&make, f = opt.weight_format] { return make(f); };
+        r.own_fp8 = true;
+        r.copy_out = [](void* d, const void* src, size_t n) {
+          MXDP_CUDA_CHECK(cudaDeviceSynchronize());
+          MXDP_CUDA_CHECK(cudaMemcpy(d, src, n, cudaMemcpyDeviceToHost));
         };
         return r;
       };
-      compared += run_fp8_sequence(runner, o, s, base, "GPU GPT FP8 " + key);
+      SequenceResult dist = runner(o, base + "-dist.ckpt").run(s.ops);
+      SequenceResult ref = runner(o.reference(), base + "-ref.ckpt").run(s.ops);
+      EXPECT_EQ(dist.error, "") << key;
+      EXPECT_EQ(dist.oracle, "") << key;
+      EXPECT_GT(dist.fp8_checks, 0) << key << ": no FP8 weight read reached the oracle";
+      EXPECT_EQ(compare(dist, ref), "") << key << ", dp=" << gpu().comm->size();
+      if (s.name[0] == 'a') {
+        SequenceResult again = runner(o, base + "-again.ckpt").run(s.ops);
+        EXPECT_EQ(compare(again, dist), "") << "two identical runs, " << key;
+      }
+      ++compared;
     }
   }
+  return compared;
+}
+
+// The GPU GPT: its four block linears read the engine's W and W^T through
+// cuda::Fp8Linear (d_model 192: every weight ends in a partial 128x128 tile).
+TEST(GpuEngine, GptFp8ComputeLifecycleBitwiseEqualToReference) {
+  const std::string why = skip_reason();
+  if (!why.empty()) GTEST_SKIP() << why;
+  const int compared = run_fp8_lifecycles("gpt", [](WeightFormat f) -> std::unique_ptr<Model> {
+    return cuda::make_gpt(lifecycle_gpt(f), static_cast<cudaStream_t>(gpu().ops->stream()));
+  });
   EXPECT_EQ(compared, 12);  // fp8b128+fp8+overlap x the 6 sequences a..e (as the bf16 test above) x first block FP8 / bf16
 }
 
-// The GPU Llama in FP8 compute, as the GPT above: a Llama 3-style model with
-// GQA (4 query heads, 2 KV heads of 32), d_model 192 (every weight ends in a
-// partial 128x128 tile) and an untied head; lifecycle sequences a to e with
-// fp8b128 + FP8 compute (overlap on), block 0 in FP8 and in bf16.
+// The GPU Llama, as the GPT: a Llama 3-style model with GQA (4 query heads, 2
+// KV heads of 32), d_model 192 and d_ff 320 (partial tiles) and an untied head.
 TEST(GpuEngine, LlamaFp8ComputeLifecycleBitwiseEqualToReference) {
   const std::string why = skip_reason();
   if (!why.empty()) GTEST_SKIP() << why;
   LlamaConfig lc;
   lc.vocab = 64, lc.max_seq = 16, lc.n_layer = 2, lc.n_head = 4, lc.n_kv_head = 2, lc.head_dim = 32;
   lc.d_model = 192, lc.d_ff = 320, lc.tie_embeddings = false;
-  int compared = 0;
-  for (const Config& cfg : configs()) {
-    if (cfg.opt.compute_dtype != LinearCompute::Fp8 || !cfg.opt.overlap_param_gather) continue;
-    for (int bf16_first : {0, 1})
-    for (const Sequence& s : sequences()) {
-      if (s.name[0] > 'e') continue;
-      DpOptions o = for_sequence(cfg.opt, s);
-      o.bucket_size = 20000;
-      o.num_layers_at_start_in_bf16 = bf16_first;
-      const std::string key = cfg.name + "/" + s.name + (bf16_first ? " first block bf16" : "");
-      const std::string base = scratch() + "/llamafp8-" + cfg.name + (bf16_first ? "-b" : "");
-      auto runner = [&](const DpOptions& opt, const std::string& ckpt) {
-        Runner r = fp8_runner(opt, ckpt);
-        r.make_model = [lc] { return cuda::make_llama(lc, static_cast<cudaStream_t>(gpu().ops->stream())); };
-        return r;
-      };
-      compared += run_fp8_sequence(runner, o, s, base, "GPU Llama FP8 " + key);
-    }
-  }
+  const int compared = run_fp8_lifecycles("llama", [lc](WeightFormat) -> std::unique_ptr<Model> {
+    return cuda::make_llama(lc, static_cast<cudaStream_t>(gpu().ops->stream()));
+  });
   EXPECT_EQ(compared, 12);
 }
 
