@@ -358,7 +358,7 @@ void launch_with_sums(const ActQuant& q, int M, int N, int Mp, cudaStream_t s) {
   check_colsum_width(N);  // before the kernel writes its partial sums
   MXDP_CHECK(!q.bias && q.rows.codes && q.cols.codes && (q.op == ActOp::Identity || q.op == ActOp::GeluGrad),
              "act_quantize: the column sums are built only with the identity or GELU-gradient op, no bias, and both "
-             "operands (rows and cols), as the GPT's output gradients make them");
+             "operands (rows and cols), as the models' output gradients make them");
   if (q.op == ActOp::GeluGrad) launch_one<ActOp::GeluGrad, false, true, true, true>(q, M, N, Mp, s);
   else launch_one<ActOp::Identity, false, true, true, true>(q, M, N, Mp, s);
   bias_backward_finish(q.sums.dst, q.sums.scratch, M, N, s);

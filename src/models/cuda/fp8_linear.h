@@ -24,7 +24,7 @@
 // not one of 128 the last 1x128 block of each row is partial, scaled over the
 // columns present, as the CPU quantizers' are.
 //
-// Optionally (`sums`, the GPT's output gradients of fc and qkv) it also adds
+// Optionally (`sums`: the output gradients of the GPT's fc and qkv and of the Qwen2 qkv) it also adds
 // the column sums of that bf16 value into an fp32 [N]: the bias gradient of
 // the linear layer whose output gradient it is, without reading the [M, N]
 // matrix again and without writing it (`out`) for a bias_backward to read.
@@ -76,7 +76,7 @@ struct NormArgs {
 // the op's bf16 value (the one quantized), bit for bit bias_backward(dst,
 // scratch, that value, M, N). scratch is bias_backward's (column_sums.h's
 // colsum_scratch_floats(M, N) floats, 16-byte aligned; its partial sums are
-// overwritten, its counters not used). Built only for the calls the GPT makes:
+// overwritten, its counters not used). Built only for the calls the models make:
 // op Identity or GeluGrad, no bias, both operands (rows and cols).
 struct ColumnSums {
   float* dst = nullptr;      // [N] fp32, accumulated into (null: no sums)
