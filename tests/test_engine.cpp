@@ -434,7 +434,7 @@ TEST(Fp8Compute, HelpSaysWhatFp8MeansToEachCommand) {
   EXPECT_TRUE(contains(plan.output, "adds the row of the fp8b128 gather with FP8 compute")) << plan.output;
   EXPECT_TRUE(contains(train.output, "needs --weight-format fp8b128")) << train.output;
   for (const RunResult* r : {&plan, &train})
-    EXPECT_TRUE(contains(r->output, "fp8: GPT-2, and Llama on the CPU;")) << r->output;
+    EXPECT_TRUE(contains(r->output, "fp8: GPT-2 and Llama, on the CPU and the GPU;")) << r->output;
 }
 
 TEST(MemoryPlan, Gpt2OnEightRanks) {

@@ -25,7 +25,7 @@ inline CLI::Option* add_compute_dtype_option(CLI::App* cmd, std::string& into, c
   return cmd
       ->add_option("--compute-dtype", into,
                    "Linear layers compute with the dequantized weights (bf16) or FP8 GEMMs on the fp8b128 tiles (fp8: "
-                   "GPT-2, and Llama on the CPU; " + fp8_note + ")")
+                   "GPT-2 and Llama, on the CPU and the GPU; " + fp8_note + ")")
       ->check(CLI::IsMember({"bf16", "fp8"}));
 }
 
