@@ -66,6 +66,28 @@ void expect_close(const std::vector<float>& got, const std::vector<double>& want
   EXPECT_EQ(bad, 0) << what;
 }
 
+// out[i, j] = start + sum over k of a[i, k] b[j, k] (+ add[j]) in double, a [I, K]
+// and b [J, K] row-major, and mag[i, j] the same sum of magnitudes: what
+// expect_close scales its bound by.
+struct Product {
+  std::vector<double> value, mag;
+};
+Product nt_product(const std::vector<double>& a, const std::vector<double>& b, int I, int J, int K, double start,
+                   const float* add = nullptr) {
+  Product p{std::vector<double>(size_t(I) * J), std::vector<double>(size_t(I) * J)};
+  for (int i = 0; i < I; ++i)
+    for (int j = 0; j < J; ++j) {
+      double acc = start, m = std::fabs(start);
+      for (int k = 0; k < K; ++k) {
+        acc += a[size_t(i) * K + k] * b[size_t(j) * K + k];
+        m += std::fabs(a[size_t(i) * K + k] * b[size_t(j) * K + k]);
+      }
+      p.value[size_t(i) * J + j] = add ? acc + add[j] : acc;
+      p.mag[size_t(i) * J + j] = add ? m + std::fabs(add[j]) : m;
+    }
+  return p;
+}
+
 // The layer at one shape, against double products of the reference's operands.
 void check_linear(int M, int N, int K) {
   SCOPED_TRACE("M " + std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K));
@@ -76,48 +98,16 @@ void check_linear(int M, int N, int K) {
 
   std::vector<float> y(size_t(M) * N);
   cpu::fp8_matmul_forward(y.data(), x.data(), W.w, b.data(), M, N, K, s);
-  const auto qx = q_rows(x, M, K);
-  std::vector<double> want(y.size()), mag(y.size());
-  for (int m = 0; m < M; ++m)
-    for (int n = 0; n < N; ++n) {
-      double acc = 0, a = 0;
-      for (int k = 0; k < K; ++k) {
-        acc += qx[m * K + k] * W.value[n * K + k];
-        a += std::fabs(qx[m * K + k] * W.value[n * K + k]);
-      }
-      want[m * N + n] = acc + b[n];
-      mag[m * N + n] = a + std::fabs(b[n]);
-    }
-  expect_close(y, want, mag, "fprop");
+  const Product fprop = nt_product(q_rows(x, M, K), W.value, M, N, K, 0.0, b.data());
+  expect_close(y, fprop.value, fprop.mag, "fprop");
 
   std::vector<float> dx(size_t(M) * K, 7.0f), dw(size_t(N) * K, 0.5f), db(N, 0.25f);
   cpu::fp8_matmul_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), Wt.w, M, N, K, s);
-  const auto qdy = q_rows(dy, M, N);
-  std::vector<double> wdx(dx.size()), mdx(dx.size());
-  for (int m = 0; m < M; ++m)
-    for (int k = 0; k < K; ++k) {
-      double acc = 0, a = 0;
-      for (int n = 0; n < N; ++n) {
-        acc += qdy[m * N + n] * Wt.value[k * N + n];
-        a += std::fabs(qdy[m * N + n] * Wt.value[k * N + n]);
-      }
-      wdx[m * K + k] = acc;  // overwritten, not accumulated
-      mdx[m * K + k] = a;
-    }
-  expect_close(dx, wdx, mdx, "dgrad");
+  const Product dgrad = nt_product(q_rows(dy, M, N), Wt.value, M, K, N, 0.0);  // overwritten, not accumulated
+  expect_close(dx, dgrad.value, dgrad.mag, "dgrad");
   const auto qdyt = q_rows(fp8ref::transpose(dy, M, N), N, M), qxt = q_rows(fp8ref::transpose(x, M, K), K, M);
-  std::vector<double> wdw(dw.size()), mdw(dw.size());
-  for (int n = 0; n < N; ++n)
-    for (int k = 0; k < K; ++k) {
-      double acc = 0.5, a = 0.5;
-      for (int m = 0; m < M; ++m) {
-        acc += qdyt[n * M + m] * qxt[k * M + m];
-        a += std::fabs(qdyt[n * M + m] * qxt[k * M + m]);
-      }
-      wdw[n * K + k] = acc;
-      mdw[n * K + k] = a;
-    }
-  expect_close(dw, wdw, mdw, "wgrad (accumulated onto 0.5)");
+  const Product wgrad = nt_product(qdyt, qxt, N, K, M, 0.5);
+  expect_close(dw, wgrad.value, wgrad.mag, "wgrad (accumulated onto 0.5)");
   std::vector<double> wdb(N), mdb(N);
   for (int n = 0; n < N; ++n) {
     double acc = 0.25, a = 0.25;
