@@ -31,6 +31,7 @@
 #include "gpu_test_util.h"
 #include "models/cuda/attention.h"
 #include "models/cuda/fp8_linear.h"
+#include "models/init_rng.h"
 #include "models/llama/cuda/llama_cuda.h"
 #include "models/llama/cuda/llama_kernels.h"
 #include "models/llama/llama.h"
@@ -51,6 +52,15 @@ std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.f) {
   std::normal_distribution<float> d(0.f, 1.f);
   std::vector<float> v(n);
   for (auto& x : v) x = bfr(scale * d(g));
+  return v;
+}
+
+// randn's distribution for the large shapes: the models' counter-based
+// normals (fill_normal, threaded), rounded to bf16.
+std::vector<float> randn_fast(size_t n, uint64_t seed, float scale = 1.f) {
+  std::vector<float> v(n);
+  fill_normal(v.data(), int64_t(n), int64_t(n), scale, seed, 0);
+  for (auto& x : v) x = bfr(x);
   return v;
 }
 
@@ -260,6 +270,81 @@ TEST(GpuLlamaKernels, Fp8RmsNormAndSwigluOperandsWithoutTheirOutputs) {
     now.expect_same(before, "as the Llama calls it");
     again.expect_same(before, "writing its values");
   }
+}
+
+// Nor does it write the SwiGLU's gradient dgate_up: act_quantize's
+// SwiGLU-gradient op makes gate_up's output-gradient operands from dact [M, F]
+// and gate_up [M, 2F]. They must be those the identity pass makes from
+// swiglu_backward's dgate_up, bit for bit, and the op's bf16 values (`out`,
+// [M, 2F]) dgate_up itself. N = 2F: F 128 (each tile in one half), 104 (N 208:
+// the first tile holds the gate's columns and the up half's first 24, the last
+// is partial), 4864 (Qwen2.5-0.5B's d_ff); M 300 (padded rows) and 32768 (the
+// order of the element's float operations would show). Special rows: dact
+// zero, tiny and huge; the gate zero, huge of both signs, from -80 to -104
+// (exp(-g) overflows, sigma(g) subnormal before) and +-20 with up zero (signed
+// zeros); the op's operands start poisoned, so a chunk it misses shows.
+TEST(GpuLlamaKernels, Fp8SwigluGradientOperandsWithoutDgateUp) {
+  REQUIRE_GPU();
+  Stream st;
+  const auto same = [](const auto& a, const auto& b) { return a.bytes() == b.bytes(); };
+  const auto poison = [](const gputest::Fp8Operands& o) {
+    for (const auto* c : {&o.rc, &o.cc}) MXDP_CUDA_CHECK(cudaMemset(c->p, 0xFF, c->n));
+    for (const auto* c : {&o.rs, &o.cs}) MXDP_CUDA_CHECK(cudaMemset(c->p, 0xFF, c->n * sizeof(float)));
+    MXDP_CUDA_CHECK(cudaDeviceSynchronize());  // before the kernels' non-blocking stream writes them
+  };
+  for (const int M : {300, 32768})
+    for (const int F : {128, 104, 4864}) {
+      SCOPED_TRACE(std::to_string(M) + " x " + std::to_string(F) + ", SwiGLU gradient");
+      const int N = 2 * F, Mp = int(cuda::fp8_rows_padded(M));
+      std::vector<float> d0 = randn_fast(size_t(M) * F, 61), gu0 = randn_fast(size_t(M) * N, 62, 3.f);
+      const auto d_row = [&](int m) { return d0.begin() + ptrdiff_t(m) * F; };
+      const auto g_row = [&](int m) { return gu0.begin() + ptrdiff_t(m) * N; };  // the gate; up F further
+      for (int n = 0; n < F; ++n) {
+        d_row(1)[n] = 0.f;
+        g_row(2)[n] = 0.f;
+        g_row(3)[n] = bfr(n % 2 ? 1e30f : -1e30f);
+        g_row(4)[n] = bfr(-80.f - 24.f * float(n) / float(F));
+        g_row(5)[n] = n % 2 ? 20.f : -20.f;
+        g_row(5)[F + n] = 0.f;
+        d_row(6)[n] = bfr(d_row(6)[n] * 1e-35f);
+        d_row(7)[n] = bfr(d_row(7)[n] * 1e30f);
+      }
+      const Bf16 d(d0), gu(gu0);
+      Bf16 dgu(size_t(M) * N), values(size_t(M) * N);
+      const gputest::Fp8Operands before(Mp, N), now(Mp, N), again(Mp, N);
+      poison(now);
+      poison(again);
+      cuda::llama::swiglu_backward(dgu.p, d.p, gu.p, M, F, st.s);
+      cuda::act_quantize({.x = dgu.p, .rows = before.rows(), .cols = before.cols()}, M, N, st.s);
+      const cuda::ActQuant op{
+          .x = d.p, .op = cuda::ActOp::SwiGluGrad, .aux = gu.p, .rows = now.rows(), .cols = now.cols()};
+      cuda::act_quantize(op, M, N, st.s);
+      cuda::ActQuant with_out = op;
+      with_out.out = values.p;
+      with_out.rows = again.rows();
+      with_out.cols = again.cols();
+      cuda::act_quantize(with_out, M, N, st.s);
+      EXPECT_TRUE(same(values, dgu)) << "the op's bf16 values against swiglu_backward's dgate_up";
+      now.expect_same(before, "as the Llama calls it");
+      again.expect_same(before, "writing its values");
+      if (M != 300 || F != 104) continue;
+      // What the op needs, checked before it launches: gate_up (16-byte
+      // aligned), both operands, no bias, and its values not over its inputs.
+      cuda::ActQuant bad = op;
+      bad.aux = nullptr;
+      EXPECT_THROW(cuda::act_quantize(bad, M, N, st.s), Error) << "without gate_up";
+      bad.aux = gu.p + 1;
+      EXPECT_THROW(cuda::act_quantize(bad, M, N, st.s), Error) << "gate_up misaligned";
+      bad = op;
+      bad.cols = {};
+      EXPECT_THROW(cuda::act_quantize(bad, M, N, st.s), Error) << "without the cols operand";
+      bad = op;
+      bad.bias = gu.p;
+      EXPECT_THROW(cuda::act_quantize(bad, M, N, st.s), Error) << "with a bias";
+      bad = op;
+      bad.out = gu.p;
+      EXPECT_THROW(cuda::act_quantize(bad, M, N, st.s), Error) << "writing over gate_up";
+    }
 }
 
 TEST(GpuLlamaKernels, GroupedQueryAttentionMatchesCpu) {

@@ -5,7 +5,8 @@
 // 8 passes), applies bias and op and rounds to bf16 (the hardware pair
 // conversion, the codec's bits; the norm ops also read their 8 rows'
 // statistics and their 8 columns' weights, the SwiGLU the up half of its 8
-// rows of gate_up). For the rows operand the 16
+// rows of gate_up, the SwiGLU's gradient its 8 rows of dact and of the gate,
+// and of the up half in the gate's columns). For the rows operand the 16
 // lanes of a row reduce the 8 passes' amaxes at once (max8_transposed: each
 // lane ends with one pass's amax and computes that block's scale and
 // reciprocal), then encode pass by pass with the reciprocal shuffled from its
@@ -152,22 +153,31 @@ static_assert(kPasses == 8, "the rows operand reduces 8 passes' amaxes at once")
 __device__ __forceinline__ int pass_row(int pass) { return pass * (kThreads / 16) + (threadIdx.x >> 4); }
 
 // A thread's registers in phase 1: its passes' chunks of x (then their bf16
-// results), the second input of the GELU gradient (the pre-activation) or of
-// the SwiGLU (the up half of gate_up), the norm's row statistics, and its 8
-// columns' bias and norm weight and bias. An array the op does not read has
-// one element and is never touched.
+// results), the second input of the GELU gradient (the pre-activation), of
+// the SwiGLU (the up half of gate_up) or of its gradient (the gate), the
+// SwiGLU gradient's third (the up half; zeros in the up half's columns), the
+// norm's row statistics, and its 8 columns' bias and norm weight and bias. An
+// array the op does not read has one element and is never touched.
 template <ActOp kOp>
 struct PassInputs {
-  static constexpr bool kAux = kOp == ActOp::GeluGrad || kOp == ActOp::SwiGlu;
+  static constexpr bool kAux = kOp == ActOp::GeluGrad || kOp == ActOp::SwiGlu || kOp == ActOp::SwiGluGrad;
+  static constexpr bool kAux2 = kOp == ActOp::SwiGluGrad;
   static constexpr bool kLn = kOp == ActOp::LayerNorm, kNorm = kLn || kOp == ActOp::RmsNorm;
-  uint4 raw[kPasses], aux[kAux ? kPasses : 1];
+  uint4 raw[kPasses], aux[kAux ? kPasses : 1], aux2[kAux2 ? kPasses : 1];
   float mean[kLn ? kPasses : 1], rstd[kNorm ? kPasses : 1];
   float b[8], lw[8], lb[8];  // an absent chunk's (column beyond N) are loaded from column n0 and unused
 };
-// Where row m's chunk at column n of x starts: x is [M, N], or for the SwiGLU
-// gate_up [M, 2N] (the gate at n, the up half at N + n).
+// The SwiGLU gradient's output column n of N = 2F reads dact and the gate at
+// column n mod F: n in the gate half (n < F), n - F in the up half. F is a
+// multiple of 8 (N of 16), so a thread's chunk lies in one half.
+__device__ __forceinline__ int swiglu_grad_col(int n, int N) { return n < N / 2 ? n : n - N / 2; }
+
+// Where row m's chunk at column n of x starts: x is [M, N], for the SwiGLU
+// gate_up [M, 2N] (the gate at n, the up half at N + n), for its gradient dact
+// [M, N / 2].
 template <ActOp kOp>
 __device__ __forceinline__ int64_t x_at(int m, int n, int N) {
+  if constexpr (kOp == ActOp::SwiGluGrad) return int64_t(m) * (N / 2) + swiglu_grad_col(n, N);
   return (kOp == ActOp::SwiGlu ? 2 * int64_t(m) * N : int64_t(m) * N) + n;
 }
 
@@ -187,6 +197,12 @@ __device__ __forceinline__ void load_tile_inputs(PassInputs<kOp>& in, const ActQ
       in.aux[pass] = inside ? *reinterpret_cast<const uint4*>(q.aux + at) : make_uint4(0, 0, 0, 0);
     if constexpr (kOp == ActOp::SwiGlu)
       in.aux[pass] = inside ? *reinterpret_cast<const uint4*>(q.x + at + N) : make_uint4(0, 0, 0, 0);
+    if constexpr (kOp == ActOp::SwiGluGrad) {  // aux: gate_up [M, N], the gate, and up F = N / 2 further (gate half)
+      const bool gate = n0 + c < N / 2;
+      const int64_t g = int64_t(m) * N + swiglu_grad_col(n0 + c, N);
+      in.aux[pass] = inside ? *reinterpret_cast<const uint4*>(q.aux + g) : make_uint4(0, 0, 0, 0);
+      in.aux2[pass] = inside && gate ? *reinterpret_cast<const uint4*>(q.aux + g + N / 2) : make_uint4(0, 0, 0, 0);
+    }
     if constexpr (kLn) in.mean[pass] = inside ? q.norm.mean[m] : 0.f;
     if constexpr (kNorm) in.rstd[pass] = inside ? q.norm.rstd[m] : 0.f;
   }
@@ -238,6 +254,15 @@ __device__ __forceinline__ float op_and_amax(PassInputs<kOp>& in, const ActQuant
       unpack8(in.aux[pass], u);
 #pragma unroll
       for (int i = 0; i < 8; ++i) v[i] = device::swiglu_value(v[i], u[i]);
+      in.raw[pass] = round8(v);
+    } else if constexpr (kOp == ActOp::SwiGluGrad) {
+      // swiglu_backward's element (the same function) and rounding, v = dact.
+      float g[8], u[8];
+      unpack8(in.aux[pass], g);
+      unpack8(in.aux2[pass], u);
+      const bool gate = n0 + c < N / 2;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = device::swiglu_grad_value(v[i], g[i], u[i], gate);
       in.raw[pass] = round8(v);
     }
     if (kOp != ActOp::Identity && q.out) *reinterpret_cast<uint4*>(q.out + at) = in.raw[pass];
@@ -318,9 +343,10 @@ void launch(const ActQuant& q, int M, int N, int Mp, cudaStream_t s) {
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // The variants act_quantize compiles, one launcher each: the elementwise ops
-// without column sums (with or without a bias, any operands); the norm ops and
-// the SwiGLU (the operands of the GPT's ln1 and ln2 and of the Llama's two
-// RMSNorms and its SwiGLU: both operands, no bias, no sums); the column sums
+// without column sums (with or without a bias, any operands); the norm ops,
+// the SwiGLU and its gradient (the operands of the GPT's ln1 and ln2 and of the
+// Llama's two RMSNorms, its SwiGLU and gate_up's output gradient: both
+// operands, no bias, no sums); the column sums
 // (the models' output gradients of fc and qkv: identity or GELU gradient, no
 // bias, both operands). Each checks what its variant needs.
 template <bool kBias>
@@ -331,17 +357,30 @@ void launch_op(const ActQuant& q, int M, int N, int Mp, cudaStream_t s) {
     case ActOp::GeluGrad: return launch<ActOp::GeluGrad, kBias>(q, M, N, Mp, s);
     case ActOp::LayerNorm:
     case ActOp::RmsNorm:
-    case ActOp::SwiGlu: break;  // launch_producer_op
+    case ActOp::SwiGlu:
+    case ActOp::SwiGluGrad: break;  // launch_producer_op
   }
   MXDP_CHECK(false, "internal: act_quantize's op ", int(q.op), " has no variant without column sums");
 }
 
-// The ops that stand in for a kernel's output (the norms, the SwiGLU).
+// The ops that stand in for a kernel's output (the norms, the SwiGLU and its gradient).
 void launch_producer_op(const ActQuant& q, int M, int N, int Mp, cudaStream_t s) {
-  const char* name = q.op == ActOp::LayerNorm ? "LayerNorm" : q.op == ActOp::RmsNorm ? "RMSNorm" : "SwiGLU";
+  const char* name = q.op == ActOp::LayerNorm ? "LayerNorm"
+                     : q.op == ActOp::RmsNorm ? "RMSNorm"
+                     : q.op == ActOp::SwiGlu  ? "SwiGLU"
+                                              : "SwiGLU-gradient";
   MXDP_CHECK(!q.bias && q.rows.codes && q.cols.codes && !q.sums.dst, "act_quantize: the ", name,
              " op is built only to make both operands (rows and cols), without a bias or column sums");
   if (q.op == ActOp::SwiGlu) return launch_one<ActOp::SwiGlu, false, true, true>(q, M, N, Mp, s);
+  if (q.op == ActOp::SwiGluGrad) {
+    // N = 2F is even (act_quantize checked N % 16 == 0: F is a multiple of 8,
+    // so no thread's chunk straddles the gate and up halves).
+    MXDP_CHECK(q.aux && aligned16(q.aux), "act_quantize: the SwiGLU-gradient op needs aux, gate_up [M, N] (N = 2F, ",
+               "x its output gradient [M, F]), 16-byte aligned");
+    MXDP_CHECK(q.out != q.x && q.out != q.aux, "act_quantize: the SwiGLU-gradient op cannot write its values (out) ",
+               "over its inputs (other tiles still read them)");
+    return launch_one<ActOp::SwiGluGrad, false, true, true>(q, M, N, Mp, s);
+  }
   const bool ln = q.op == ActOp::LayerNorm;
   MXDP_CHECK(q.norm.rstd && (!ln || q.norm.mean), "act_quantize: the ", name, " op needs the ",
              ln ? "mean and rstd" : "rstd", " its forward kernel wrote for each row");
@@ -375,7 +414,7 @@ void act_quantize(const ActQuant& q, int M, int N, cudaStream_t s) {
   MXDP_CHECK(q.op != ActOp::GeluGrad || (q.aux && aligned16(q.aux)), "act_quantize: the GELU gradient needs aux");
   MXDP_CHECK(!q.bias || aligned16(q.bias), "act_quantize: bias must be 16-byte aligned");
   MXDP_CHECK((!q.rows.codes || q.rows.scales) && (!q.cols.codes || q.cols.scales), "act_quantize: codes without scales");
-  if (q.op == ActOp::LayerNorm || q.op == ActOp::RmsNorm || q.op == ActOp::SwiGlu)
+  if (q.op == ActOp::LayerNorm || q.op == ActOp::RmsNorm || q.op == ActOp::SwiGlu || q.op == ActOp::SwiGluGrad)
     launch_producer_op(q, M, N, int(Mp), s);
   else if (q.sums.dst) launch_with_sums(q, M, N, int(Mp), s);
   else if (q.bias) launch_op<true>(q, M, N, int(Mp), s);

@@ -9,10 +9,10 @@
 //      gelu_forward in models/gpt2/gpt_cpu.h, here through the logistic
 //      function: fp8_linear.cu's gelu_tanh), the GELU gradient
 //      (x * gelu'(aux), aux the pre-activation), a LayerNorm or an RMSNorm
-//      from its input x and the statistics its forward kernel wrote, or the
-//      Llama's SwiGLU from its gate_up rows (the output that kernel would have
-//      written, bit for bit: act_values.cuh), rounded to bf16 and optionally
-//      written to `out`,
+//      from its input x and the statistics its forward kernel wrote, the
+//      Llama's SwiGLU from its gate_up rows, or the SwiGLU's gradient from
+//      dact and gate_up (the output that kernel would have written, bit for
+//      bit: act_values.cuh), rounded to bf16 and optionally written to `out`,
 //   3. quantizes that bf16 value into up to two operands: `rows`, 1x128 blocks
 //      along N (the a operand of fprop and dgrad, rows x N), and `cols`, 1x128
 //      blocks along M of the transpose (the operands of wgrad, N x rows).
@@ -49,7 +49,7 @@
 
 namespace mxdp::cuda {
 
-enum class ActOp : uint8_t { Identity, Gelu, GeluGrad, LayerNorm, RmsNorm, SwiGlu };
+enum class ActOp : uint8_t { Identity, Gelu, GeluGrad, LayerNorm, RmsNorm, SwiGlu, SwiGluGrad };
 
 // Codes and 1x128 scales of one operand (VEC128_32F layout, formats/fp8_block.h).
 struct Fp8Slot {
@@ -83,15 +83,22 @@ struct ColumnSums {
   float* scratch = nullptr;  // bias_backward's scratch
 };
 
+// SwiGluGrad: the gradient of gate_up = [gate | up] [M, 2F] through the
+// SwiGLU, from its output gradient dact [M, F] (x) and gate_up (aux), N = 2F:
+// column n < F is swiglu_grad_value(d, g, u, gate) of d = dact[m, n], g =
+// gate_up[m, n], u = gate_up[m, F + n] (act_values.cuh), column F + n the up
+// half's, from d = dact[m, n] and g. The bits of llama::swiglu_backward's
+// dgate_up, which then need not be written.
 struct ActQuant {
-  const uint16_t* x = nullptr;     // [M, N] bf16 (SwiGlu: gate_up [M, 2N], rows [gate | up])
+  const uint16_t* x = nullptr;     // [M, N] bf16 (SwiGlu: gate_up [M, 2N], rows [gate | up]; SwiGluGrad: dact
+                                   // [M, N / 2])
   const uint16_t* bias = nullptr;  // [N]: x + bias first (may be null)
   uint16_t* biased = nullptr;      // where x + bias goes (may be x itself; null: nowhere)
   ActOp op = ActOp::Identity;
-  const uint16_t* aux = nullptr;   // GeluGrad: the pre-activation [M, N]
-  NormArgs norm;                   // LayerNorm, RmsNorm: statistics and weights (these ops, and SwiGlu, make rows
-                                   // and cols, with no bias and no sums)
-  uint16_t* out = nullptr;         // op's bf16 result (may be x; null: not written)
+  const uint16_t* aux = nullptr;   // GeluGrad: the pre-activation [M, N]; SwiGluGrad: gate_up [M, N]
+  NormArgs norm;                   // LayerNorm, RmsNorm: statistics and weights (these ops, SwiGlu and
+                                   // SwiGluGrad make rows and cols, with no bias and no sums)
+  uint16_t* out = nullptr;         // op's bf16 result (may be x, not for SwiGlu or SwiGluGrad; null: not written)
   Fp8Slot rows;                    // [Mp, N], 1x128 along N (codes null: not made)
   Fp8Slot cols;                    // [N, Mp], 1x128 along M (codes null: not made)
   ColumnSums sums;                 // dst += the op's column sums (dst null: none)

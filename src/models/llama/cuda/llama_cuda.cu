@@ -83,7 +83,7 @@ class LlamaCuda final : public LmCuda<LlamaModel, LlamaConfig> {
   // graphs' key, which names the arena, covers them).
   struct Activations {
     uint16_t *resid, *resid_mid, *hn1, *hn2, *qkv, *atty, *gu, *hnf;  // hn1, hn2 (and act): bf16 blocks only
-    uint16_t *act, *tmp, *dresid, *dln, *datty, *dqkv, *dact, *dgu;
+    uint16_t *act, *tmp, *dresid, *dln, *datty, *dqkv, *dact, *dgu;  // dgu: bf16 blocks only
     float *rstd1, *rstd2, *rstdf, *stats, *rms_scratch, *bias_scratch, *cos, *sin;
     uint8_t* xt_codes;  // FP8 blocks only: their X^T operands (BlockActs::hn1t ... actt)
     float* xt_scales;
@@ -150,7 +150,7 @@ void LlamaCuda::carve(ArenaSlicer& take, int B, int T) {
   take(a.datty, BT * Q);
   take(a.dqkv, BT * S);
   take(a.dact, BT * F);
-  take(a.dgu, BT * 2 * F);
+  take(a.dgu, Lb > 0 ? BT * 2 * F : 0);  // an FP8 block quantizes the SwiGLU gradient as it makes it
   take(a.rstd1, L * BT);
   take(a.rstd2, L * BT);
   take(a.rstdf, BT);
@@ -374,8 +374,9 @@ void LlamaCuda::backward_block_fp8(int l, float* const* g) {
   grad_operands(a.dresid, C, nullptr);
   lin.wgrad(d_down, dyt, b.actt, M, C, F);
   lin.dgrad(a.dact, dy, fwt(p.down), M, C, F);
-  llama::swiglu_backward(a.dgu, a.dact, b.gu, M, F, s_);
-  grad_operands(a.dgu, 2 * F, nullptr);
+  // gate_up's dY is the SwiGLU's gradient, made and quantized in one pass from
+  // dact and gu (swiglu_backward's bits; the bf16 dgu is never written).
+  act_quantize({.x = a.dact, .op = ActOp::SwiGluGrad, .aux = b.gu, .rows = dy, .cols = dyt}, M, 2 * F, s_);
   lin.wgrad(d_gate_up, dyt, b.hn2t, M, 2 * F, C);
   lin.dgrad(a.dln, dy, fwt(p.gate_up), M, 2 * F, C);
   llama::rmsnorm_backward(a.dresid, true, d_mlp_norm, a.rms_scratch, a.dln, b.mid, w(p.mlp_norm), b.rstd2, M, C, s_);

@@ -268,8 +268,6 @@ __global__ void rope8_kernel(uint16_t* qkv, const float* cs, const float* sn, in
 
 // ---------------------------------------------------------------- SwiGLU
 
-__device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
-
 // 8 outputs per thread.
 __global__ void swiglu_forward_kernel(uint16_t* out, const uint16_t* gu, int64_t M, int F) {
   const int f8 = F / 8;
@@ -297,11 +295,9 @@ __global__ void swiglu_backward_kernel(uint16_t* dgu, const uint16_t* dout, cons
     load(gu + m * 2 * F + F + 8 * k, u);
     load(dout + m * F + 8 * k, d);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const float s = sigmoid(g[e]);
-      const float silu = g[e] * s;
-      dg[e] = d[e] * u[e] * (s + silu * (1.f - s));
-      du[e] = d[e] * silu;
+    for (int e = 0; e < 8; ++e) {  // act_quantize's SwiGLU-gradient op: the same
+      dg[e] = device::swiglu_grad_value(d[e], g[e], u[e], /*gate=*/true);
+      du[e] = device::swiglu_grad_value(d[e], g[e], u[e], /*gate=*/false);
     }
     store(dgu + m * 2 * F + 8 * k, dg);
     store(dgu + m * 2 * F + F + 8 * k, du);

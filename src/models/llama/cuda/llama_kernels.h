@@ -55,7 +55,8 @@ void rope(uint16_t* qkv, const float* cs, const float* sn, int B, int T, int NH,
 // out [M, F] = bf16(silu(gate) * up), gate_up [M, 2F] rows [gate | up]
 // (models/cuda/act_values.cuh's swiglu_value, which act_quantize's SwiGLU op shares).
 void swiglu_forward(uint16_t* out, const uint16_t* gate_up, int M, int F, cudaStream_t s);
-// dgate_up [M, 2F] OVERWRITTEN from dout [M, F].
+// dgate_up [M, 2F] OVERWRITTEN from dout [M, F] (act_values.cuh's
+// swiglu_grad_value, which act_quantize's SwiGLU-gradient op shares).
 void swiglu_backward(uint16_t* dgate_up, const uint16_t* dout, const uint16_t* gate_up, int M, int F,
                      cudaStream_t s);
 
