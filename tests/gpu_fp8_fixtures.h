@@ -19,32 +19,12 @@
 #include <vector>
 
 #include "formats/fp8_block.h"
+#include "gpu_arrays.h"
 #include "models/cuda/fp8_linear.h"
 #include "models/model.h"
 #include "util/cuda_check.h"
 
 namespace mxdp::gputest {
-
-// Device copy of a host vector, freed with its owner.
-template <class T>
-struct DevCopy {
-  T* p = nullptr;
-  size_t n = 0;
-  DevCopy() = default;
-  explicit DevCopy(size_t count) : n(count) { MXDP_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T))); }
-  explicit DevCopy(const std::vector<T>& v) : DevCopy(v.size()) {
-    MXDP_CUDA_CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  ~DevCopy() { cudaFree(p); }
-  DevCopy(const DevCopy&) = delete;
-  DevCopy& operator=(const DevCopy&) = delete;
-  std::vector<uint8_t> bytes() const {
-    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<uint8_t> h(n * sizeof(T));
-    MXDP_CUDA_CHECK(cudaMemcpy(h.data(), p, h.size(), cudaMemcpyDeviceToHost));
-    return h;
-  }
-};
 
 class Fp8Weights {
  public:
@@ -64,10 +44,10 @@ class Fp8Weights {
       o.gemm_t.resize(size_t(fp8b128_gemm_scale_count(o.cols, o.rows)));
       fp8b128_scales_for_gemm(compact.data(), o.rows, o.cols, o.gemm.data());
       fp8b128_scales_for_gemm(compact_t.data(), o.cols, o.rows, o.gemm_t.data());
-      o.dc = std::make_unique<DevCopy<uint8_t>>(o.codes);
-      o.dct = std::make_unique<DevCopy<uint8_t>>(o.codes_t);
-      o.ds = std::make_unique<DevCopy<float>>(o.gemm);
-      o.dst = std::make_unique<DevCopy<float>>(o.gemm_t);
+      o.dc = std::make_unique<Dev<uint8_t>>(o.codes);
+      o.dct = std::make_unique<Dev<uint8_t>>(o.codes_t);
+      o.ds = std::make_unique<Dev<float>>(o.gemm);
+      o.dst = std::make_unique<Dev<float>>(o.gemm_t);
     }
   }
   Fp8Weight get(int p, bool transposed, bool device) const {
@@ -82,8 +62,8 @@ class Fp8Weights {
   struct One {
     std::vector<uint8_t> codes, codes_t;
     std::vector<float> gemm, gemm_t;
-    std::unique_ptr<DevCopy<uint8_t>> dc, dct;
-    std::unique_ptr<DevCopy<float>> ds, dst;
+    std::unique_ptr<Dev<uint8_t>> dc, dct;
+    std::unique_ptr<Dev<float>> ds, dst;
     int64_t rows = 0, cols = 0;
   };
   std::vector<One> w_;
@@ -104,8 +84,8 @@ struct Fp8Hooks final : ModelHooks {
 
 // The rows ([Mp, N], 1x128 along N) and cols ([N, Mp]) operands of an M x N input.
 struct Fp8Operands {
-  DevCopy<uint8_t> rc, cc;
-  DevCopy<float> rs, cs;
+  Dev<uint8_t> rc, cc;
+  Dev<float> rs, cs;
   Fp8Operands(int Mp, int N)
       : rc(size_t(Mp) * N), cc(size_t(Mp) * N), rs(size_t(fp8_1x128_scale_count(Mp, N))),
         cs(size_t(fp8_1x128_scale_count(N, Mp))) {}

@@ -14,31 +14,16 @@
 #include "fp8_ref.h"
 #include "formats/cuda/fp8_block_cuda.h"
 #include "formats/fp8_block.h"
+#include "gpu_arrays.h"
 #include "gpu_test_util.h"
 #include "util/cuda_check.h"
 
 namespace mxdp {
 namespace {
 
+// Device arrays filled with 0xA5 (a valid E4M3 code, a finite float): garbage the kernels must overwrite.
 template <class T>
-struct Dev {
-  T* p = nullptr;
-  size_t n = 0;
-  explicit Dev(size_t count) : n(count) {
-    MXDP_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(1, n) * sizeof(T)));
-    MXDP_CUDA_CHECK(cudaMemset(p, 0xA5, std::max<size_t>(1, n) * sizeof(T)));  // garbage the kernels must overwrite
-  }
-  explicit Dev(const std::vector<T>& h) : Dev(h.size()) {
-    MXDP_CUDA_CHECK(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  ~Dev() { cudaFree(p); }
-  std::vector<T> get() const {
-    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<T> h(n);
-    MXDP_CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-  }
-};
+using Dev = gputest::Dev<T, 0xA5>;
 
 std::vector<float> matrix(int64_t n, uint32_t seed) {
   std::mt19937 g(seed);

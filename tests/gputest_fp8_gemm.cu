@@ -23,6 +23,7 @@
 #include "formats/codec.h"
 #include "formats/cuda/fp8_block_cuda.h"
 #include "formats/fp8_block.h"
+#include "gpu_arrays.h"
 #include "gpu_test_util.h"
 #include "models/cuda/fp8_gemm.h"
 #include "models/cuda/fp8_gemm_sm90.h"
@@ -32,25 +33,9 @@
 namespace mxdp {
 namespace {
 
+// Zero-filled device arrays: outputs the tests read start from zero.
 template <class T>
-struct Dev {
-  T* p = nullptr;
-  size_t n = 0;
-  explicit Dev(size_t count) : n(count) {
-    MXDP_CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
-    MXDP_CUDA_CHECK(cudaMemset(p, 0, n * sizeof(T)));
-  }
-  explicit Dev(const std::vector<T>& h) : Dev(h.size()) {
-    MXDP_CUDA_CHECK(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  ~Dev() { cudaFree(p); }
-  std::vector<T> get() const {
-    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<T> h(n);
-    MXDP_CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-  }
-};
+using Dev = gputest::Dev<T, 0>;
 
 // d[i,j] = sum_k a[i,k] b[j,k] in double (both row-major, K innermost).
 __global__ void ref_nt(const float* a, const float* b, int M, int N, int K, double* d) {

@@ -35,9 +35,14 @@
 #include "models/gpt2/gpt.h"
 #include "models/gpt2/gpt_cpu.h"
 #include "gpu_fp8_fixtures.h"
+#include "gpu_arrays.h"
 #include "gpu_test_util.h"
 
 using namespace mxdp;
+using mxdp::gputest::Bf16;
+using mxdp::gputest::Dev;
+using mxdp::gputest::F32;
+using mxdp::gputest::Stream;
 using mxdp::testing::bfr;
 using mxdp::testing::rel_err;
 using mxdp::gputest::DevHooks;
@@ -53,75 +58,6 @@ std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.f) {
   for (auto& x : v) x = bfr(scale * d(g));
   return v;
 }
-
-// Device arrays: bf16 (uint16_t) from floats, fp32, and back.
-template <class T>
-struct Dev {
-  T* p = nullptr;
-  size_t n = 0;
-  explicit Dev(size_t count) : n(count) {
-    MXDP_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
-    MXDP_CUDA_CHECK(cudaMemset(p, 0xFF, std::max<size_t>(n, 1) * sizeof(T)));  // poison: NaN for floats
-    // The poison (legacy default stream) lands before the kernels' non-blocking stream writes p.
-    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
-  }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-};
-struct Bf16 : Dev<uint16_t> {
-  explicit Bf16(const std::vector<float>& v) : Dev<uint16_t>(v.size()) {
-    std::vector<uint16_t> h(v.size());
-    for (size_t i = 0; i < v.size(); ++i) h[i] = codec::bf16_from_f32(v[i]);
-    MXDP_CUDA_CHECK(cudaMemcpy(p, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
-    MXDP_CUDA_CHECK(cudaDeviceSynchronize());  // a pageable copy's DMA may land after cudaMemcpy returns
-  }
-  explicit Bf16(size_t count) : Dev<uint16_t>(count) {}
-  std::vector<float> get() const {
-    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<uint16_t> h(n);
-    MXDP_CUDA_CHECK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
-    std::vector<float> f(n);
-    for (size_t i = 0; i < n; ++i) f[i] = codec::bf16_to_f32(h[i]);
-    return f;
-  }
-};
-struct F32 : Dev<float> {
-  explicit F32(const std::vector<float>& v) : Dev<float>(v.size()) {
-    MXDP_CUDA_CHECK(cudaMemcpy(p, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
-    MXDP_CUDA_CHECK(cudaDeviceSynchronize());  // a pageable copy's DMA may land after cudaMemcpy returns
-  }
-  explicit F32(size_t count) : Dev<float>(count) {}
-  std::vector<float> get() const {
-    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<float> h(n);
-    MXDP_CUDA_CHECK(cudaMemcpy(h.data(), p, n * 4, cudaMemcpyDeviceToHost));
-    return h;
-  }
-};
-
-// A device array's contents on the host.
-template <class T>
-std::vector<T> to_host(const Dev<T>& d) {
-  MXDP_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<T> h(d.n);
-  MXDP_CUDA_CHECK(cudaMemcpy(h.data(), d.p, d.n * sizeof(T), cudaMemcpyDeviceToHost));
-  return h;
-}
-// Whether two device arrays hold the same bits (floats compared as bits: -0, NaN).
-template <class T>
-bool same_bits(const Dev<T>& a, const Dev<T>& b) {
-  const std::vector<T> x = to_host(a), y = to_host(b);
-  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(T)) == 0;
-}
-
-struct Stream {
-  cudaStream_t s = nullptr;
-  Stream() { MXDP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~Stream() {
-    cudaStreamSynchronize(s);
-    cudaStreamDestroy(s);
-  }
-};
 
 struct Shape {
   int B, T, C, NH;

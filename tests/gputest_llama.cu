@@ -27,6 +27,7 @@
 #include "compare_util.h"
 #include "engine/engine.h"
 #include "formats/codec.h"
+#include "gpu_arrays.h"
 #include "gpu_fp8_fixtures.h"
 #include "gpu_test_util.h"
 #include "models/cuda/attention.h"
@@ -41,7 +42,11 @@
 #include "util/cuda_check.h"
 
 using namespace mxdp;
+using mxdp::gputest::Bf16;
+using mxdp::gputest::Dev;
 using mxdp::gputest::DevHooks;
+using mxdp::gputest::F32;
+using mxdp::gputest::Stream;
 using mxdp::testing::bfr;
 using mxdp::testing::rel_err;
 
@@ -63,68 +68,6 @@ std::vector<float> randn_fast(size_t n, uint64_t seed, float scale = 1.f) {
   for (auto& x : v) x = bfr(x);
   return v;
 }
-
-template <class T>
-struct Dev {
-  T* p = nullptr;
-  size_t n = 0;
-  explicit Dev(size_t count) : n(count) {
-    MXDP_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
-    MXDP_CUDA_CHECK(cudaMemset(p, 0xFF, std::max<size_t>(n, 1) * sizeof(T)));  // poison: NaN for floats
-    MXDP_CUDA_CHECK(cudaDeviceSynchronize());  // before the kernels' non-blocking stream writes p
-  }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  // A cudaMemcpy from pageable memory may return before its DMA has landed,
-  // and the kernels run on a non-blocking stream that does not wait for the
-  // legacy one: without the synchronize a kernel could read the poison (as
-  // GpuLlamaKernels.RopeForwardAndInverseMatchCpu once did on an H100).
-  void put(const std::vector<T>& v) {
-    MXDP_CUDA_CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
-  }
-  std::vector<uint8_t> bytes() const {
-    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<uint8_t> h(n * sizeof(T));
-    MXDP_CUDA_CHECK(cudaMemcpy(h.data(), p, h.size(), cudaMemcpyDeviceToHost));
-    return h;
-  }
-};
-struct Bf16 : Dev<uint16_t> {
-  explicit Bf16(const std::vector<float>& v) : Dev<uint16_t>(v.size()) {
-    std::vector<uint16_t> h(v.size());
-    for (size_t i = 0; i < v.size(); ++i) h[i] = codec::bf16_from_f32(v[i]);
-    put(h);
-  }
-  explicit Bf16(size_t count) : Dev<uint16_t>(count) {}
-  std::vector<float> get() const {
-    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<uint16_t> h(n);
-    MXDP_CUDA_CHECK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
-    std::vector<float> f(n);
-    for (size_t i = 0; i < n; ++i) f[i] = codec::bf16_to_f32(h[i]);
-    return f;
-  }
-};
-struct F32 : Dev<float> {
-  explicit F32(const std::vector<float>& v) : Dev<float>(v.size()) { put(v); }
-  explicit F32(size_t count) : Dev<float>(count) {}
-  std::vector<float> get() const {
-    MXDP_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<float> h(n);
-    MXDP_CUDA_CHECK(cudaMemcpy(h.data(), p, n * 4, cudaMemcpyDeviceToHost));
-    return h;
-  }
-};
-
-struct Stream {
-  cudaStream_t s = nullptr;
-  Stream() { MXDP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~Stream() {
-    cudaStreamSynchronize(s);
-    cudaStreamDestroy(s);
-  }
-};
 
 // ---------------------------------------------------------------- kernels
 
@@ -217,7 +160,6 @@ TEST(GpuLlamaKernels, SwigluForwardAndBackwardMatchCpu) {
 TEST(GpuLlamaKernels, Fp8RmsNormAndSwigluOperandsWithoutTheirOutputs) {
   REQUIRE_GPU();
   Stream st;
-  const auto same = [](const auto& a, const auto& b) { return a.bytes() == b.bytes(); };
   const std::pair<int, int> shapes[] = {{300, 256}, {300, 208}, {32768, 256}};
   for (const auto& [M, C] : shapes) {
     const int Mp = int(cuda::fp8_rows_padded(M));
@@ -251,9 +193,9 @@ TEST(GpuLlamaKernels, Fp8RmsNormAndSwigluOperandsWithoutTheirOutputs) {
       cuda::act_quantize({.x = input, .op = cuda::ActOp::RmsNorm, .norm = norm, .out = values.p, .rows = again.rows(),
                           .cols = again.cols()},
                          M, C, st.s);
-      EXPECT_TRUE(same(rstd_now, rstd_before)) << "rstd without the output";
-      if (residual) EXPECT_TRUE(same(res_now, res_before)) << "the residual sum";
-      EXPECT_TRUE(same(values, out_before)) << "the op's bf16 values against the kernel's output";
+      EXPECT_TRUE(gputest::same_bits(rstd_now, rstd_before)) << "rstd without the output";
+      if (residual) EXPECT_TRUE(gputest::same_bits(res_now, res_before)) << "the residual sum";
+      EXPECT_TRUE(gputest::same_bits(values, out_before)) << "the op's bf16 values against the kernel's output";
       now.expect_same(before, "as the Llama calls it");
       again.expect_same(before, "writing its values");
     }
@@ -266,7 +208,7 @@ TEST(GpuLlamaKernels, Fp8RmsNormAndSwigluOperandsWithoutTheirOutputs) {
     cuda::act_quantize({.x = gu.p, .op = cuda::ActOp::SwiGlu, .rows = now.rows(), .cols = now.cols()}, M, C, st.s);
     cuda::act_quantize({.x = gu.p, .op = cuda::ActOp::SwiGlu, .out = values.p, .rows = again.rows(), .cols = again.cols()},
                        M, C, st.s);
-    EXPECT_TRUE(same(values, act)) << "the op's bf16 values against swiglu_forward's";
+    EXPECT_TRUE(gputest::same_bits(values, act)) << "the op's bf16 values against swiglu_forward's";
     now.expect_same(before, "as the Llama calls it");
     again.expect_same(before, "writing its values");
   }
@@ -286,7 +228,6 @@ TEST(GpuLlamaKernels, Fp8RmsNormAndSwigluOperandsWithoutTheirOutputs) {
 TEST(GpuLlamaKernels, Fp8SwigluGradientOperandsWithoutDgateUp) {
   REQUIRE_GPU();
   Stream st;
-  const auto same = [](const auto& a, const auto& b) { return a.bytes() == b.bytes(); };
   const auto poison = [](const gputest::Fp8Operands& o) {
     for (const auto* c : {&o.rc, &o.cc}) MXDP_CUDA_CHECK(cudaMemset(c->p, 0xFF, c->n));
     for (const auto* c : {&o.rs, &o.cs}) MXDP_CUDA_CHECK(cudaMemset(c->p, 0xFF, c->n * sizeof(float)));
@@ -324,7 +265,7 @@ TEST(GpuLlamaKernels, Fp8SwigluGradientOperandsWithoutDgateUp) {
       with_out.rows = again.rows();
       with_out.cols = again.cols();
       cuda::act_quantize(with_out, M, N, st.s);
-      EXPECT_TRUE(same(values, dgu)) << "the op's bf16 values against swiglu_backward's dgate_up";
+      EXPECT_TRUE(gputest::same_bits(values, dgu)) << "the op's bf16 values against swiglu_backward's dgate_up";
       now.expect_same(before, "as the Llama calls it");
       again.expect_same(before, "writing its values");
       if (M != 300 || F != 104) continue;

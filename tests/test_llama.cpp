@@ -94,6 +94,50 @@ TEST(LlamaConfig, FromHuggingFaceConfigGivesThePresets) {
   refuses(smol, "num_key_value_heads", 4, "multiple of n_kv_head");
 }
 
+// The index both Llama models address their params by: every param of
+// llama_param_specs exactly once, each with the shape of its role (so an index
+// pointing at another param of the block is caught), for the four kinds of
+// model (qkv bias or not, tied head or not).
+TEST(LlamaConfig, ParamIndexNamesEveryParamOnceWithTheShapeOfItsRole) {
+  for (const bool bias : {false, true}) {
+    for (const bool tied : {true, false}) {
+      LlamaConfig c = llama_config("llama-tiny");
+      c.qkv_bias = bias;
+      c.tie_embeddings = tied;
+      c.n_layer = 3;
+      const std::vector<ParamSpec> specs = llama_param_specs(c);
+      const LlamaParamIndex ix = llama_param_index(c);
+      std::vector<int> uses(specs.size(), 0);
+      const auto expect = [&](int p, std::vector<int64_t> shape, const std::string& role) {
+        ASSERT_TRUE(p >= 0 && p < int(specs.size())) << role << ": index " << p;
+        ++uses[size_t(p)];
+        EXPECT_EQ(specs[size_t(p)].shape, shape) << role << " is " << specs[size_t(p)].name;
+      };
+      const int64_t C = c.d_model, V = c.vocab, S = c.qkv_dim(), Q = c.q_dim(), F = c.d_ff;
+      expect(ix.embed, {V, C}, "embed");
+      ASSERT_EQ(ix.blocks.size(), size_t(c.n_layer));
+      for (const LlamaParamIndex::Block& b : ix.blocks) {
+        expect(b.attn_norm, {C}, "attn_norm");
+        expect(b.qkvw, {S, C}, "qkv.w");
+        if (bias) expect(b.qkvb, {S}, "qkv.b");
+        else EXPECT_EQ(b.qkvb, -1);
+        expect(b.ow, {C, Q}, "o.w");
+        expect(b.mlp_norm, {C}, "mlp_norm");
+        expect(b.gate_up, {2 * F, C}, "gate_up.w");
+        expect(b.down, {C, F}, "down.w");
+        EXPECT_LT(b.attn_norm, b.mlp_norm);  // the block's two norms are not swapped
+      }
+      expect(ix.norm, {C}, "norm");
+      if (tied) EXPECT_EQ(ix.head, ix.embed);
+      else expect(ix.head, {V, C}, "lm_head");
+      for (size_t p = 0; p < specs.size(); ++p)
+        EXPECT_EQ(uses[p], 1) << specs[p].name << " named " << uses[p] << " times (bias " << bias << ", tied " << tied << ")";
+      // Blocks in order: block l's params belong to layer l + 1.
+      for (int l = 0; l < c.n_layer; ++l) EXPECT_EQ(specs[size_t(ix.blocks[size_t(l)].qkvw)].layer, l + 1);
+    }
+  }
+}
+
 // Llama 3 scaling, by hand for head_dim 8, theta 500000, factor 8, original
 // context 512 (wavelengths 512 and 128 bound the bands): f0 = 1 (wavelength
 // 6.3, kept), f1 = 500000^-0.25 (wavelength 167: interpolated), f2, f3 divided by 8.

@@ -37,6 +37,7 @@ std::vector<ParamSpec> Fp8Compute::apply(std::vector<ParamSpec> params, int n_bl
   if (!on) return params;
   check(n_blocks, model);
   for (ParamSpec& p : params) p.fp8_linear = p.fp8_linear && fp8_block(p.layer - 1, n_blocks);
+  check_fp8_compute(params, model);
   return params;
 }
 

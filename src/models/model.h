@@ -66,10 +66,10 @@ struct ParamSpec {
 // (fp8_linear), each with rows and cols multiples of 16 (fp8b128's
 // FormatTraits::eligible of W and of W^T: the FP8 GEMMs' N and K; edge tiles
 // and 1x128 blocks may be partial): every GPT-2 width (d_model % 32 == 0)
-// passes. Throws mxdp::Error with the one
-// refusal every caller gives (`mxdp train` and `mxdp plan` among their
-// options, naming `model`; the models' set_fp8_compute); returns how many
-// such weights there are. The engine adds its own rules (weight_format
+// passes. Throws mxdp::Error with the one refusal every caller gives
+// (`mxdp train` and `mxdp plan` among their options, naming `model`;
+// Fp8Compute::apply, which the models' set_fp8_compute call); returns how
+// many such weights there are. The engine adds its own rules (weight_format
 // fp8b128, a model switched to FP8: DpOptions::validate, engine.cpp).
 int check_fp8_compute(const std::vector<ParamSpec>& params, const std::string& model = "");
 
@@ -90,7 +90,8 @@ struct Fp8Compute {
   // `params` as a model under this FP8 compute lists them: fp8_linear kept
   // only on the params of the blocks that compute in FP8, for a model whose
   // block b is layer b + 1 (ParamSpec::layer; GPT-2's and Llama's numbering).
-  // Off: params unchanged. Checked (check) when on.
+  // Off: params unchanged. On: the counts checked (check), and the result
+  // (check_fp8_compute).
   std::vector<ParamSpec> apply(std::vector<ParamSpec> params, int n_blocks, const std::string& model = "") const;
 };
 

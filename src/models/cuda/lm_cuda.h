@@ -390,7 +390,6 @@ void LmCuda<I, C>::layout_weights(bool fp8) {
 template <class I, class C>
 void LmCuda<I, C>::set_fp8_compute(const Fp8Compute& c) {
   const std::vector<ParamSpec> specs = c.apply(base_specs_, cfg_.n_layer);
-  if (c.on) check_fp8_compute(specs);
   size_t listed = 0, flagged = 0;
   for (const std::vector<int>& b : block_linears_) listed += b.size();
   for (const ParamSpec& p : base_specs_) flagged += p.fp8_linear;

@@ -121,7 +121,6 @@ Gpt::Gpt(const GptConfig& cfg)
 
 void Gpt::set_fp8_compute(const Fp8Compute& c) {
   const std::vector<ParamSpec> specs = gpt_fp8_param_specs(cfg_, c);
-  if (c.on) check_fp8_compute(specs);
   for (size_t p = 0; p < specs.size(); ++p) params_.set_fp8_linear(int(p), specs[p].fp8_linear);
   fp8_ = c.on;
 }

@@ -16,26 +16,15 @@ using namespace cpu;
 
 Llama::Llama(const LlamaConfig& cfg)
     : cfg_(cfg), params_(llama_param_specs(cfg)), inv_freq_(llama_inv_freq(cfg)), head_(cfg.vocab, cfg.vocab) {
-  int i = 1;
-  for (int l = 0; l < cfg_.n_layer; ++l) {
-    BlockParams b{};
-    b.attn_norm = i++;
-    b.qkvw = i++;
-    b.qkvb = cfg_.qkv_bias ? i++ : -1;
-    b.ow = i++;
-    b.mlp_norm = i++;
-    b.gate_up = i++;
-    b.down = i++;
-    blocks_.push_back(b);
-  }
-  norm_ = i++;
-  head_w_ = cfg_.tie_embeddings ? embed_ : i++;
-  MXDP_CHECK(i == int(params().size()), "Llama: ", i, " param indices for ", params().size(), " params");
+  const LlamaParamIndex ix = llama_param_index(cfg_);
+  embed_ = ix.embed;
+  blocks_ = ix.blocks;
+  norm_ = ix.norm;
+  head_w_ = ix.head;
 }
 
 void Llama::set_fp8_compute(const Fp8Compute& c) {
   const std::vector<ParamSpec> specs = c.apply(llama_param_specs(cfg_), cfg_.n_layer);
-  if (c.on) check_fp8_compute(specs);
   for (size_t p = 0; p < specs.size(); ++p) params_.set_fp8_linear(int(p), specs[p].fp8_linear);
   fp8_ = c.on;
 }

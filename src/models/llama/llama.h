@@ -50,9 +50,7 @@ class Llama : public LlamaModel {
   std::vector<float> logits_last(int b = 0) const override { return head_.logits_last(b); }
 
  private:
-  struct BlockParams {
-    int attn_norm, qkvw, qkvb, ow, mlp_norm, gate_up, down;  // qkvb -1 without biases
-  };
+  using BlockParams = LlamaParamIndex::Block;
   void ensure_activations(int B, int T);
   void run_forward(const int32_t* tokens, int B, int T, ModelHooks& hooks);
   void block_backward(int l, ModelHooks& hooks);

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <numbers>
+#include <string>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -95,6 +97,27 @@ std::vector<ParamSpec> llama_param_specs(const LlamaConfig& c) {
   add("norm.w", {C}, c.n_layer + 1);
   if (!c.tie_embeddings) add("lm_head", {c.vocab, C}, c.n_layer + 1);
   return s;
+}
+
+LlamaParamIndex llama_param_index(const LlamaConfig& c) {
+  const std::vector<ParamSpec> specs = llama_param_specs(c);
+  std::unordered_map<std::string, int> at;
+  for (size_t i = 0; i < specs.size(); ++i) at.emplace(specs[i].name, int(i));
+  const auto find = [&](const std::string& name) {
+    const auto it = at.find(name);
+    MXDP_CHECK(it != at.end(), "internal: the Llama has no param named ", name);
+    return it->second;
+  };
+  LlamaParamIndex ix;
+  ix.embed = find("embed");
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string p = fmt::format("h{}.", l);
+    ix.blocks.push_back({find(p + "attn_norm.w"), find(p + "qkv.w"), c.qkv_bias ? find(p + "qkv.b") : -1,
+                         find(p + "o.w"), find(p + "mlp_norm.w"), find(p + "gate_up.w"), find(p + "down.w")});
+  }
+  ix.norm = find("norm.w");
+  ix.head = c.tie_embeddings ? ix.embed : find("lm_head");
+  return ix;
 }
 
 int64_t llama_num_parameters(const LlamaConfig& c) {

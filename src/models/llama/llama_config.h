@@ -78,6 +78,20 @@ std::vector<std::string> llama_config_names();
 void validate(const LlamaConfig& c);
 
 std::vector<ParamSpec> llama_param_specs(const LlamaConfig& c);
+
+// Where each weight sits in llama_param_specs(c), found by its name: the one
+// index by which the CPU and the GPU Llama address their weights and
+// gradients.
+struct LlamaParamIndex {
+  struct Block {
+    int attn_norm, qkvw, qkvb, ow, mlp_norm, gate_up, down;  // qkvb -1 without biases
+  };
+  int embed = 0;
+  std::vector<Block> blocks;  // n_layer
+  int norm = -1;
+  int head = -1;  // embed when the embeddings are tied
+};
+LlamaParamIndex llama_param_index(const LlamaConfig& c);
 int64_t llama_num_parameters(const LlamaConfig& c);
 
 // Param p's initial fp32 values into out (numel floats): 2-D weights

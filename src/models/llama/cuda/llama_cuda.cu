@@ -51,21 +51,11 @@ class LlamaCuda final : public LmCuda<LlamaModel, LlamaConfig> {
   LlamaCuda(const LlamaConfig& cfg, cudaStream_t stream, const LlamaCudaOptions& opts)
       : LmCuda(validated(cfg), llama_param_specs(cfg), cfg.vocab, "Llama", stream, opts.cuda_graphs),
         inv_freq_(llama_inv_freq(cfg)) {
-    int i = 1;
-    for (int l = 0; l < cfg_.n_layer; ++l) {
-      BlockParams b{};
-      b.attn_norm = i++;
-      b.qkvw = i++;
-      b.qkvb = cfg_.qkv_bias ? i++ : -1;
-      b.ow = i++;
-      b.mlp_norm = i++;
-      b.gate_up = i++;
-      b.down = i++;
-      blocks_.push_back(b);
-    }
-    norm_ = i++;
-    head_ = cfg_.tie_embeddings ? embed_ : i++;
-    MXDP_CHECK(i == int(specs_.size()), "GPU Llama: ", i, " param indices for ", specs_.size(), " params");
+    const LlamaParamIndex ix = llama_param_index(cfg_);
+    embed_ = ix.embed;
+    blocks_ = ix.blocks;
+    norm_ = ix.norm;
+    head_ = ix.head;
     stage_grads_.push_back({embed_});
     for (const BlockParams& p : blocks_)
       stage_grads_.push_back({p.attn_norm, p.qkvw, p.qkvb, p.ow, p.mlp_norm, p.gate_up, p.down});
@@ -74,9 +64,7 @@ class LlamaCuda final : public LmCuda<LlamaModel, LlamaConfig> {
   }
 
  private:
-  struct BlockParams {
-    int attn_norm, qkvw, qkvb, ow, mlp_norm, gate_up, down;  // qkvb -1 without biases
-  };
+  using BlockParams = LlamaParamIndex::Block;
 
   // Activations for one (B, T), carved out of one allocation (with io_: the
   // batch, the logits and the losses; and with RoPE's tables, so that the
