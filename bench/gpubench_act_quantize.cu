@@ -62,7 +62,8 @@ T* dev_zero(size_t n) {
 
 
 // One call of the FP8 path: width in units of d_model, and how often a block
-// makes it, now and before the forward made the inputs' X^T (docs/fp8.md).
+// makes it, now and before the forward made the inputs' X^T (docs/fp8_history.md,
+// "The X^T operands made in the forward").
 struct Call {
   const char* name;
   int width;  // N = width * d_model

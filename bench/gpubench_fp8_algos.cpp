@@ -1,6 +1,7 @@
 // Every algorithm cuBLASLt's heuristic offers for the block-scaled FP8 GEMMs
-// of one GPT-2 size, timed on one GPU in one run (docs/fp8.md, "Where the
-// time goes"): how Fp8Gemm's fixed choice per shape was made. For each GEMM
+// of one GPT-2 size, timed on one GPU in one run (docs/fp8.md, "GEMMs"; the
+// tables: docs/fp8_history.md, "Every algorithm, timed"): how Fp8Gemm's fixed
+// choice per shape was made. For each GEMM
 // (fprop, dgrad, wgrad of the four block linears) it asks for up to 32
 // answers with the workspace Fp8Gemm gives, times each and prints one JSON
 // line per algorithm with its configuration (tile, stages, split-K, swizzle,

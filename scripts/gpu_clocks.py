@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run a command while nvidia-smi samples the GPU, then say at what clock and
 power the GPU ran while it was busy, and whether a power or thermal limit held
-it back (docs/fp8.md, "Where the time goes, ninth session": at gpt2-1558m every
+it back (docs/fp8.md, "The power cap": at gpt2-1558m every
 system runs at the H200's 700 W cap, its clock well under the 1980 MHz that an
 isolated kernel sees).
 

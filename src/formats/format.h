@@ -2,8 +2,8 @@
 // (layout, engine, engine ops, trained weights, CLI) need to know about how a
 // parameter travels in the all-gather. A layer asks this table; it does not
 // switch on WeightFormat. Adding a format is its codec (codec.h, quant.h), its
-// kernels (cuda/), and one row in format.cpp (docs/architecture.md, "Adding a
-// format").
+// kernels (cuda/), and one row in format.cpp (docs/architecture.md, "How to
+// add").
 //
 // A shard of n elements travels as a payload: n element codes (code_bits each,
 // packed little end first), then n / block scales of scale_bytes each, padded

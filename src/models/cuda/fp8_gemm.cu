@@ -65,7 +65,7 @@ int tile_of(const cublasLtMatmulAlgo_t& a) {
 // bench/gpubench_fp8_algos times on an H200, 192x64 is the slowest or next to
 // slowest answer (1.35-1.6x the best), and at 124M it is the heuristic's first
 // for fc and mlp.proj, where its next answer (64x192, the same split of K) is
-// 26% faster (docs/fp8.md, "Where the time goes"). A fixed rule, not a timed
+// 26% faster (docs/fp8.md, "GEMMs"). A fixed rule, not a timed
 // choice, so that a shape runs the same algorithm on every run (same bits).
 int pick_wgrad(const cublasLtMatmulHeuristicResult_t* res, int found) {
   for (int i = 0; i < found; ++i)

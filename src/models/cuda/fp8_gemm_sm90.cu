@@ -600,7 +600,10 @@ __device__ __forceinline__ void consumer(const Cta<kCluster>& cta, int wg, int t
 // them; those on the same 128 rows of b, a 1 / kCm share of b's. So a CTA pulls
 // 32 KB a stage from L2 alone, 24 KB in a 2 x 1 cluster, 16 KB in a 2 x 2 one
 // (a 128x128 tile does 128 FLOP a byte, which may leave one CTA bound by the
-// L2's bandwidth; the 2 x 1 cluster measured 2.3x slower so far: docs/fp8.md).
+// L2's bandwidth; the 2 x 1 cluster measured 2.3x slower while its remote
+// arrivals were at cluster scope, and is fprop's and dgrad's default since
+// they are at CTA scope: docs/fp8_history.md, "Our own FP8 GEMM, session by
+// session").
 // A cluster takes the groups cluster_id, + clusters, ... (one each when the
 // grid has a cluster per group; a persistent grid keeps loading the next
 // group's stages while its consumers finish the last). sa: a's 1x128 scales at

@@ -13,7 +13,9 @@ namespace mxdp::cuda::device {
 // tanhf formula (the CPU model's) by a few fp32 ulp before the bf16 rounding.
 // The constants are folded (-2u log2(e) = x (kA + kB x^2)), and ex2 flushes
 // a subnormal result to 0, which 1 + 2^t absorbs anyway: 7 instructions a GELU
-// (fp8.md, "Where the time goes") where __expf's range fix-ups took 12.
+// where __expf's range fix-ups took 12, which counts in act_quantize (its
+// passes are bound by the instructions they issue: fp8.md, "act_quantize,
+// bound by its instructions").
 __device__ __forceinline__ float ex2_ftz(float t) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(t));
