@@ -4,7 +4,7 @@
     python3 scripts/check_doc_refs.py [ROOT]      # ROOT: a git checkout (default: this one)
 
 Source comments, scripts, tests and docs point readers at sections by name:
-`docs/fp8.md, "Layout"`, `fp8.md ("Speed")`, `docs/engine.md, "Buckets" and "Gathers"`,
+`docs/fp8.md, "Layout"`, `fp8.md ("Speed")`, `docs/engine.md, "The chain" and "Checkpoints"`,
 `README's "More ranks, more nodes"`. A reference names a file (any docs/NAME.md, or the
 README) and one or more quoted names; it may wrap over comment lines (the comment markers at
 the starts of lines are dropped before matching). It resolves when a heading of that file

@@ -25,7 +25,7 @@ DOC = """# Speed notes
 
 Text with a passage in it.
 """
-README = "# tool\n\n## More ranks, more nodes\n"
+README_TEXT = "# tool\n\n## More ranks, more nodes\n"
 GOOD = """// See docs/speed.md, "Speed" and "One launch per shard"; speed.md ("Where the
 // time goes") and README's "More ranks"; speed.md's "a passage in it".
 // Not a reference: open("speed.md") and other.md, "Nothing" (no such file).
@@ -50,7 +50,7 @@ def run(root):
 
 
 with tempfile.TemporaryDirectory() as d:
-    make_repo(d, {"docs/speed.md": DOC, "README.md": README, "src/good.cpp": GOOD})
+    make_repo(d, {"docs/speed.md": DOC, "README.md": README_TEXT, "src/good.cpp": GOOD})
     checked, broken = check_references(d)
     check("good references: how many", checked, 5)
     check("good references: none broken", broken, [])
