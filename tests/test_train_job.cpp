@@ -234,6 +234,77 @@ TEST_F(TrainJob, TheFirstStepsSetUpIsNotInTheEta) {
   EXPECT_FALSE(std::regex_search(out, std::regex("step +2/6 .*\\| ETA --"))) << out;
 }
 
+// MFU: steps of 0.05 s on the injected clock, 32 tokens a step (640 tokens/s),
+// on the tiny GPT of n_layer 1, d_model 32, vocab 256 at seq_len 16, whose
+// training FLOPs a token are, by PaLM's count (6 a weight of every matrix
+// product, 12 n_layer seq_len d_model for attention), 6 (12 * 32^2 + 256 * 32)
+// + 12 * 16 * 32 = 129024: at a peak of 1e-4 TFLOP/s, MFU 640 * 129024 / 1e8 =
+// 0.8257536. Without --peak-tflops no MFU is shown; a negative one is refused.
+TEST_F(TrainJob, MfuIsTheModelsFlopsOverThePeak) {
+  mxdp::TrainConfig c = tiny_in_code();
+  c.steps = 4;
+  c.eval_every = 0;
+  c.log_every = 1;
+  c.peak_tflops = 1e-4;
+  c.metrics = d / "m.jsonl";
+  double t = 1000;
+  c.clock = [&] { return t; };
+  c.on_phase = [&](const char* phase, int64_t) {
+    if (std::string(phase) == "step") t += 0.05;
+  };
+  auto comm = mxdp::make_communicator({.backend = mxdp::Backend::Self});
+  ::testing::internal::CaptureStdout();
+  const int rc = mxdp::train(c, *comm);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  ASSERT_EQ(rc, 0) << out;
+  const std::vector<json> all = lines_of(d / "m.jsonl");
+  ASSERT_FALSE(all.empty());
+  EXPECT_EQ(all[0].at("train_flops_per_token").get<double>(), 129024.0);
+  EXPECT_EQ(all[0].at("peak_tflops").get<double>(), 1e-4);
+  const std::vector<json> tl = train_lines(d / "m.jsonl");
+  ASSERT_EQ(tl.size(), 4u);
+  for (const json& j : tl) EXPECT_NEAR(j.at("mfu").get<double>(), 0.8257536, 1e-6) << j.dump();
+  EXPECT_TRUE(std::regex_search(out, std::regex("step +4/4 .*\\| 640 tok/s \\| MFU 82\\.6% \\| ETA"))) << out;
+  EXPECT_TRUE(mt::contains(out, "129 kFLOP a trained token at seq_len 16")) << out;
+
+  c.peak_tflops = 0;
+  c.metrics = d / "m0.jsonl";
+  ::testing::internal::CaptureStdout();
+  ASSERT_EQ(mxdp::train(c, *comm), 0);
+  const std::string out0 = ::testing::internal::GetCapturedStdout();
+  EXPECT_FALSE(mt::contains(out0, "MFU")) << out0;
+  for (const json& j : train_lines(d / "m0.jsonl")) EXPECT_FALSE(j.contains("mfu")) << j.dump();
+
+  auto r = train("--steps 1 --eval-every 0 --peak-tflops -1", "neg.log");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(mt::contains(r.output, "--peak-tflops must be >= 0")) << r.output;
+}
+
+// At dp 2 the rate counts both ranks' tokens and the peak both ranks' devices:
+// each line's mfu is its tokens_per_s * train_flops_per_token / (2 * peak).
+TEST_F(TrainJob, MfuAtTwoRanksCountsBothDevices) {
+  const std::string mpi = MXDP_MPIEXEC;
+  if (mpi.empty() || ::access(mpi.c_str(), X_OK) != 0) GTEST_SKIP() << "mpirun not found";
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  const mt::MpiSessionDir session;
+  const std::string cmd = session.shell_prefix() + "timeout -k 5 120 " + quote(mpi) +
+                          " --oversubscribe --bind-to none -np 2 " + quote(MXDP_BINARY) + " train " + common +
+                          " --steps 3 --eval-every 0 --peak-tflops 0.001 --metrics " + quote(d / "m.jsonl") + " > " +
+                          quote(d / "mpi.log") + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << mt::read_file(d / "mpi.log");
+  const std::vector<json> all = lines_of(d / "m.jsonl");
+  ASSERT_FALSE(all.empty());
+  EXPECT_EQ(all[0].at("ranks").get<int>(), 2);
+  const double fpt = all[0].at("train_flops_per_token");
+  const std::vector<json> tl = train_lines(d / "m.jsonl");
+  ASSERT_EQ(tl.size(), 3u);
+  for (const json& j : tl) {
+    const double want = j.at("tokens_per_s").get<double>() * fpt / (2 * 0.001e12);
+    EXPECT_NEAR(j.at("mfu").get<double>(), want, 1e-12 * want) << j.dump();
+  }
+}
+
 // Item 2: a --save-dir under a regular file is refused before step 1.
 TEST_F(TrainJob, UnusableSaveDirIsFoundBeforeTheFirstStep) {
   mt::write_file(d / "plain", "a regular file\n");

@@ -115,6 +115,9 @@ void add_output_options(CLI::App* cmd, TrainConfig& c) {
                   "Stop with an error after N consecutive steps skipped for non-finite gradients (0 = never)")->group(ev);
   cmd->add_option("--metrics", c.metrics, "Write JSON lines: one per train step and one per eval")->group(ev);
   cmd->add_option("--log-every", c.log_every, "With --progress lines: a line every N steps")->group(ev);
+  cmd->add_option("--peak-tflops", c.peak_tflops,
+                  "Peak dense bf16 TFLOP/s of one rank's device, for MFU in the progress line and the metrics (0 = "
+                  "no MFU; 989 for an H100 or H200 SXM, 312 for an A100)")->group(ev);
   cmd->add_option("--progress", c.progress, "bar (one updating line), lines, or auto (bar on a terminal, lines under mpirun)")
       ->check(CLI::IsMember({"auto", "bar", "lines"}))->group(ev);
   cmd->add_option("--sample-tokens", c.sample_tokens, "Tokens to generate at the end (0 = none)")->group(ev);

@@ -63,6 +63,9 @@ struct ModelSpec {
   int (*max_seq)(const ModelConfig& c) = nullptr;  // longest sequence
   int (*n_layer)(const ModelConfig& c) = nullptr;  // blocks (for messages)
   int (*d_model)(const ModelConfig& c) = nullptr;  // width (the default learning rate follows it)
+  // Model FLOPs of training on one token of seq_len-token sequences (MFU's
+  // numerator; each architecture's count says what it includes).
+  double (*train_flops_per_token)(const ModelConfig& c, int seq_len) = nullptr;
   // The model on the CPU (fp32, host memory), and on the current GPU computing
   // on `stream` (a cudaStream_t); build_cuda is null where this mxdp was built
   // without CUDA and cuDNN.
@@ -82,10 +85,11 @@ struct ModelSpec {
 
 // For an architecture's spec.cpp: `spec` with the entries that follow from
 // its config type filled in (num_parameters, param_specs, vocab, max_seq,
-// n_layer, d_model, build_cpu). config_of maps a ModelConfig to the architecture's
-// config (validated, as ModelSpec's functions need), params_of lists a
-// config's parameters, CpuModel is built from a config.
-template <auto config_of, auto params_of, class CpuModel>
+// n_layer, d_model, train_flops_per_token, build_cpu). config_of maps a
+// ModelConfig to the architecture's config (validated, as ModelSpec's
+// functions need), params_of lists a config's parameters, flops_of counts a
+// config's training FLOPs a token, CpuModel is built from a config.
+template <auto config_of, auto params_of, auto flops_of, class CpuModel>
 ModelSpec with_config_entries(ModelSpec spec) {
   spec.num_parameters = [](const ModelConfig& c) {
     int64_t n = 0;
@@ -97,6 +101,7 @@ ModelSpec with_config_entries(ModelSpec spec) {
   spec.max_seq = [](const ModelConfig& c) { return config_of(c).max_seq; };
   spec.n_layer = [](const ModelConfig& c) { return config_of(c).n_layer; };
   spec.d_model = [](const ModelConfig& c) { return config_of(c).d_model; };
+  spec.train_flops_per_token = [](const ModelConfig& c, int seq_len) { return flops_of(config_of(c), seq_len); };
   spec.build_cpu = [](const ModelConfig& c) -> std::unique_ptr<LanguageModel> {
     return std::make_unique<CpuModel>(config_of(c));
   };

@@ -88,6 +88,14 @@ std::string human_rate(double r) {
   return ::fmt::format("{:.0f}", r);
 }
 
+// "854.4 MFLOP", "8.22 GFLOP": four significant digits.
+std::string human_flops(double f) {
+  if (f >= 1e9) return ::fmt::format("{:.4g} GFLOP", f / 1e9);
+  if (f >= 1e6) return ::fmt::format("{:.4g} MFLOP", f / 1e6);
+  if (f >= 1e3) return ::fmt::format("{:.4g} kFLOP", f / 1e3);
+  return ::fmt::format("{:.4g} FLOP", f);
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -121,6 +129,7 @@ class Trainer {
   int stop_for_signal(int64_t done, int sig);
   void submit_step();  // the micro-batches' forward and backward, then the step, launched
   void report_step(int64_t step, int64_t first, const StepResult& r, double seconds);
+  double mfu(double tokens_per_s) const;
   void check_divergence(int64_t step, const StepResult& r);
   void save(int64_t step);
   void final_sample();
@@ -164,6 +173,7 @@ class Trainer {
   double last_eval_ = NAN, last_loss_ = NAN;
   std::unique_ptr<StepTimer> timer_;
   std::optional<ThroughputMeter> meter_;
+  double flops_per_token_ = 0;  // the model's training FLOPs a token (ModelSpec::train_flops_per_token)
   bool paused_ = true;      // an eval, a save or the start since the last step
   int64_t saved_step_ = -1;  // the step of this run's last save
   int consecutive_skipped_ = 0;
@@ -225,6 +235,9 @@ void Trainer::check_options() {
   MXDP_CHECK(cfg_.progress == "auto" || cfg_.progress == "bar" || cfg_.progress == "lines",
              "--progress must be auto, bar or lines, got '", cfg_.progress, "'");
   MXDP_CHECK(cfg_.log_every >= 1, "--log-every must be >= 1, got ", cfg_.log_every);
+  MXDP_CHECK(std::isfinite(cfg_.peak_tflops) && cfg_.peak_tflops >= 0,
+             "--peak-tflops must be >= 0 (0 = no MFU; e.g. 989 for an H100 or H200 SXM's dense bf16), got ",
+             cfg_.peak_tflops);
   for (auto [name, v] : {std::pair{"--n-layer", cfg_.n_layer}, {"--n-head", cfg_.n_head}, {"--d-model", cfg_.d_model},
                          {"--max-seq", cfg_.max_seq}, {"--vocab", cfg_.vocab}})
     MXDP_CHECK(v >= 0, name, " must be >= 0 (0 = the named config's), got ", v);
@@ -238,6 +251,7 @@ void Trainer::check_options() {
              "--start-over trains from scratch, --load resumes: pass one of them");
   MXDP_CHECK(!cfg_.start_over || !cfg_.save_dir.empty(), "--start-over needs --save-dir");
   meter_.emplace(double(cfg_.batch_size) * cfg_.seq_len * dp_ * cfg_.dp.micro_batches);
+  flops_per_token_ = mc_.spec().train_flops_per_token(mc_, cfg_.seq_len);
 }
 
 void Trainer::open_save_dir() {
@@ -489,7 +503,12 @@ void Trainer::print_header() {
   auto line = [](const char* k, const std::string& v) { std::printf("  %-27s = %s\n", k, v.c_str()); };
   line("launcher", launch_description());
   const ModelSpec& spec = mc_.spec();
-  line("model", ::fmt::format("{} ({}): {} params", cfg_.model, spec.describe(mc_), spec.num_parameters(mc_)));
+  line("model", ::fmt::format("{} ({}): {} params, {} a trained token at seq_len {}", cfg_.model,
+                              spec.describe(mc_), spec.num_parameters(mc_), human_flops(flops_per_token_),
+                              cfg_.seq_len));
+  if (cfg_.peak_tflops > 0)
+    line("peak_tflops", ::fmt::format("{:g} a rank (MFU: the model's FLOPs a second over {:g} TFLOP/s)",
+                                      cfg_.peak_tflops, cfg_.peak_tflops * dp_));
   line("data", ::fmt::format("{} (train {} tokens, val {} tokens)", data_dir_, train_ds_->size(), val_ds_->size()));
   line("steps", std::to_string(cfg_.steps));
   line("batch_size", ::fmt::format("{} per rank x {} ranks x {} micro-batches = {} sequences/step", cfg_.batch_size,
@@ -550,7 +569,8 @@ void Trainer::open_metrics() {
   for (auto& [k, v] : cfg_.dp.describe()) opts[k] = v;
   emit({{"kind", "config"}, {"step", start_step_}, {"ranks", dp_}, {"model", mc_.config}, {"data", data_dir_},
         {"batch_size", cfg_.batch_size}, {"seq_len", cfg_.seq_len}, {"seed", cfg_.seed}, {"steps", cfg_.steps},
-        {"schedule", schedule_.to_json()}, {"options", opts}});
+        {"schedule", schedule_.to_json()}, {"options", opts}, {"train_flops_per_token", flops_per_token_},
+        {"peak_tflops", cfg_.peak_tflops}});
 }
 
 // ---- the run -------------------------------------------------------------------------
@@ -661,15 +681,19 @@ void Trainer::report_step(int64_t step, int64_t first, const StepResult& r, doub
   const int64_t saves_left = cfg_.save_dir.empty() ? 0 : events_left(step - 1, cfg_.steps, cfg_.save_every, true);
   const double eta = meter_->eta(cfg_.steps - step, evals_left, saves_left);
   last_loss_ = r.loss;
-  emit({{"kind", "train"}, {"step", step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
-        {"tokens_per_s", rate}, {"step_s", seconds}, {"eta_s", eta}, {"skipped", r.skipped}});
+  json line = {{"kind", "train"}, {"step", step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
+               {"tokens_per_s", rate}, {"step_s", seconds}, {"eta_s", eta}, {"skipped", r.skipped}};
+  if (cfg_.peak_tflops > 0) line["mfu"] = mfu(rate);
+  emit(line);
   skipped_total_ += r.skipped ? 1 : 0;
   if (r.skipped)
     println(::fmt::format("step {}: non-finite gradients (norm {}), update skipped; {} skipped so far", step,
                           r.grad_norm, skipped_total_));
-  const std::string prog = ::fmt::format("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {} tok/s | ETA {}",
+  const std::string mfu_part =
+      cfg_.peak_tflops > 0 ? ::fmt::format(" | MFU {:.1f}%", 100.0 * mfu(meter_->smoothed_rate())) : "";
+  const std::string prog = ::fmt::format("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {} tok/s{} | ETA {}",
                                          step, cfg_.steps, r.loss, r.lr, r.grad_norm,
-                                         human_rate(meter_->smoothed_rate()),
+                                         human_rate(meter_->smoothed_rate()), mfu_part,
                                          meter_->steady() || step == cfg_.steps ? human_time(eta) : "--");
   if (!is_lead_) return;
   if (tty_) {
@@ -679,6 +703,12 @@ void Trainer::report_step(int64_t step, int64_t first, const StepResult& r, doub
   } else if (step % cfg_.log_every == 0 || step == first || step == cfg_.steps) {
     println(prog);
   }
+}
+
+// The model's training FLOPs a second at `tokens_per_s` (all ranks), over
+// the peak of the dp_ ranks' devices.
+double Trainer::mfu(double tokens_per_s) const {
+  return tokens_per_s * flops_per_token_ / (cfg_.peak_tflops * 1e12 * dp_);
 }
 
 void Trainer::check_divergence(int64_t step, const StepResult& r) {

@@ -83,6 +83,10 @@ struct TrainConfig {
   // output
   std::string metrics;      // JSON lines file (appended to when resuming)
   int64_t log_every = 10;   // plain progress line every N steps (progress "lines")
+  // Peak dense bf16 TFLOP/s of one rank's device: with it the progress line
+  // and the metrics show MFU (the model's training FLOPs a second over
+  // peak_tflops per rank); 0: no MFU.
+  double peak_tflops = 0;
   std::string progress = "auto";  // bar (one updating line), lines, or auto: bar on a terminal
                                   // unless under mpirun (which gives ranks a pty even when piped)
   int sample_tokens = 200;  // generated at the end (0 = none)

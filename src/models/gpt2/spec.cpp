@@ -74,7 +74,7 @@ GptConfig gpt2_config(const ModelConfig& c) {
 }
 
 const ModelSpec& gpt2_spec() {
-  static const ModelSpec spec = with_config_entries<gpt2_config, gpt_param_specs, Gpt>({
+  static const ModelSpec spec = with_config_entries<gpt2_config, gpt_param_specs, gpt_train_flops_per_token, Gpt>({
       .name = "gpt2",
       .presets = gpt_config_names,
       .from_preset = from_preset,

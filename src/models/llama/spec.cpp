@@ -83,7 +83,7 @@ void hf_import(LanguageModel& model, const std::string& path) {
 }  // namespace
 
 const ModelSpec& llama_spec() {
-  static const ModelSpec spec = with_config_entries<llama_config_of, llama_param_specs, Llama>({
+  static const ModelSpec spec = with_config_entries<llama_config_of, llama_param_specs, llama_train_flops_per_token, Llama>({
       .name = "llama",
       .presets = llama_config_names,
       .from_preset = from_preset,
