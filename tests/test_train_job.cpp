@@ -32,6 +32,7 @@
 #include "mpi_session.h"
 #include "tiny_train_fixture.h"
 #include "tmpdir_util.h"
+#include "train/throughput.h"
 #include "train/trainer.h"
 
 namespace {
@@ -278,6 +279,23 @@ TEST_F(TrainJob, MfuIsTheModelsFlopsOverThePeak) {
   auto r = train("--steps 1 --eval-every 0 --peak-tflops -1", "neg.log");
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_TRUE(mt::contains(r.output, "--peak-tflops must be >= 0")) << r.output;
+}
+
+// The peak a GPU's MFU is measured against when --peak-tflops is not given, by
+// the names the CUDA driver reports, against half the "with sparsity" bf16
+// figure of NVIDIA's datasheets (H100 SXM and H200 1979, H100 NVL and H200 NVL
+// 1671, H100 PCIe 1513; A100 624): the NVL and PCIe forms are not taken for the
+// SXM one whose name they contain; another GPU, or none, has no peak.
+TEST(Throughput, DenseBf16PeakByDeviceName) {
+  EXPECT_EQ(mxdp::dense_bf16_peak_tflops("NVIDIA H100 80GB HBM3"), 989.5);
+  EXPECT_EQ(mxdp::dense_bf16_peak_tflops("NVIDIA H200"), 989.5);
+  EXPECT_EQ(mxdp::dense_bf16_peak_tflops("NVIDIA GH200 480GB"), 989.5);
+  EXPECT_EQ(mxdp::dense_bf16_peak_tflops("NVIDIA H100 NVL"), 835.5);
+  EXPECT_EQ(mxdp::dense_bf16_peak_tflops("NVIDIA H200 NVL"), 835.5);
+  EXPECT_EQ(mxdp::dense_bf16_peak_tflops("NVIDIA H100 PCIe"), 756.5);
+  EXPECT_EQ(mxdp::dense_bf16_peak_tflops("NVIDIA A100-SXM4-80GB"), 312.0);
+  EXPECT_EQ(mxdp::dense_bf16_peak_tflops("NVIDIA L40S"), 0.0);
+  EXPECT_EQ(mxdp::dense_bf16_peak_tflops(""), 0.0);
 }
 
 // At dp 2 the rate counts both ranks' tokens and the peak both ranks' devices:

@@ -117,7 +117,8 @@ void add_output_options(CLI::App* cmd, TrainConfig& c) {
   cmd->add_option("--log-every", c.log_every, "With --progress lines: a line every N steps")->group(ev);
   cmd->add_option("--peak-tflops", c.peak_tflops,
                   "Peak dense bf16 TFLOP/s of one rank's device, for MFU in the progress line and the metrics (0 = "
-                  "no MFU; 989 for an H100 or H200 SXM, 312 for an A100)")->group(ev);
+                  "on a GPU its peak by name: H100 and H200 989.5, their NVL forms 835.5, H100 PCIe 756.5, A100 312; "
+                  "no MFU on the CPU or another GPU)")->group(ev);
   cmd->add_option("--progress", c.progress, "bar (one updating line), lines, or auto (bar on a terminal, lines under mpirun)")
       ->check(CLI::IsMember({"auto", "bar", "lines"}))->group(ev);
   cmd->add_option("--sample-tokens", c.sample_tokens, "Tokens to generate at the end (0 = none)")->group(ev);

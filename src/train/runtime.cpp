@@ -52,6 +52,20 @@ std::unique_ptr<Communicator> make_job_communicator(Device d, Communicator::Opti
   return make_communicator(opts);
 }
 
+std::string device_name(Device d) {
+#ifdef MXDP_HAVE_CUDA
+  if (d != Device::Cuda) return "";
+  int dev = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess) return prop.name;
+  (void)cudaGetLastError();  // a failed query leaves no error behind for the next CUDA call
+  return "";
+#else
+  (void)d;
+  return "";
+#endif
+}
+
 std::unique_ptr<EngineOps> make_engine_ops(Device d) {
 #ifdef MXDP_HAVE_CUDA
   if (d == Device::Cuda) return cuda::make_cuda_ops();

@@ -35,6 +35,10 @@ Device resolve_device(const std::string& name);
 // (comm/launcher.h). Sets the process's GPU.
 std::unique_ptr<Communicator> make_job_communicator(Device d, Communicator::Options opts);
 
+// The name of the current GPU (cudaDeviceProp::name, "NVIDIA H100 80GB HBM3"),
+// "" on the CPU, in a build without CUDA or where the driver does not say.
+std::string device_name(Device d);
+
 // The engine's ops for `d` (cuda: work ordered on a new compute stream of the
 // current GPU).
 std::unique_ptr<EngineOps> make_engine_ops(Device d);

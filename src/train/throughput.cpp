@@ -1,6 +1,8 @@
 #include "train/throughput.h"
 
 #include <chrono>
+#include <string>
+#include <utility>
 
 #include "util/check.h"
 
@@ -63,6 +65,16 @@ double ThroughputMeter::eta(int64_t steps_left, int64_t evals_left, int64_t save
   if (evals_ > 0) s += double(evals_left) * eval_s_ / double(evals_);
   if (saves_ > 0) s += double(saves_left) * save_s_ / double(saves_);
   return s;
+}
+
+double dense_bf16_peak_tflops(const std::string& device_name) {
+  // First match wins: the NVL and PCIe forms before the SXM name they contain.
+  static const std::pair<const char*, double> kPeaks[] = {
+      {"H100 NVL", 835.5}, {"H200 NVL", 835.5}, {"H100 PCIe", 756.5}, {"H100", 989.5}, {"H200", 989.5}, {"A100", 312.0},
+  };
+  for (const auto& [name, tflops] : kPeaks)
+    if (device_name.find(name) != std::string::npos) return tflops;
+  return 0;
 }
 
 int64_t events_left(int64_t after, int64_t last, int64_t every, bool at_last) {

@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
 
 namespace mxdp {
 
@@ -67,6 +68,13 @@ class ThroughputMeter {
   double eval_s_ = 0, save_s_ = 0;
   int64_t evals_ = 0, saves_ = 0;
 };
+
+// The dense bf16 tensor-core peak, TFLOP/s, of an NVIDIA data-center GPU
+// named `device_name` (cudaDeviceProp::name, e.g. "NVIDIA H100 80GB HBM3"):
+// half the datasheets' "with sparsity" figure. H100 SXM and H200 989.5, H100
+// NVL and H200 NVL 835.5, H100 PCIe 756.5, A100 312; 0 for any other name
+// (MFU is then shown only with --peak-tflops).
+double dense_bf16_peak_tflops(const std::string& device_name);
 
 // How many of the steps in (after, last] are multiples of `every` or `last`
 // itself (every 0: none, unless at_last): the evals or saves still to come.

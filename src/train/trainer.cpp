@@ -130,6 +130,7 @@ class Trainer {
   void submit_step();  // the micro-batches' forward and backward, then the step, launched
   void report_step(int64_t step, int64_t first, const StepResult& r, double seconds);
   double mfu(double tokens_per_s) const;
+  void resolve_peak();
   void check_divergence(int64_t step, const StepResult& r);
   void save(int64_t step);
   void final_sample();
@@ -174,6 +175,8 @@ class Trainer {
   std::unique_ptr<StepTimer> timer_;
   std::optional<ThroughputMeter> meter_;
   double flops_per_token_ = 0;  // the model's training FLOPs a token (ModelSpec::train_flops_per_token)
+  double peak_tflops_ = 0;      // a rank's peak MFU is measured against (0: no MFU; resolve_peak)
+  std::string peak_from_;       // where it came from, for the header
   bool paused_ = true;      // an eval, a save or the start since the last step
   int64_t saved_step_ = -1;  // the step of this run's last save
   int consecutive_skipped_ = 0;
@@ -187,6 +190,7 @@ int Trainer::run() {
   set_threads();
   device_ = resolve_device(cfg_.device);
   ops_ = make_engine_ops(device_);
+  resolve_peak();
   open_data();
   read_resume_point();
   resolve_schedule();
@@ -506,9 +510,9 @@ void Trainer::print_header() {
   line("model", ::fmt::format("{} ({}): {} params, {} a trained token at seq_len {}", cfg_.model,
                               spec.describe(mc_), spec.num_parameters(mc_), human_flops(flops_per_token_),
                               cfg_.seq_len));
-  if (cfg_.peak_tflops > 0)
-    line("peak_tflops", ::fmt::format("{:g} a rank (MFU: the model's FLOPs a second over {:g} TFLOP/s)",
-                                      cfg_.peak_tflops, cfg_.peak_tflops * dp_));
+  if (peak_tflops_ > 0)
+    line("peak_tflops", ::fmt::format("{:g} a rank, {} (MFU: the model's FLOPs a second over {:g} TFLOP/s)",
+                                      peak_tflops_, peak_from_, peak_tflops_ * dp_));
   line("data", ::fmt::format("{} (train {} tokens, val {} tokens)", data_dir_, train_ds_->size(), val_ds_->size()));
   line("steps", std::to_string(cfg_.steps));
   line("batch_size", ::fmt::format("{} per rank x {} ranks x {} micro-batches = {} sequences/step", cfg_.batch_size,
@@ -570,7 +574,7 @@ void Trainer::open_metrics() {
   emit({{"kind", "config"}, {"step", start_step_}, {"ranks", dp_}, {"model", mc_.config}, {"data", data_dir_},
         {"batch_size", cfg_.batch_size}, {"seq_len", cfg_.seq_len}, {"seed", cfg_.seed}, {"steps", cfg_.steps},
         {"schedule", schedule_.to_json()}, {"options", opts}, {"train_flops_per_token", flops_per_token_},
-        {"peak_tflops", cfg_.peak_tflops}});
+        {"peak_tflops", peak_tflops_}});
 }
 
 // ---- the run -------------------------------------------------------------------------
@@ -683,14 +687,14 @@ void Trainer::report_step(int64_t step, int64_t first, const StepResult& r, doub
   last_loss_ = r.loss;
   json line = {{"kind", "train"}, {"step", step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                {"tokens_per_s", rate}, {"step_s", seconds}, {"eta_s", eta}, {"skipped", r.skipped}};
-  if (cfg_.peak_tflops > 0) line["mfu"] = mfu(rate);
+  if (peak_tflops_ > 0) line["mfu"] = mfu(rate);
   emit(line);
   skipped_total_ += r.skipped ? 1 : 0;
   if (r.skipped)
     println(::fmt::format("step {}: non-finite gradients (norm {}), update skipped; {} skipped so far", step,
                           r.grad_norm, skipped_total_));
   const std::string mfu_part =
-      cfg_.peak_tflops > 0 ? ::fmt::format(" | MFU {:.1f}%", 100.0 * mfu(meter_->smoothed_rate())) : "";
+      peak_tflops_ > 0 ? ::fmt::format(" | MFU {:.1f}%", 100.0 * mfu(meter_->smoothed_rate())) : "";
   const std::string prog = ::fmt::format("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {} tok/s{} | ETA {}",
                                          step, cfg_.steps, r.loss, r.lr, r.grad_norm,
                                          human_rate(meter_->smoothed_rate()), mfu_part,
@@ -705,10 +709,23 @@ void Trainer::report_step(int64_t step, int64_t first, const StepResult& r, doub
   }
 }
 
+// The peak MFU is measured against: --peak-tflops, else on a GPU its dense
+// bf16 peak looked up by its name (none for a name the table does not list).
+void Trainer::resolve_peak() {
+  peak_tflops_ = cfg_.peak_tflops;
+  if (peak_tflops_ > 0) {
+    peak_from_ = "from --peak-tflops";
+    return;
+  }
+  const std::string name = device_name(device_);
+  peak_tflops_ = dense_bf16_peak_tflops(name);
+  if (peak_tflops_ > 0) peak_from_ = "the dense bf16 peak of an " + name + " (--peak-tflops sets another)";
+}
+
 // The model's training FLOPs a second at `tokens_per_s` (all ranks), over
 // the peak of the dp_ ranks' devices.
 double Trainer::mfu(double tokens_per_s) const {
-  return tokens_per_s * flops_per_token_ / (cfg_.peak_tflops * 1e12 * dp_);
+  return tokens_per_s * flops_per_token_ / (peak_tflops_ * 1e12 * dp_);
 }
 
 void Trainer::check_divergence(int64_t step, const StepResult& r) {

@@ -85,7 +85,8 @@ struct TrainConfig {
   int64_t log_every = 10;   // plain progress line every N steps (progress "lines")
   // Peak dense bf16 TFLOP/s of one rank's device: with it the progress line
   // and the metrics show MFU (the model's training FLOPs a second over
-  // peak_tflops per rank); 0: no MFU.
+  // peak_tflops per rank); 0: on a GPU its peak by name
+  // (dense_bf16_peak_tflops), no MFU where that is unknown and on the CPU.
   double peak_tflops = 0;
   std::string progress = "auto";  // bar (one updating line), lines, or auto: bar on a terminal
                                   // unless under mpirun (which gives ranks a pty even when piped)
