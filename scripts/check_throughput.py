@@ -12,6 +12,11 @@ step times and the median reported rate are within --tolerance of the wall
 clock's (--no-median: the sum alone, for a CPU shared with other work, whose
 step times vary too much for a median to stand for the mean).
 
+With --expect-mfu the run must also report MFU (a peak from --peak-tflops
+among the arguments, or on a GPU the one its name gives): every train line's
+"mfu" is its tokens_per_s times the config line's train_flops_per_token over
+peak_tflops times the ranks, and the median over the steady steps is printed.
+
   python3 scripts/check_throughput.py --mxdp build/mxdp -- --device cuda \
       --model gpt2-124m --batch-size 16 --seq-len 1024 --steps 60
 """
@@ -32,6 +37,7 @@ def main():
     ap.add_argument("--skip", type=int, default=10, help="first steps left out (warm-up)")
     ap.add_argument("--tolerance", type=float, default=0.10)
     ap.add_argument("--no-median", action="store_true", help="judge the sum of the step times alone")
+    ap.add_argument("--expect-mfu", action="store_true", help="the run must report a consistent MFU")
     ap.add_argument("args", nargs=argparse.REMAINDER, help="-- then mxdp train's arguments")
     a = ap.parse_args()
     args = [x for x in a.args if x != "--"]
@@ -54,6 +60,7 @@ def main():
             sys.exit(f"FAIL: mxdp train exited {p.returncode}")
         rows = [json.loads(s) for s in open(metrics)]
     train = {r["step"]: r for r in rows if r["kind"] == "train"}
+    mfu_ok = not a.expect_mfu or check_mfu(rows)
     pauses = sorted(r["step"] for r in rows if r["kind"] == "eval")
     last = max(train)
     end = min([s for s in pauses if s > a.skip] + [last])  # the eval (or the end) after the steady stretch
@@ -75,7 +82,27 @@ def main():
     if not a.no_median:
         ok = ok and abs(reported / wall_rate - 1) <= a.tolerance
     print(f"PASS: within {a.tolerance:.0%}" if ok else f"FAIL: off by more than {a.tolerance:.0%}")
-    sys.exit(0 if ok else 1)
+    if a.expect_mfu:
+        print(f"  MFU, median of the steady steps: {statistics.median(train[s]['mfu'] for s in window):.1%}"
+              if mfu_ok else "FAIL: no MFU, or one that is not the metrics' own rate and FLOPs over the peak")
+    sys.exit(0 if ok and mfu_ok else 1)
+
+
+def check_mfu(rows):
+    """Whether the run reported a peak and every train line's mfu follows from its own numbers."""
+    config = next(r for r in rows if r["kind"] == "config")
+    peak, flops, ranks = config.get("peak_tflops", 0), config["train_flops_per_token"], config["ranks"]
+    print(f"  peak {peak} TFLOP/s a rank, {flops:,.0f} FLOP a trained token, {ranks} rank(s)")
+    if not peak > 0:
+        return False
+    for r in rows:
+        if r["kind"] != "train":
+            continue
+        want = r["tokens_per_s"] * flops / (peak * 1e12 * ranks)
+        if "mfu" not in r or abs(r["mfu"] - want) > 1e-9 * want:
+            print(f"  step {r['step']}: mfu {r.get('mfu')}, want {want}")
+            return False
+    return True
 
 
 if __name__ == "__main__":

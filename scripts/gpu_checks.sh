@@ -105,8 +105,9 @@ step train_124m "$B/mxdp" train --device cuda --model gpt2-124m --batch-size 16 
 step train_124m_fp8 "$B/mxdp" train --device cuda --model gpt2-124m --batch-size 16 --seq-len 1024 --steps 60 \
   --eval-every 30 --eval-batches 4 --sample-tokens 20 --progress lines --log-every 10 --weight-format fp8b128 \
   --compute-dtype fp8 --save-dir "$LOGDIR/ckpt_fp8" --start-over
-# The tokens/s the trainer reports (CUDA events) against this script's wall clock, steps 11-59 (issue 21).
-step throughput_124m python3 scripts/check_throughput.py --mxdp "$B/mxdp" -- --device cuda --model gpt2-124m \
+# The tokens/s the trainer reports (CUDA events) against this script's wall clock, steps 11-59 (issue 21),
+# and the MFU it reports against the peak its GPU's name gives (an H100's or H200's: no --peak-tflops).
+step throughput_124m python3 scripts/check_throughput.py --expect-mfu --mxdp "$B/mxdp" -- --device cuda --model gpt2-124m \
   --batch-size 16 --seq-len 1024 --steps 60
 step sample_cuda "$B/mxdp" sample --device cuda --load "$LOGDIR/ckpt" --tokens 80
 step train_llama_cuda "$B/mxdp" train --device cuda --model llama-tiny --steps 200 --eval-every 100 --eval-batches 4 \
