@@ -10,11 +10,16 @@ transcendental work (FCHK, MUFU), warp shuffles, FP8/BF16 packs (F2FP), FFMA,
 global and shared loads and stores. Static counts: each instruction once,
 whether a thread runs it or branches around it.
 
-It needs cuobjdump, which CUDA's toolkit has but a minimal CUDA install may
-lack; the wheel `nvidia-cuda-cuobjdump` on PyPI holds one (bin/cuobjdump):
-    python3 -m pip download --no-deps -d /tmp/w nvidia-cuda-cuobjdump
-    python3 -m zipfile -e /tmp/w/nvidia_cuda_cuobjdump-*.whl /tmp/w/x; chmod +x /tmp/w/x/nvidia/*/bin/cuobjdump
-then put that bin/ on PATH or name it in MXDP_CUOBJDUMP."""
+It needs cuobjdump and the nvdisasm it calls, which CUDA's toolkit has but a
+minimal CUDA install may lack; the wheels `nvidia-cuda-cuobjdump` and
+`nvidia-cuda-nvdisasm` on PyPI hold them (bin/cuobjdump, bin/nvdisasm):
+    python3 -m pip download --no-deps -d /tmp/w nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm
+    python3 -m zipfile -e /tmp/w/nvidia_cuda_cuobjdump-*.whl /tmp/w/x
+    python3 -m zipfile -e /tmp/w/nvidia_cuda_nvdisasm-*.whl /tmp/w/x; chmod +x /tmp/w/x/nvidia/*/bin/*
+then put that bin/ on PATH (or name cuobjdump in MXDP_CUOBJDUMP and put nvdisasm on PATH).
+Static counts include code that seldom runs (bf16x8_rn's NaN fallback through
+the codec is compiled into every bf16 rounding); ncu's inst_executed gives the
+dynamic ones."""
 import argparse
 import collections
 import os

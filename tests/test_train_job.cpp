@@ -29,7 +29,6 @@
 #include "comm/comm.h"
 #include "data/data.h"
 #include "io/checkpoint.h"
-#include "mpi_session.h"
 #include "tiny_train_fixture.h"
 #include "tmpdir_util.h"
 #include "train/throughput.h"
@@ -42,9 +41,6 @@ namespace mt = mxdp::testing;
 using mt::quote;
 using nlohmann::json;
 
-#ifndef MXDP_MPIEXEC
-#define MXDP_MPIEXEC ""
-#endif
 
 const char* kTiny =
     "--model tiny --n-layer 1 --d-model 32 --seq-len 16 --batch-size 2 --eval-batches 1 --sample-tokens 0 "
@@ -301,15 +297,10 @@ TEST(Throughput, DenseBf16PeakByDeviceName) {
 // At dp 2 the rate counts both ranks' tokens and the peak both ranks' devices:
 // each line's mfu is its tokens_per_s * train_flops_per_token / (2 * peak).
 TEST_F(TrainJob, MfuAtTwoRanksCountsBothDevices) {
-  const std::string mpi = MXDP_MPIEXEC;
-  if (mpi.empty() || ::access(mpi.c_str(), X_OK) != 0) GTEST_SKIP() << "mpirun not found";
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  const mt::MpiSessionDir session;
-  const std::string cmd = session.shell_prefix() + "timeout -k 5 120 " + quote(mpi) +
-                          " --oversubscribe --bind-to none -np 2 " + quote(MXDP_BINARY) + " train " + common +
-                          " --steps 3 --eval-every 0 --peak-tflops 0.001 --metrics " + quote(d / "m.jsonl") + " > " +
-                          quote(d / "mpi.log") + " 2>&1";
+  const std::string run2 = timed_mpirun_train();
+  if (run2.empty()) GTEST_SKIP() << "mpirun not found";
+  const std::string cmd = run2 + " --steps 3 --eval-every 0 --peak-tflops 0.001 --metrics " + quote(d / "m.jsonl") +
+                          " > " + quote(d / "mpi.log") + " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << mt::read_file(d / "mpi.log");
   const std::vector<json> all = lines_of(d / "m.jsonl");
   ASSERT_FALSE(all.empty());
@@ -510,17 +501,11 @@ std::vector<std::pair<int, pid_t>> ranks_of(pid_t parent) {
 // next step boundary, save together, rank 0 says so once, and the job exits
 // non-zero; the checkpoint resumes bitwise (at dp 2) like an unbroken run.
 TEST_F(TrainJob, SigtermToOneRankStopsAllWithOneCheckpoint) {
-  const std::string mpi = MXDP_MPIEXEC;
-  if (mpi.empty() || ::access(mpi.c_str(), X_OK) != 0) GTEST_SKIP() << "mpirun not found";
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  const mt::MpiSessionDir session;
-  const std::string run2 = quote(mpi) + " --oversubscribe --bind-to none -np 2 " + quote(MXDP_BINARY) + " train " +
-                           common;
-  const std::string timed = session.shell_prefix() + "timeout -k 5 120 " + run2;
+  const std::string run2 = mpirun_train(), timed = timed_mpirun_train();
+  if (run2.empty()) GTEST_SKIP() << "mpirun not found";
   const std::string ck = d / "ck", sched = " --eval-every 0 --lr-decay-steps 0 --warmup-steps 2";
   // exec'd through `env` so that the spawned pid is mpirun's.
-  Spawned job("env " + session.shell_prefix() + run2 + " --steps 1000000" + sched + " --save-dir " + quote(ck) + " --metrics " +
+  Spawned job("env " + run2 + " --steps 1000000" + sched + " --save-dir " + quote(ck) + " --metrics " +
                   quote(d / "m.jsonl"),
               d / "job.log");
   ASSERT_TRUE(wait_for_train_lines(d / "m.jsonl", 3)) << mt::read_file(d / "job.log");

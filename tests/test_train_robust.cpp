@@ -20,7 +20,6 @@
 
 #include "data/data.h"
 #include "train/schedule.h"
-#include "mpi_session.h"
 #include "tiny_train_fixture.h"
 #include "tmpdir_util.h"
 
@@ -31,9 +30,6 @@ namespace mt = mxdp::testing;
 using mt::quote;
 using nlohmann::json;
 
-#ifndef MXDP_MPIEXEC
-#define MXDP_MPIEXEC ""
-#endif
 
 
 // A tiny model and short runs: each job takes well under a second of compute.
@@ -386,14 +382,9 @@ TEST_F(TrainRobust, StaleTemporariesRemovedAndKeepLast) {
 
 // Point 8: --backend self under mpirun would run unrelated one-rank jobs.
 TEST_F(TrainRobust, BackendSelfWithSeveralRanksIsAnError) {
-  const std::string m = MXDP_MPIEXEC;
-  if (m.empty() || ::access(m.c_str(), X_OK) != 0) GTEST_SKIP() << "mpirun not found";
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  const mt::MpiSessionDir session;  // Open MPI's session files apart from concurrent tests
-  const std::string cmd = session.shell_prefix() + "timeout -k 5 120 " + quote(m) + " --oversubscribe --bind-to none -np 2 " + quote(MXDP_BINARY) +
-                          " train " + common + " --steps 1 --eval-every 0 --backend self > " + quote(d / "self.log") +
-                          " 2>&1";
+  const std::string run2 = timed_mpirun_train();
+  if (run2.empty()) GTEST_SKIP() << "mpirun not found";
+  const std::string cmd = run2 + " --steps 1 --eval-every 0 --backend self > " + quote(d / "self.log") + " 2>&1";
   const int status = std::system(cmd.c_str());
   const std::string out = mt::read_file(d / "self.log");
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 124) << out;
@@ -403,14 +394,9 @@ TEST_F(TrainRobust, BackendSelfWithSeveralRanksIsAnError) {
 
 // Issue 24: the run header's first line names the launcher it found.
 TEST_F(TrainRobust, HeaderFirstLineNamesTheLauncher) {
-  const std::string m = MXDP_MPIEXEC;
-  if (m.empty() || ::access(m.c_str(), X_OK) != 0) GTEST_SKIP() << "mpirun not found";
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  const mt::MpiSessionDir session;
-  const std::string cmd = session.shell_prefix() + "timeout -k 5 120 " + quote(m) +
-                          " --oversubscribe --bind-to none -np 2 " + quote(MXDP_BINARY) + " train " + common +
-                          " --steps 1 --eval-every 0 > " + quote(d / "hdr.log") + " 2>&1";
+  const std::string run2 = timed_mpirun_train();
+  if (run2.empty()) GTEST_SKIP() << "mpirun not found";
+  const std::string cmd = run2 + " --steps 1 --eval-every 0 > " + quote(d / "hdr.log") + " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << mt::read_file(d / "hdr.log");
   const std::string out = mt::read_file(d / "hdr.log");
   EXPECT_TRUE(out.rfind("mxdp train: 2 ranks started by Open MPI (mpi)", 0) == 0) << out;
@@ -423,15 +409,10 @@ TEST_F(TrainRobust, HeaderFirstLineNamesTheLauncher) {
 // mpirun (every rank finds a bad option; rank 0 says it), without the source
 // location unless --verbose asks for it.
 TEST_F(TrainRobust, AnErrorIsOneSentenceOnce) {
-  const std::string m = MXDP_MPIEXEC;
-  if (m.empty() || ::access(m.c_str(), X_OK) != 0) GTEST_SKIP() << "mpirun not found";
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  const mt::MpiSessionDir session;
+  const std::string timed = timed_mpirun_train();
+  if (timed.empty()) GTEST_SKIP() << "mpirun not found";
   const auto run2 = [&](const std::string& extra, const std::string& log) {
-    const std::string cmd = session.shell_prefix() + "timeout -k 5 120 " + quote(m) +
-                            " --oversubscribe --bind-to none -np 2 " + quote(MXDP_BINARY) + " train " + common +
-                            " --steps -1 " + extra + " > " + quote(d / log) + " 2>&1";
+    const std::string cmd = timed + " --steps -1 " + extra + " > " + quote(d / log) + " 2>&1";
     const int status = std::system(cmd.c_str());
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 124);
     return mt::read_file(d / log);

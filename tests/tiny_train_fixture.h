@@ -4,12 +4,19 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <string>
 #include <utility>
 
 #include "data/data.h"
+#include "mpi_session.h"
 #include "tmpdir_util.h"
+
+#ifndef MXDP_MPIEXEC
+#define MXDP_MPIEXEC ""
+#endif
 
 namespace mxdp::testing {
 
@@ -33,10 +40,26 @@ class TinyTrainTest : public ::testing::Test {
   RunResult train(const std::string& args, const std::string& log) {
     return run_mxdp("train " + common + " " + args, d / log);
   }
+  // `mpirun -np 2 mxdp train <flags> --data ...` for a shell, to which a test
+  // appends its arguments and redirections; its Open MPI session files go to
+  // the fixture's own directory (mpi_session.h), and root may run it. "" when
+  // this build found no mpirun: the test then skips.
+  std::string mpirun_train() { return with_mpirun(""); }
+  // The same under a 120 s timeout (then killed), for jobs that must end by themselves.
+  std::string timed_mpirun_train() { return with_mpirun("timeout -k 5 120 "); }
   TempDir d;
   std::string common;  // the flags and --data, for tests that build their own command line
+  MpiSessionDir session;
 
  private:
+  std::string with_mpirun(const std::string& wrapper) {
+    const std::string m = MXDP_MPIEXEC;
+    if (m.empty() || ::access(m.c_str(), X_OK) != 0) return "";
+    ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+    return session.shell_prefix() + wrapper + quote(m) + " --oversubscribe --bind-to none -np 2 " + quote(MXDP_BINARY) +
+           " train " + common;
+  }
   std::string flags_;
 };
 
