@@ -102,7 +102,7 @@ std::vector<ParamSpec> gpt_fp8_param_specs(const GptConfig& cfg, const Fp8Comput
 double gpt_train_flops_per_token(const GptConfig& c, int seq_len) {
   const double C = c.d_model, L = c.n_layer;
   const double matmul_weights = L * 12.0 * C * C + double(c.vocab) * C;
-  return 6.0 * matmul_weights + 12.0 * L * double(seq_len) * C;
+  return 6.0 * matmul_weights + 6.0 * L * double(seq_len) * C;
 }
 
 int64_t gpt_num_parameters(const GptConfig& c) {

@@ -73,10 +73,11 @@ int64_t gpt_num_parameters(const GptConfig& cfg);
 // Model FLOPs of training on one token of seq_len-token sequences, forward and
 // backward (the numerator of MFU): 6 a weight of every matrix product (the
 // four linears of each block, 12 d_model^2, and the tied LM head over the
-// real vocabulary; wte and wpe are read as lookups) and 12 n_layer seq_len
-// d_model for attention's two products over all seq_len^2 scores (PaLM's and
-// nanoGPT's count: causal masking, which halves the work done, is not
-// discounted). Biases, norms, GELU and the softmax are not counted.
+// real vocabulary; wte and wpe are read as lookups) and 6 n_layer seq_len
+// d_model for attention's two products over the causal half of the
+// seq_len^2 scores (PaLM's and nanoGPT's count takes all of them, 12 n_layer
+// seq_len d_model; the benchmarks count as here). Biases, norms, GELU and the
+// softmax are not counted.
 double gpt_train_flops_per_token(const GptConfig& cfg, int seq_len);
 
 // A GPT on any device: a LanguageModel (model.h) with its config.

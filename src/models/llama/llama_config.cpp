@@ -124,7 +124,7 @@ double llama_train_flops_per_token(const LlamaConfig& c, int seq_len) {
   const double C = c.d_model, F = c.d_ff, L = c.n_layer;
   const double block = C * c.qkv_dim() + double(c.q_dim()) * C + 2.0 * F * C + F * C;
   const double matmul_weights = L * block + double(c.vocab) * C;
-  return 6.0 * matmul_weights + 12.0 * L * double(seq_len) * c.q_dim();
+  return 6.0 * matmul_weights + 6.0 * L * double(seq_len) * c.q_dim();
 }
 
 int64_t llama_num_parameters(const LlamaConfig& c) {

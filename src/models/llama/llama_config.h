@@ -96,9 +96,9 @@ LlamaParamIndex llama_param_index(const LlamaConfig& c);
 // Model FLOPs of training on one token of seq_len-token sequences, forward and
 // backward (the numerator of MFU): 6 a weight of every matrix product (each
 // block's qkv, o, gate_up and down, and the LM head, tied or not; the
-// embedding is a lookup) and 12 n_layer seq_len q_dim for attention's two
-// products over all seq_len^2 scores (PaLM's count: causal masking is not
-// discounted; grouped K/V heads change the projections, not these products).
+// embedding is a lookup) and 6 n_layer seq_len q_dim for attention's two
+// products over the causal half of the seq_len^2 scores (PaLM's count takes
+// all of them; grouped K/V heads change the projections, not these products).
 // Norms, RoPE, the SwiGLU and the softmax are not counted.
 double llama_train_flops_per_token(const LlamaConfig& c, int seq_len);
 int64_t llama_num_parameters(const LlamaConfig& c);
