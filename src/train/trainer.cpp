@@ -48,9 +48,8 @@ ModelConfig resolve_model(const TrainConfig& cfg) {
 
 std::vector<ParamSpec> compute_param_specs(const ModelConfig& mc, const DpOptions& dp, const std::string& model) {
   dp.validate_fp8_compute();
-  std::vector<ParamSpec> params = mc.spec().param_specs(mc);
-  if (dp.compute_dtype == LinearCompute::Fp8) check_fp8_compute(params, model);
-  return dp.model_fp8_compute().apply(std::move(params), mc.spec().n_layer(mc), model);
+  // apply checks the counts and check_fp8_compute's rules when compute_dtype is fp8.
+  return dp.model_fp8_compute().apply(mc.spec().param_specs(mc), mc.spec().n_layer(mc), model);
 }
 
 namespace {
