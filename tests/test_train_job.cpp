@@ -19,6 +19,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <functional>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -155,6 +156,22 @@ class TrainJob : public mt::TinyTrainTest {
     c.data = d / "data";
     return c;
   }
+  // train(c) in this process on one rank, on a clock that moves only by what
+  // span_s(phase, step) says each timed span ("step", "eval", "save") takes:
+  // the exit code and what the run printed.
+  struct Ran {
+    int rc;
+    std::string out;
+  };
+  Ran train_on_clock(mxdp::TrainConfig c, const std::function<double(const std::string&, int64_t)>& span_s) const {
+    double t = 1000;
+    c.clock = [&] { return t; };
+    c.on_phase = [&](const char* phase, int64_t step) { t += span_s(phase, step); };
+    auto comm = mxdp::make_communicator({.backend = mxdp::Backend::Self});
+    ::testing::internal::CaptureStdout();
+    const int rc = mxdp::train(c, *comm);
+    return {rc, ::testing::internal::GetCapturedStdout()};
+  }
 };
 
 }  // namespace
@@ -172,13 +189,10 @@ TEST_F(TrainJob, RateAndEtaAreTrueAroundEvalsAndSaves) {
   c.save_every = save_every;
   c.save_dir = d / "ck";
   c.metrics = d / "m.jsonl";
-  double t = 1000;
-  c.clock = [&] { return t; };
-  c.on_phase = [&](const char* phase, int64_t) {
-    t += std::string(phase) == "step" ? step_s : std::string(phase) == "eval" ? eval_s : save_s;
-  };
-  auto comm = mxdp::make_communicator({.backend = mxdp::Backend::Self});
-  ASSERT_EQ(mxdp::train(c, *comm), 0);
+  const Ran run = train_on_clock(c, [&](const std::string& phase, int64_t) {
+    return phase == "step" ? step_s : phase == "eval" ? eval_s : save_s;
+  });
+  ASSERT_EQ(run.rc, 0) << run.out;
 
   const double tokens_per_step = 2.0 * 16;  // batch x seq_len x 1 rank x 1 micro-batch
   const std::vector<json> tl = train_lines(d / "m.jsonl");
@@ -210,16 +224,11 @@ TEST_F(TrainJob, TheFirstStepsSetUpIsNotInTheEta) {
   c.steps = steps;
   c.eval_every = 0;
   c.metrics = d / "m.jsonl";
-  double t = 1000;
-  c.clock = [&] { return t; };
-  c.on_phase = [&](const char* phase, int64_t step) {
-    if (std::string(phase) == "step") t += step == 1 ? first_s : step_s;
-  };
-  auto comm = mxdp::make_communicator({.backend = mxdp::Backend::Self});
-  ::testing::internal::CaptureStdout();
-  const int rc = mxdp::train(c, *comm);
-  const std::string out = ::testing::internal::GetCapturedStdout();
-  ASSERT_EQ(rc, 0) << out;
+  const Ran run = train_on_clock(c, [&](const std::string& phase, int64_t step) {
+    return phase != "step" ? 0.0 : step == 1 ? first_s : step_s;
+  });
+  const std::string& out = run.out;
+  ASSERT_EQ(run.rc, 0) << out;
   const std::vector<json> tl = train_lines(d / "m.jsonl");
   ASSERT_EQ(tl.size(), size_t(steps));
   EXPECT_NEAR(tl[0].at("step_s").get<double>(), first_s, 1e-9);  // the first step's own time is what it took
@@ -244,16 +253,10 @@ TEST_F(TrainJob, MfuIsTheModelsFlopsOverThePeak) {
   c.log_every = 1;
   c.peak_tflops = 1e-4;
   c.metrics = d / "m.jsonl";
-  double t = 1000;
-  c.clock = [&] { return t; };
-  c.on_phase = [&](const char* phase, int64_t) {
-    if (std::string(phase) == "step") t += 0.05;
-  };
-  auto comm = mxdp::make_communicator({.backend = mxdp::Backend::Self});
-  ::testing::internal::CaptureStdout();
-  const int rc = mxdp::train(c, *comm);
-  const std::string out = ::testing::internal::GetCapturedStdout();
-  ASSERT_EQ(rc, 0) << out;
+  const auto steps_of_50ms = [](const std::string& phase, int64_t) { return phase == "step" ? 0.05 : 0.0; };
+  const Ran run = train_on_clock(c, steps_of_50ms);
+  const std::string& out = run.out;
+  ASSERT_EQ(run.rc, 0) << out;
   const std::vector<json> all = lines_of(d / "m.jsonl");
   ASSERT_FALSE(all.empty());
   EXPECT_EQ(all[0].at("train_flops_per_token").get<double>(), 125952.0);
@@ -266,9 +269,9 @@ TEST_F(TrainJob, MfuIsTheModelsFlopsOverThePeak) {
 
   c.peak_tflops = 0;
   c.metrics = d / "m0.jsonl";
-  ::testing::internal::CaptureStdout();
-  ASSERT_EQ(mxdp::train(c, *comm), 0);
-  const std::string out0 = ::testing::internal::GetCapturedStdout();
+  const Ran run0 = train_on_clock(c, steps_of_50ms);
+  const std::string& out0 = run0.out;
+  ASSERT_EQ(run0.rc, 0) << out0;
   EXPECT_FALSE(mt::contains(out0, "MFU")) << out0;
   for (const json& j : train_lines(d / "m0.jsonl")) EXPECT_FALSE(j.contains("mfu")) << j.dump();
 
