@@ -6,24 +6,14 @@
 
 #include <cublasLt.h>
 
-#include <map>
 #include <tuple>
 
+#include "models/cuda/cublaslt_plans.h"
 #include "util/check.h"
-#include "util/cuda_check.h"
-
-#define MXDP_FP8_CUBLAS_CHECK(call)                                                \
-  do {                                                                             \
-    cublasStatus_t mxdp_st_ = (call);                                              \
-    if (mxdp_st_ != CUBLAS_STATUS_SUCCESS)                                         \
-      MXDP_FAIL("cuBLASLt call failed: " #call ": cublasStatus_t ", int(mxdp_st_)); \
-  } while (0)
 
 namespace mxdp::cuda {
 
 namespace {
-
-constexpr size_t kWorkspace = size_t(32) << 20;
 
 struct Key {
   int m, n, k;  // cuBLASLt's: m = N, n = M
@@ -35,10 +25,7 @@ struct Key {
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 
-struct Plan {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, cd = nullptr;
-  cublasLtMatmulAlgo_t algo{};
+struct Plan : CublasLtPlan {
   bool ok = true;     // false: cuBLASLt has no algorithm for it (a bias plan then falls back)
   bool ran = false;   // it has run once
 };
@@ -76,62 +63,50 @@ int pick_wgrad(const cublasLtMatmulHeuristicResult_t* res, int found) {
 }  // namespace
 
 struct Fp8Gemm::Impl {
-  cudaStream_t stream;
-  bool wgrad_split_k = true;
-  cublasLtHandle_t handle = nullptr;
-  void* workspace = nullptr;
-  std::map<Key, Plan> plans;
+  CublasLtPlans<Key, Plan> lt;
+
+  Impl(cudaStream_t stream, bool wgrad_split_k) : lt(stream, wgrad_split_k) {}
 
   // The scale pointers are set before the heuristic too (as every later call sets them).
   Plan& plan(const Key& s, const float* a_scales, const float* b_scales, const void* bias) {
-    auto it = plans.find(s);
-    if (it != plans.end()) return it->second;
-    Plan p;
-    MXDP_FP8_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    MXDP_FP8_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    MXDP_FP8_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    const cublasLtMatmulMatrixScale_t ma = scale_mode(s.sa), mb = scale_mode(s.sb);
-    MXDP_FP8_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &ma, sizeof ma));
-    MXDP_FP8_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mb, sizeof mb));
-    MXDP_FP8_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scales, sizeof a_scales));
-    MXDP_FP8_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scales, sizeof b_scales));
-    if (s.bias) {
-      const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
-      const cudaDataType_t bt = CUDA_R_16BF;
-      MXDP_FP8_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
-      MXDP_FP8_CUBLAS_CHECK(
-          cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
-      MXDP_FP8_CUBLAS_CHECK(
-          cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    }
-    // A {K, m} col-major (op T: m x K), B {K, n} (op N), C = D {m, n}.
-    MXDP_FP8_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, fp8_type(s.ka), s.k, s.m, s.k));
-    MXDP_FP8_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, fp8_type(s.kb), s.k, s.n, s.k));
-    MXDP_FP8_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.cd, s.fp32_out ? CUDA_R_32F : CUDA_R_16BF, s.m, s.n, s.m));
-    cublasLtMatmulPreference_t pref = nullptr;
-    MXDP_FP8_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t ws = s.fp32_out && !wgrad_split_k ? 0 : kWorkspace;
-    MXDP_FP8_CUBLAS_CHECK(
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    cublasLtMatmulHeuristicResult_t res[kAnswers]{};
-    int found = 0;
-    const cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.cd, p.cd, pref, kAnswers, res, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (s.bias && (st != CUBLAS_STATUS_SUCCESS || found == 0)) {
-      p.ok = false;  // no fused bias for this shape: the caller adds it
-      return plans.emplace(s, p).first->second;
-    }
-    MXDP_CHECK(st == CUBLAS_STATUS_SUCCESS && found > 0,
-               "cuBLASLt has no block-scaled FP8 algorithm for m=", s.m, " n=", s.n, " k=", s.k,
-               " (scales ", s.sa == Fp8Scaling::Rows1x128 ? "1x128" : "128x128", " x ",
-               s.sb == Fp8Scaling::Rows1x128 ? "1x128" : "128x128", ", ", s.fp32_out ? "fp32" : "bf16",
-               " out): it needs an sm_90 GPU and cuBLAS 12.9 or later; cublasStatus_t ", int(st));
-    p.algo = res[s.fp32_out ? pick_wgrad(res, found) : 0].algo;
-    return plans.emplace(s, p).first->second;
+    return lt.get(s, [&](Plan& p) {
+      MXDP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+      MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+      MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+      const cublasLtMatmulMatrixScale_t ma = scale_mode(s.sa), mb = scale_mode(s.sb);
+      MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &ma, sizeof ma));
+      MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mb, sizeof mb));
+      MXDP_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scales, sizeof a_scales));
+      MXDP_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scales, sizeof b_scales));
+      if (s.bias) {
+        const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+        const cudaDataType_t bt = CUDA_R_16BF;
+        MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
+        MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+        MXDP_CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+      }
+      // A {K, m} col-major (op T: m x K), B {K, n} (op N), C = D {m, n}.
+      MXDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, fp8_type(s.ka), s.k, s.m, s.k));
+      MXDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, fp8_type(s.kb), s.k, s.n, s.k));
+      MXDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.cd, s.fp32_out ? CUDA_R_32F : CUDA_R_16BF, s.m, s.n, s.m));
+      cublasLtMatmulHeuristicResult_t res[kAnswers]{};
+      int found = 0;
+      const cublasStatus_t st = lt.heuristic(p, s.fp32_out, kAnswers, res, &found);
+      if (s.bias && (st != CUBLAS_STATUS_SUCCESS || found == 0)) {
+        p.ok = false;  // no fused bias for this shape: the caller adds it
+        return;
+      }
+      MXDP_CHECK(st == CUBLAS_STATUS_SUCCESS && found > 0,
+                 "cuBLASLt has no block-scaled FP8 algorithm for m=", s.m, " n=", s.n, " k=", s.k,
+                 " (scales ", s.sa == Fp8Scaling::Rows1x128 ? "1x128" : "128x128", " x ",
+                 s.sb == Fp8Scaling::Rows1x128 ? "1x128" : "128x128", ", ", s.fp32_out ? "fp32" : "bf16",
+                 " out): it needs an sm_90 GPU and cuBLAS 12.9 or later; cublasStatus_t ", int(st));
+      p.algo = res[s.fp32_out ? pick_wgrad(res, found) : 0].algo;
+    });
   }
 
   // false (nothing run) when a bias was asked for and this shape has no fused one.
@@ -150,44 +125,30 @@ struct Fp8Gemm::Impl {
     Plan& p = plan(s, b.scales, a.scales, bias);
     if (!p.ok) return false;
     if (bias)
-      MXDP_FP8_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    MXDP_FP8_CUBLAS_CHECK(
+      MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    MXDP_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b.scales, sizeof b.scales));
-    MXDP_FP8_CUBLAS_CHECK(
+    MXDP_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a.scales, sizeof a.scales));
     const float alpha = 1.0f, beta = fp32_out ? 1.0f : 0.0f;
-    const cublasStatus_t st = cublasLtMatmul(handle, p.desc, &alpha, b.codes, p.a, a.codes, p.b, &beta, d, p.cd, d,
-                                             p.cd, &p.algo, workspace, kWorkspace, stream);
+    const cublasStatus_t st = cublasLtMatmul(lt.handle(), p.desc, &alpha, b.codes, p.a, a.codes, p.b, &beta, d, p.cd,
+                                             d, p.cd, &p.algo, lt.workspace(), lt.kWorkspace, lt.stream());
     if (st != CUBLAS_STATUS_SUCCESS && bias && !p.ran) {  // the fused bias is refused at its first run: fall back
       p.ok = false;
       return false;
     }
-    MXDP_FP8_CUBLAS_CHECK(st);
+    MXDP_CUBLAS_CHECK(st);
     p.ran = true;
     return true;
   }
 };
 
-Fp8Gemm::Fp8Gemm(cudaStream_t stream, bool wgrad_split_k) : impl_(std::make_unique<Impl>()) {
-  impl_->stream = stream;
-  impl_->wgrad_split_k = wgrad_split_k;
-  MXDP_FP8_CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
-  MXDP_CUDA_CHECK(cudaMalloc(&impl_->workspace, kWorkspace));
-}
+Fp8Gemm::Fp8Gemm(cudaStream_t stream, bool wgrad_split_k) : impl_(std::make_unique<Impl>(stream, wgrad_split_k)) {}
 
-Fp8Gemm::~Fp8Gemm() {
-  for (auto& [s, p] : impl_->plans) {
-    cublasLtMatrixLayoutDestroy(p.a);
-    cublasLtMatrixLayoutDestroy(p.b);
-    cublasLtMatrixLayoutDestroy(p.cd);
-    cublasLtMatmulDescDestroy(p.desc);
-  }
-  cudaStreamSynchronize(impl_->stream);
-  cudaFree(impl_->workspace);
-  cublasLtDestroy(impl_->handle);
-}
+// The plans' descriptors, the stream's wait, the workspace and the handle go with impl_ (cublaslt_plans.h).
+Fp8Gemm::~Fp8Gemm() = default;
 
-size_t Fp8Gemm::cached_shapes() const { return impl_->plans.size(); }
+size_t Fp8Gemm::cached_shapes() const { return impl_->lt.size(); }
 
 void Fp8Gemm::nt(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, uint16_t* d_bf16) {
   impl_->run(a, b, M, N, K, d_bf16, false);

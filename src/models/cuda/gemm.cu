@@ -5,24 +5,14 @@
 
 #include <cublasLt.h>
 
-#include <map>
 #include <tuple>
 
+#include "models/cuda/cublaslt_plans.h"
 #include "util/check.h"
-#include "util/cuda_check.h"
-
-#define MXDP_CUBLAS_CHECK(call)                                                                   \
-  do {                                                                                            \
-    cublasStatus_t mxdp_st_ = (call);                                                             \
-    if (mxdp_st_ != CUBLAS_STATUS_SUCCESS)                                                        \
-      MXDP_FAIL("cuBLASLt call failed: " #call ": cublasStatus_t ", int(mxdp_st_));                 \
-  } while (0)
 
 namespace mxdp::cuda {
 
 namespace {
-
-constexpr size_t kWorkspace = size_t(32) << 20;  // cuBLAS's recommendation for Hopper
 
 // Largest power of two (<= 256) that divides the address: algorithms are
 // chosen for the alignment they will see.
@@ -42,92 +32,69 @@ struct Shape {
   bool operator<(const Shape& o) const { return key() < o.key(); }
 };
 
-struct Plan {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, cd = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-};
-
 }  // namespace
 
 struct Gemm::Impl {
-  cudaStream_t stream;
-  bool wgrad_split_k = true;
-  cublasLtHandle_t handle = nullptr;
-  void* workspace = nullptr;
-  std::map<Shape, Plan> plans;
+  CublasLtPlans<Shape> lt;
 
-  const Plan& plan(const Shape& s) {
-    auto it = plans.find(s);
-    if (it != plans.end()) return it->second;
-    Plan p;
-    MXDP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t ta = s.ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = s.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &s.epi, sizeof s.epi));
-    if (s.epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || s.epi == CUBLASLT_EPILOGUE_GELU_AUX ||
-        s.epi == CUBLASLT_EPILOGUE_DGELU) {
-      const int64_t ld = s.m;
-      MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
-    }
-    // Column-major operand shapes: op(A) is {m, k}, op(B) is {k, n}, D is {m, n}.
-    MXDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, s.ta ? s.k : s.m, s.ta ? s.m : s.k, s.ta ? s.k : s.m));
-    MXDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, s.tb ? s.n : s.k, s.tb ? s.k : s.n, s.tb ? s.n : s.k));
-    MXDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.cd, s.fp32_out ? CUDA_R_32F : CUDA_R_16BF, s.m, s.n, s.m));
+  Impl(cudaStream_t stream, bool wgrad_split_k) : lt(stream, wgrad_split_k) {}
 
-    cublasLtMatmulPreference_t pref = nullptr;
-    MXDP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t ws = s.fp32_out && !wgrad_split_k ? 0 : kWorkspace;
-    MXDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    MXDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &s.align_a, sizeof s.align_a));
-    MXDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &s.align_b, sizeof s.align_b));
-    MXDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &s.align_cd, sizeof s.align_cd));
-    MXDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &s.align_cd, sizeof s.align_cd));
-    cublasLtMatmulHeuristicResult_t res{};
-    int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.cd, p.cd, pref, 1, &res, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    MXDP_CHECK(st == CUBLAS_STATUS_SUCCESS && found > 0, "cuBLASLt has no algorithm for m=", s.m, " n=", s.n,
-               " k=", s.k, " transa=", s.ta, " transb=", s.tb, " epilogue=", int(s.epi), " fp32 out=", s.fp32_out,
-               " (alignments ", s.align_a, "/", s.align_b, "/", s.align_cd, " bytes): cublasStatus_t ", int(st));
-    p.algo = res.algo;
-    return plans.emplace(s, p).first->second;
+  const CublasLtPlan& plan(const Shape& s) {
+    return lt.get(s, [&](CublasLtPlan& p) {
+      MXDP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      const cublasOperation_t ta = s.ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = s.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+      MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+      MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+      MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &s.epi, sizeof s.epi));
+      if (s.epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || s.epi == CUBLASLT_EPILOGUE_GELU_AUX ||
+          s.epi == CUBLASLT_EPILOGUE_DGELU) {
+        const int64_t ld = s.m;
+        MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+      }
+      // Column-major operand shapes: op(A) is {m, k}, op(B) is {k, n}, D is {m, n}.
+      MXDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, s.ta ? s.k : s.m, s.ta ? s.m : s.k, s.ta ? s.k : s.m));
+      MXDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, s.tb ? s.n : s.k, s.tb ? s.k : s.n, s.tb ? s.n : s.k));
+      MXDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.cd, s.fp32_out ? CUDA_R_32F : CUDA_R_16BF, s.m, s.n, s.m));
+
+      // The heuristic chooses for the operands' alignments (C and D are one buffer).
+      cublasLtMatmulHeuristicResult_t res{};
+      int found = 0;
+      const cublasStatus_t st = lt.heuristic(p, s.fp32_out, 1, &res, &found, [&](cublasLtMatmulPreference_t pref) {
+        MXDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                               &s.align_a, sizeof s.align_a));
+        MXDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                               &s.align_b, sizeof s.align_b));
+        MXDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                               &s.align_cd, sizeof s.align_cd));
+        MXDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                               &s.align_cd, sizeof s.align_cd));
+      });
+      MXDP_CHECK(st == CUBLAS_STATUS_SUCCESS && found > 0, "cuBLASLt has no algorithm for m=", s.m, " n=", s.n,
+                 " k=", s.k, " transa=", s.ta, " transb=", s.tb, " epilogue=", int(s.epi), " fp32 out=", s.fp32_out,
+                 " (alignments ", s.align_a, "/", s.align_b, "/", s.align_cd, " bytes): cublasStatus_t ", int(st));
+      p.algo = res.algo;
+    });
   }
 
   void run(const Shape& s, const void* A, const void* B, void* D, const void* bias, void* aux) {
     MXDP_CHECK(s.m > 0 && s.n > 0 && s.k > 0, "GEMM with an empty dimension: m=", s.m, " n=", s.n, " k=", s.k);
-    const Plan& p = plan(s);
+    const CublasLtPlan& p = plan(s);
     if (bias)
       MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     if (aux)
       MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
     const float alpha = 1.0f, beta = s.fp32_out ? 1.0f : 0.0f;
-    MXDP_CUBLAS_CHECK(cublasLtMatmul(handle, p.desc, &alpha, A, p.a, B, p.b, &beta, D, p.cd, D, p.cd, &p.algo,
-                                     workspace, kWorkspace, stream));
+    MXDP_CUBLAS_CHECK(cublasLtMatmul(lt.handle(), p.desc, &alpha, A, p.a, B, p.b, &beta, D, p.cd, D, p.cd, &p.algo,
+                                     lt.workspace(), lt.kWorkspace, lt.stream()));
   }
 };
 
-Gemm::Gemm(cudaStream_t stream, bool wgrad_split_k) : impl_(std::make_unique<Impl>()) {
-  impl_->stream = stream;
-  impl_->wgrad_split_k = wgrad_split_k;
-  MXDP_CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
-  MXDP_CUDA_CHECK(cudaMalloc(&impl_->workspace, kWorkspace));
-}
+Gemm::Gemm(cudaStream_t stream, bool wgrad_split_k) : impl_(std::make_unique<Impl>(stream, wgrad_split_k)) {}
 
-Gemm::~Gemm() {
-  for (auto& [s, p] : impl_->plans) {
-    cublasLtMatrixLayoutDestroy(p.a);
-    cublasLtMatrixLayoutDestroy(p.b);
-    cublasLtMatrixLayoutDestroy(p.cd);
-    cublasLtMatmulDescDestroy(p.desc);
-  }
-  cudaStreamSynchronize(impl_->stream);
-  cudaFree(impl_->workspace);
-  cublasLtDestroy(impl_->handle);
-}
+// The plans' descriptors, the stream's wait, the workspace and the handle go with impl_ (cublaslt_plans.h).
+Gemm::~Gemm() = default;
 
-size_t Gemm::cached_shapes() const { return impl_->plans.size(); }
+size_t Gemm::cached_shapes() const { return impl_->lt.size(); }
 
 void Gemm::forward(uint16_t* out, const uint16_t* inp, const uint16_t* W, const uint16_t* bias, int M, int N, int K,
                    uint16_t* gelu_pre) {
