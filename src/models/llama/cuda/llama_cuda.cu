@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "models/cuda/column_sums.h"  // bias_backward, colsum_scratch_floats, kColsumCounters
+#include "models/cuda/embedding.h"
 #include "models/cuda/fp8_linear.h"
 #include "models/cuda/lm_cuda.h"
 #include "models/llama/cuda/llama_kernels.h"
@@ -292,7 +293,7 @@ void LlamaCuda::forward_block_fp8(int l) {
 // 0 the embedding (g in stage_grads_'s order).
 void LlamaCuda::backward_stage(int s, float* const* g) {
   if (s == 0) {
-    llama::embedding_backward(g[0], act_.dresid, io_.order, io_.seg_start, io_.seg_token, n_seg_, cfg_.d_model, s_);
+    embedding_backward(g[0], act_.dresid, io_.order, io_.seg_start, io_.seg_token, n_seg_, cfg_.d_model, s_);
   } else if (s == cfg_.n_layer + 1) {
     backward_head(g[0], g[1]);
   } else {
