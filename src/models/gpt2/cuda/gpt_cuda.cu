@@ -23,6 +23,7 @@
 // read); after_layer_backward(L) as soon as that layer's gradients are in.
 #include "models/gpt2/cuda/gpt_cuda.h"
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -69,15 +70,14 @@ class GptCuda final : public LmCuda<GptModel, GptConfig> {
     // final LayerNorm's, or block l+1's ln1): block l's mlp.proj bias gradient,
     // made in that LayerNorm's column-sum launch and added in block l's segment.
     float* mproj_dbias;
-    uint8_t* xt_codes;  // FP8 compute only: every block's X^T operands (BlockActs::ln1t ... ht)
-    float* xt_scales;
   };
-  // FP8 compute keeps, per block, the wgrad operand X^T of each linear's input,
-  // made by the forward's quantize pass of that input: ln1^T, atty^T, ln2^T
-  // ([C, Mp] each) and h^T ([4C, Mp], h = gelu(pre)). Their widths in units of
-  // C, in that order, and their sum (the codes of a block: kXtWidth C Mp bytes).
-  static constexpr int kXtWidths[4] = {1, 1, 1, 4};
-  static constexpr int kXtWidth = 7;
+  // An FP8 block's X^T operands (LmCuda::take_xt, xt_slots): ln1^T, atty^T,
+  // ln2^T ([C, Mp] each) and h^T ([4C, Mp], h = gelu(pre)); their widths, in
+  // that order (BlockActs::ln1t ... ht).
+  std::array<int64_t, 4> xt_widths() const {
+    const int64_t C = cfg_.d_model;
+    return {C, C, C, 4 * C};
+  }
 
   void init_param(uint64_t seed, int p, float* out) const override { gpt_init_param(cfg_, specs_, seed, p, out); }
   void carve(ArenaSlicer& take, int B, int T) override;
@@ -113,7 +113,7 @@ void GptCuda::carve(ArenaSlicer& take, int B, int T) {
   // compute never writes them: act_quantize makes their operands (fprop's rows
   // and the X^T, below, that the wgrads read) from the LayerNorm's input and
   // statistics.
-  const int64_t Lb = L - n_fp8_blocks(), Lf = n_fp8_blocks();  // bf16 and FP8 blocks
+  const int64_t Lb = L - n_fp8_blocks();  // the bf16 blocks
   take(a.ln1, Lb * BT * C);
   take(a.ln2, Lb * BT * C);
   take(a.qkv, L * BT * 3 * C);
@@ -142,9 +142,7 @@ void GptCuda::carve(ArenaSlicer& take, int B, int T) {
   take(a.scratch, colsum_scratch_floats(BT, 4 * C));
   take(a.mproj_dbias, C);
   take_batch(take, BT);
-  const int64_t xt = Lf * kXtWidth * C * fp8_rows_padded(BT);  // codes; a scale per 128
-  take(a.xt_codes, xt);
-  take(a.xt_scales, xt / 128);
+  take_xt(take, BT, xt_widths());
 }
 
 void GptCuda::activations_ready(int, int) {
@@ -200,20 +198,7 @@ GptCuda::BlockActs GptCuda::block_acts(int l) {
               fp8 ? nullptr : a.fch + k * 4 * BTC,
               a.ln1_mean + lm,          a.ln1_rstd + lm,   a.ln2_mean + lm,     a.ln2_rstd + lm,
               a.stats + int64_t(l) * B_ * cfg_.n_head * T_};
-  if (fp8) {
-    // Block l's X^T operands, one after another: [width C, Mp] codes and
-    // (Mp / 128) x width C scales each (Mp: M padded to 128, as act_quantize writes).
-    static_assert(kXtWidths[0] + kXtWidths[1] + kXtWidths[2] + kXtWidths[3] == kXtWidth);
-    const int64_t CMp = cfg_.d_model * fp8_rows_padded(M);
-    uint8_t* codes = a.xt_codes + k * kXtWidth * CMp;
-    float* scales = a.xt_scales + k * kXtWidth * CMp / 128;
-    Fp8Slot* xt[4] = {&b.ln1t, &b.attyt, &b.ln2t, &b.ht};
-    for (int i = 0; i < 4; ++i) {
-      *xt[i] = {codes, scales};
-      codes += kXtWidths[i] * CMp;
-      scales += kXtWidths[i] * CMp / 128;
-    }
-  }
+  if (fp8) xt_slots(l, xt_widths(), {&b.ln1t, &b.attyt, &b.ln2t, &b.ht});
   return b;
 }
 

@@ -74,8 +74,6 @@ class LlamaCuda final : public LmCuda<LlamaModel, LlamaConfig> {
     uint16_t *resid, *resid_mid, *hn1, *hn2, *qkv, *atty, *gu, *hnf;  // hn1, hn2 (and act): bf16 blocks only
     uint16_t *act, *tmp, *dresid, *dln, *datty, *dqkv, *dact, *dgu;  // dgu: bf16 blocks only
     float *rstd1, *rstd2, *rstdf, *stats, *rms_scratch, *bias_scratch, *cos, *sin;
-    uint8_t* xt_codes;  // FP8 blocks only: their X^T operands (BlockActs::hn1t ... actt)
-    float* xt_scales;
   };
   // Block l's slices of the activations. hn1, hn2 and act are null in an FP8
   // block, whose four X^T operands (the wgrads' inputs, made by the forward's
@@ -86,11 +84,10 @@ class LlamaCuda final : public LmCuda<LlamaModel, LlamaConfig> {
     float *rstd1, *rstd2, *stats;
     Fp8Slot hn1t, attyt, hn2t, actt;
   };
-  // The widths of an FP8 block's X^T operands, in BlockActs' order, and their sum.
+  // The widths of an FP8 block's X^T operands, in BlockActs' order (LmCuda::take_xt, xt_slots).
   std::array<int64_t, 4> xt_widths() const {
     return {cfg_.d_model, cfg_.q_dim(), cfg_.d_model, cfg_.d_ff};
   }
-  int64_t xt_width() const { return 2 * cfg_.d_model + cfg_.q_dim() + cfg_.d_ff; }
 
   static const LlamaConfig& validated(const LlamaConfig& cfg) {
     validate(cfg);
@@ -122,7 +119,7 @@ void LlamaCuda::carve(ArenaSlicer& take, int B, int T) {
   Activations& a = act_;
   // The norms' outputs and the SwiGLU's are kept for the bf16 blocks' wgrads;
   // an FP8 block keeps its X^T operands instead (xt, below).
-  const int64_t Lb = L - n_fp8_blocks(), Lf = n_fp8_blocks();
+  const int64_t Lb = L - n_fp8_blocks();
   take(a.resid, (L + 1) * BT * C);
   take(a.resid_mid, L * BT * C);
   take(a.hn1, Lb * BT * C);
@@ -150,9 +147,7 @@ void LlamaCuda::carve(ArenaSlicer& take, int B, int T) {
   take(a.cos, T * half);
   take(a.sin, T * half);
   take_batch(take, BT);
-  const int64_t xt = Lf * xt_width() * fp8_rows_padded(BT);  // codes; a scale per 128
-  take(a.xt_codes, xt);
-  take(a.xt_scales, xt / 128);
+  take_xt(take, BT, xt_widths());
 }
 
 void LlamaCuda::activations_ready(int, int T) {
@@ -219,20 +214,7 @@ LlamaCuda::BlockActs LlamaCuda::block_acts(int l) {
               a.rstd1 + lm,
               a.rstd2 + lm,
               a.stats + l * int64_t(B_) * cfg_.n_head * T_};
-  if (fp8) {
-    // Block l's X^T operands, one after another: [width, Mp] codes and
-    // (Mp / 128) x width scales each (Mp: M padded to 128, as act_quantize writes).
-    const int64_t Mp = fp8_rows_padded(M);
-    uint8_t* codes = a.xt_codes + k * xt_width() * Mp;
-    float* scales = a.xt_scales + k * xt_width() * Mp / 128;
-    Fp8Slot* xt[4] = {&b.hn1t, &b.attyt, &b.hn2t, &b.actt};
-    const std::array<int64_t, 4> width = xt_widths();
-    for (int i = 0; i < 4; ++i) {
-      *xt[i] = {codes, scales};
-      codes += width[size_t(i)] * Mp;
-      scales += width[size_t(i)] * Mp / 128;
-    }
-  }
+  if (fp8) xt_slots(l, xt_widths(), {&b.hn1t, &b.attyt, &b.hn2t, &b.actt});
   return b;
 }
 
