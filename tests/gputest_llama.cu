@@ -31,6 +31,7 @@
 #include "gpu_fp8_fixtures.h"
 #include "gpu_test_util.h"
 #include "models/cuda/attention.h"
+#include "models/cuda/embedding.h"
 #include "models/cuda/fp8_linear.h"
 #include "models/init_rng.h"
 #include "models/llama/cuda/llama_cuda.h"
@@ -351,7 +352,7 @@ TEST(GpuLlamaKernels, EmbeddingForwardExactAndBackwardBitwise) {
   Bf16 gembed(embed), gx(x.size()), gdx(dx);
   F32 gde(std::vector<float>(de.size(), 0.5f));
   cuda::llama::embedding_forward(gx.p, gtok.p, gembed.p, M, C, st.s);
-  cuda::llama::embedding_backward(gde.p, gdx.p, gorder.p, gstart.p, gsegtok.p, int(seg_token.size()), C, st.s);
+  cuda::embedding_backward(gde.p, gdx.p, gorder.p, gstart.p, gsegtok.p, int(seg_token.size()), C, st.s);
   EXPECT_EQ(gx.get(), x) << "embedding forward";
   const auto got = gde.get();
   EXPECT_EQ(std::memcmp(got.data(), de.data(), de.size() * 4), 0) << "dembed";

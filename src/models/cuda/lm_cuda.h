@@ -16,8 +16,10 @@
 //               when each may be called (State);
 //   FP8 compute set_fp8_compute (docs/fp8.md): which blocks compute their
 //               linear layers in FP8, the engine's W / W^T of those layers
-//               fetched from the hooks for each stage, and the FP8 linear
-//               layer (Fp8Linear: the GEMMs and their scratch operands).
+//               fetched from the hooks for each stage, the FP8 linear layer
+//               (Fp8Linear: the GEMMs and their scratch operands), and the
+//               X^T operands an FP8 block keeps for backward (take_xt,
+//               xt_slots: the model gives their widths).
 //
 // A model writes only its own parts: its parameter indices (with, per block,
 // its FP8 linears' weights), the arena's layout, the body of each forward and
@@ -227,6 +229,30 @@ class LmCuda : public Interface {
   bool fp8_block(int l) const { return fp8_ && specs_[size_t(block_linears_[size_t(l)][0])].fp8_linear; }
   int64_t block_slot(int l) const { return slot_[size_t(l)]; }
   int64_t n_fp8_blocks() const { return n_fp8_blocks_; }
+  // An FP8 block keeps, for backward, the wgrad operand X^T of each of its
+  // linears' inputs, made by the forward's quantize pass of that input.
+  // widths: their widths (the rows of each X^T), in the order the model names
+  // them. take_xt: carve's slices of them, the FP8 blocks' one block after
+  // another. xt_slots: FP8 block l's, one after another in its slot, each of
+  // [width, Mp] codes and (Mp / 128) x width scales (Mp: the B T rows padded
+  // to 128, as act_quantize writes), into *out[i].
+  template <size_t N>
+  void take_xt(ArenaSlicer& take, int64_t BT, const std::array<int64_t, N>& widths) {
+    const int64_t n = n_fp8_blocks_ * block_width(widths) * fp8_rows_padded(BT);  // codes; a scale per 128
+    take(xt_.codes, n);
+    take(xt_.scales, n / 128);
+  }
+  template <size_t N>
+  void xt_slots(int l, const std::array<int64_t, N>& widths, const std::array<Fp8Slot*, N>& out) const {
+    const int64_t Mp = fp8_rows_padded(int64_t(B_) * T_), k = block_slot(l);
+    uint8_t* codes = xt_.codes + k * block_width(widths) * Mp;
+    float* scales = xt_.scales + k * block_width(widths) * Mp / 128;
+    for (size_t i = 0; i < N; ++i) {
+      *out[i] = {codes, scales};
+      codes += widths[i] * Mp;
+      scales += widths[i] * Mp / 128;
+    }
+  }
   // The FP8 linear layer, and the engine's W (forward) and W^T (backward) of
   // FP8 weight p for the stage running now.
   Fp8Linear& lin() const { return *lin_; }
@@ -254,6 +280,13 @@ class LmCuda : public Interface {
 
  private:
   enum class State { kNone, kLogits, kLoss, kBackwardDone };
+
+  template <size_t N>
+  static int64_t block_width(const std::array<int64_t, N>& widths) {
+    int64_t sum = 0;
+    for (int64_t w : widths) sum += w;
+    return sum;
+  }
 
   void to_compute_weights();  // the bf16 compute weights from init_ (the fp32 initial values)
   // (Re)allocates the bf16 compute weights for the params that have them (all
@@ -298,6 +331,7 @@ class LmCuda : public Interface {
   int64_t fp8_width_ = 0;         // the widest side of an FP8 weight: the operands' widest row
   std::unique_ptr<Fp8Linear> lin_;
   std::vector<Fp8Weight> fw_, fwt_;  // per param: W and W^T of this pass (FP8 weights only)
+  Fp8Slot xt_{};                     // the FP8 blocks' X^T operands, in the arena (take_xt)
 
   Buf<uint8_t> arena_;
   int real_T_ = 0;  // forward_logits: the T asked for (the arena's T_ is padded)

@@ -23,6 +23,7 @@
 // read); after_layer_backward(L) as soon as that layer's gradients are in.
 #include "models/gpt2/cuda/gpt_cuda.h"
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -55,9 +56,23 @@ class GptCuda final : public LmCuda<GptModel, GptConfig> {
   }
 
  private:
-  struct BlockParams {
-    int ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, mprojw, mprojb;
+  // A block's parameters (X = int: their indices) and their gradients (X =
+  // float*: backward_stage's g, in stage_grads_'s order, which is this one).
+  template <class X>
+  struct Block {
+    X ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, mprojw, mprojb;
   };
+  using BlockParams = Block<int>;
+  using BlockGrads = Block<float*>;
+  static BlockGrads block_grads(float* const* g) {
+    return {g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11]};
+  }
+  // The dimensions a block's stage body works with: the batch (B, T; M = B T
+  // rows), the width C, the heads NH and their size HS.
+  struct Dims {
+    int B, T, C, NH, HS, M;
+  };
+  Dims dims() const { return {B_, T_, cfg_.d_model, cfg_.n_head, cfg_.d_model / cfg_.n_head, B_ * T_}; }
 
   // Activations for one (B, T), carved out of one allocation (with io_: the
   // batch, the logits and the losses).
@@ -69,15 +84,14 @@ class GptCuda final : public LmCuda<GptModel, GptConfig> {
     // final LayerNorm's, or block l+1's ln1): block l's mlp.proj bias gradient,
     // made in that LayerNorm's column-sum launch and added in block l's segment.
     float* mproj_dbias;
-    uint8_t* xt_codes;  // FP8 compute only: every block's X^T operands (BlockActs::ln1t ... ht)
-    float* xt_scales;
   };
-  // FP8 compute keeps, per block, the wgrad operand X^T of each linear's input,
-  // made by the forward's quantize pass of that input: ln1^T, atty^T, ln2^T
-  // ([C, Mp] each) and h^T ([4C, Mp], h = gelu(pre)). Their widths in units of
-  // C, in that order, and their sum (the codes of a block: kXtWidth C Mp bytes).
-  static constexpr int kXtWidths[4] = {1, 1, 1, 4};
-  static constexpr int kXtWidth = 7;
+  // An FP8 block's X^T operands (LmCuda::take_xt, xt_slots): ln1^T, atty^T,
+  // ln2^T ([C, Mp] each) and h^T ([4C, Mp], h = gelu(pre)); their widths, in
+  // that order (BlockActs::ln1t ... ht).
+  std::array<int64_t, 4> xt_widths() const {
+    const int64_t C = cfg_.d_model;
+    return {C, C, C, 4 * C};
+  }
 
   void init_param(uint64_t seed, int p, float* out) const override { gpt_init_param(cfg_, specs_, seed, p, out); }
   void carve(ArenaSlicer& take, int B, int T) override;
@@ -96,8 +110,8 @@ class GptCuda final : public LmCuda<GptModel, GptConfig> {
   void forward_block(int l);
   void forward_block_fp8(int l);
   void backward_head(float* dwte, float* dlnfw, float* dlnfb);
-  void backward_block(int l, float* const* g);
-  void backward_block_fp8(int l, float* const* g);
+  void backward_block(int l, const BlockGrads& dp);
+  void backward_block_fp8(int l, const BlockGrads& dp);
 
   std::vector<BlockParams> blocks_;
   int lnfw_ = 0, lnfb_ = 0;
@@ -113,7 +127,7 @@ void GptCuda::carve(ArenaSlicer& take, int B, int T) {
   // compute never writes them: act_quantize makes their operands (fprop's rows
   // and the X^T, below, that the wgrads read) from the LayerNorm's input and
   // statistics.
-  const int64_t Lb = L - n_fp8_blocks(), Lf = n_fp8_blocks();  // bf16 and FP8 blocks
+  const int64_t Lb = L - n_fp8_blocks();  // the bf16 blocks
   take(a.ln1, Lb * BT * C);
   take(a.ln2, Lb * BT * C);
   take(a.qkv, L * BT * 3 * C);
@@ -142,9 +156,7 @@ void GptCuda::carve(ArenaSlicer& take, int B, int T) {
   take(a.scratch, colsum_scratch_floats(BT, 4 * C));
   take(a.mproj_dbias, C);
   take_batch(take, BT);
-  const int64_t xt = Lf * kXtWidth * C * fp8_rows_padded(BT);  // codes; a scale per 128
-  take(a.xt_codes, xt);
-  take(a.xt_scales, xt / 128);
+  take_xt(take, BT, xt_widths());
 }
 
 void GptCuda::activations_ready(int, int) {
@@ -200,25 +212,12 @@ GptCuda::BlockActs GptCuda::block_acts(int l) {
               fp8 ? nullptr : a.fch + k * 4 * BTC,
               a.ln1_mean + lm,          a.ln1_rstd + lm,   a.ln2_mean + lm,     a.ln2_rstd + lm,
               a.stats + int64_t(l) * B_ * cfg_.n_head * T_};
-  if (fp8) {
-    // Block l's X^T operands, one after another: [width C, Mp] codes and
-    // (Mp / 128) x width C scales each (Mp: M padded to 128, as act_quantize writes).
-    static_assert(kXtWidths[0] + kXtWidths[1] + kXtWidths[2] + kXtWidths[3] == kXtWidth);
-    const int64_t CMp = cfg_.d_model * fp8_rows_padded(M);
-    uint8_t* codes = a.xt_codes + k * kXtWidth * CMp;
-    float* scales = a.xt_scales + k * kXtWidth * CMp / 128;
-    Fp8Slot* xt[4] = {&b.ln1t, &b.attyt, &b.ln2t, &b.ht};
-    for (int i = 0; i < 4; ++i) {
-      *xt[i] = {codes, scales};
-      codes += kXtWidths[i] * CMp;
-      scales += kXtWidths[i] * CMp / 128;
-    }
-  }
+  if (fp8) xt_slots(l, xt_widths(), {&b.ln1t, &b.attyt, &b.ln2t, &b.ht});
   return b;
 }
 
 void GptCuda::forward_block(int l) {
-  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, HS = C / NH, M = B * T;
+  const auto [B, T, C, NH, HS, M] = dims();
   const BlockParams& p = blocks_[size_t(l)];
   const BlockActs b = block_acts(l);
   uint16_t* tmp = act_.tmp;
@@ -239,7 +238,8 @@ void GptCuda::backward_stage(int s, float* const* g) {
   } else if (s == cfg_.n_layer + 1) {
     backward_head(g[0], g[1], g[2]);
   } else {
-    fp8_block(s - 1) ? backward_block_fp8(s - 1, g) : backward_block(s - 1, g);
+    const BlockGrads dp = block_grads(g);
+    fp8_block(s - 1) ? backward_block_fp8(s - 1, dp) : backward_block(s - 1, dp);
   }
 }
 
@@ -253,32 +253,30 @@ void GptCuda::backward_head(float* dwte, float* dlnfw, float* dlnfb) {
                      a.resid + L * int64_t(M) * C, w(lnfw_), a.lnf_mean, a.lnf_rstd, M, C, s_);
 }
 
-// g: the block's gradients in BlockParams order (ln1w ... mprojb).
-void GptCuda::backward_block(int l, float* const* g) {
-  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, HS = C / NH, M = B * T;
+// dp: the block's gradients.
+void GptCuda::backward_block(int l, const BlockGrads& dp) {
+  const auto [B, T, C, NH, HS, M] = dims();
   Activations& a = act_;
   const BlockParams& p = blocks_[size_t(l)];
   const BlockActs b = block_acts(l);
-  float *d_ln1w = g[0], *d_ln1b = g[1], *d_qkvw = g[2], *d_qkvb = g[3], *d_projw = g[4], *d_projb = g[5];
-  float *d_ln2w = g[6], *d_ln2b = g[7], *d_fcw = g[8], *d_fcb = g[9], *d_mprojw = g[10], *d_mprojb = g[11];
   // MLP: resid[l+1] = mid + mproj(h), h = gelu(fc(ln2)) kept from the forward.
-  gemm_.backward_weight(d_mprojw, a.dresid, b.h, M, C, 4 * C);
-  add_into(d_mprojb, a.mproj_dbias, C, s_);  // the column sums of a.dresid (see Activations)
+  gemm_.backward_weight(dp.mprojw, a.dresid, b.h, M, C, 4 * C);
+  add_into(dp.mprojb, a.mproj_dbias, C, s_);  // the column sums of a.dresid (see Activations)
   gemm_.backward_data(a.dfch, a.dresid, w(p.mprojw), M, C, 4 * C, b.pre);  // through the GELU too
   gemm_.backward_data(a.dln, a.dfch, w(p.fcw), M, 4 * C, C);
-  gemm_.backward_weight(d_fcw, a.dfch, b.ln2, M, 4 * C, C);
-  bias_backward(d_fcb, a.scratch, a.dfch, M, 4 * C, s_);
-  layernorm_backward(a.dresid, true, d_ln2w, d_ln2b, {d_projb}, a.scratch, a.dln, b.mid, w(p.ln2w), b.ln2_mean,
-                     b.ln2_rstd, M, C, s_);  // d_projb: the column sums of the new a.dresid
+  gemm_.backward_weight(dp.fcw, a.dfch, b.ln2, M, 4 * C, C);
+  bias_backward(dp.fcb, a.scratch, a.dfch, M, 4 * C, s_);
+  layernorm_backward(a.dresid, true, dp.ln2w, dp.ln2b, {dp.projb}, a.scratch, a.dln, b.mid, w(p.ln2w), b.ln2_mean,
+                     b.ln2_rstd, M, C, s_);  // dp.projb: the column sums of the new a.dresid
   // Attention: mid = x + proj(attn(qkv(ln1))).
   gemm_.backward_data(a.datty, a.dresid, w(p.projw), M, C, C);
-  gemm_.backward_weight(d_projw, a.dresid, b.atty, M, C, C);
+  gemm_.backward_weight(dp.projw, a.dresid, b.atty, M, C, C);
   att_.backward(a.dqkv, a.datty, b.qkv, b.atty, b.stats, B, T, NH, HS);
   gemm_.backward_data(a.dln, a.dqkv, w(p.qkvw), M, 3 * C, C);
-  gemm_.backward_weight(d_qkvw, a.dqkv, b.ln1, M, 3 * C, C);
-  bias_backward(d_qkvb, a.scratch, a.dqkv, M, 3 * C, s_);
+  gemm_.backward_weight(dp.qkvw, a.dqkv, b.ln1, M, 3 * C, C);
+  bias_backward(dp.qkvb, a.scratch, a.dqkv, M, 3 * C, s_);
   const ColumnSum below = l > 0 ? ColumnSum{a.mproj_dbias, false} : ColumnSum{};  // block l-1's mlp.proj bias
-  layernorm_backward(a.dresid, true, d_ln1w, d_ln1b, below, a.scratch, a.dln, b.x, w(p.ln1w), b.ln1_mean, b.ln1_rstd,
+  layernorm_backward(a.dresid, true, dp.ln1w, dp.ln1b, below, a.scratch, a.dln, b.x, w(p.ln1w), b.ln1_mean, b.ln1_rstd,
                      M, C, s_);
 }
 
@@ -295,7 +293,7 @@ void GptCuda::backward_block(int l, float* const* g) {
 // Every forward makes the X^T operands, an eval's too: they are the same
 // graphs, and a training backward always follows its own forward.
 void GptCuda::forward_block_fp8(int l) {
-  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, HS = C / NH, M = B * T;
+  const auto [B, T, C, NH, HS, M] = dims();
   const BlockParams& p = blocks_[size_t(l)];
   const BlockActs b = block_acts(l);
   uint16_t* tmp = act_.tmp;
@@ -325,38 +323,36 @@ void GptCuda::forward_block_fp8(int l) {
 // column sums of their dY, added by the act_quantize that quantizes it
 // (bias_backward's bits, without reading dY again): so fc's dY, the GELU
 // gradient's output, is not written in bf16 at all.
-void GptCuda::backward_block_fp8(int l, float* const* g) {
-  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, HS = C / NH, M = B * T;
+void GptCuda::backward_block_fp8(int l, const BlockGrads& dp) {
+  const auto [B, T, C, NH, HS, M] = dims();
   Activations& a = act_;
   const BlockParams& p = blocks_[size_t(l)];
   const BlockActs b = block_acts(l);
-  float *d_ln1w = g[0], *d_ln1b = g[1], *d_qkvw = g[2], *d_qkvb = g[3], *d_projw = g[4], *d_projb = g[5];
-  float *d_ln2w = g[6], *d_ln2b = g[7], *d_fcw = g[8], *d_fcb = g[9], *d_mprojw = g[10], *d_mprojb = g[11];
   const Fp8Slot dy = lin().slot(Fp8Linear::kRows), dyt = lin().slot(Fp8Linear::kCols);
   const auto grad_operands = [&](const uint16_t* d, int N, float* dbias) {
     act_quantize({.x = d, .rows = dy, .cols = dyt, .sums = {dbias, a.scratch}}, M, N, s_);
   };
   // MLP: resid[l+1] = mid + mproj(gelu(fc(ln2))).
   grad_operands(a.dresid, C, nullptr);  // mproj's bias gradient: a.mproj_dbias, below
-  lin().wgrad(d_mprojw, dyt, b.ht, M, C, 4 * C);
-  add_into(d_mprojb, a.mproj_dbias, C, s_);  // the column sums of a.dresid (see Activations)
+  lin().wgrad(dp.mprojw, dyt, b.ht, M, C, 4 * C);
+  add_into(dp.mprojb, a.mproj_dbias, C, s_);  // the column sums of a.dresid (see Activations)
   lin().dgrad(a.dfch, dy, fwt(p.mprojw), M, C, 4 * C);
-  act_quantize({.x = a.dfch, .op = ActOp::GeluGrad, .aux = b.pre, .rows = dy, .cols = dyt, .sums = {d_fcb, a.scratch}},
+  act_quantize({.x = a.dfch, .op = ActOp::GeluGrad, .aux = b.pre, .rows = dy, .cols = dyt, .sums = {dp.fcb, a.scratch}},
                M, 4 * C, s_);
-  lin().wgrad(d_fcw, dyt, b.ln2t, M, 4 * C, C);
+  lin().wgrad(dp.fcw, dyt, b.ln2t, M, 4 * C, C);
   lin().dgrad(a.dln, dy, fwt(p.fcw), M, 4 * C, C);
-  layernorm_backward(a.dresid, true, d_ln2w, d_ln2b, {d_projb}, a.scratch, a.dln, b.mid, w(p.ln2w), b.ln2_mean,
-                     b.ln2_rstd, M, C, s_);  // d_projb: the column sums of the new a.dresid
+  layernorm_backward(a.dresid, true, dp.ln2w, dp.ln2b, {dp.projb}, a.scratch, a.dln, b.mid, w(p.ln2w), b.ln2_mean,
+                     b.ln2_rstd, M, C, s_);  // dp.projb: the column sums of the new a.dresid
   // Attention: mid = x + proj(attn(qkv(ln1))).
   grad_operands(a.dresid, C, nullptr);  // proj's bias gradient: layernorm_backward's, above
-  lin().wgrad(d_projw, dyt, b.attyt, M, C, C);
+  lin().wgrad(dp.projw, dyt, b.attyt, M, C, C);
   lin().dgrad(a.datty, dy, fwt(p.projw), M, C, C);
   att_.backward(a.dqkv, a.datty, b.qkv, b.atty, b.stats, B, T, NH, HS);
-  grad_operands(a.dqkv, 3 * C, d_qkvb);
-  lin().wgrad(d_qkvw, dyt, b.ln1t, M, 3 * C, C);
+  grad_operands(a.dqkv, 3 * C, dp.qkvb);
+  lin().wgrad(dp.qkvw, dyt, b.ln1t, M, 3 * C, C);
   lin().dgrad(a.dln, dy, fwt(p.qkvw), M, 3 * C, C);
   const ColumnSum below = l > 0 ? ColumnSum{a.mproj_dbias, false} : ColumnSum{};  // block l-1's mlp.proj bias
-  layernorm_backward(a.dresid, true, d_ln1w, d_ln1b, below, a.scratch, a.dln, b.x, w(p.ln1w), b.ln1_mean, b.ln1_rstd,
+  layernorm_backward(a.dresid, true, dp.ln1w, dp.ln1b, below, a.scratch, a.dln, b.x, w(p.ln1w), b.ln1_mean, b.ln1_rstd,
                      M, C, s_);
 }
 

@@ -2,14 +2,10 @@
 // (over 500 lines) because each kernel sits beside the launch that sizes it.
 #include "models/gpt2/cuda/gpt_kernels.h"
 
-#include "util/check.h"
 #include "util/cuda_check.h"
-#include "util/cuda_launch.h"
-#include "formats/codec.h"
-#include "models/cuda/bf16_vectors.cuh"
 #include "models/cuda/act_values.cuh"
-
-#include <initializer_list>
+#include "models/cuda/embedding.h"
+#include "models/cuda/model_kernels.cuh"
 
 namespace mxdp::cuda {
 
@@ -17,17 +13,12 @@ namespace {
 
 constexpr float kLnEps = 1e-5f;
 
-__device__ __forceinline__ float ld(const uint16_t* p, int64_t i) { return codec::bf16_to_f32(p[i]); }
-__device__ __forceinline__ uint16_t bf(float x) { return codec::bf16_from_f32(x); }
-
-// Butterfly sum: every lane ends with the same bits, in the same order every run.
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-int grid_for(int64_t n, int threads) { return int(grid_blocks(n, threads, 1 << 20)); }
+// The helpers shared with the Llama's kernels (ld, bf, warp_sum,
+// residual_add8; on the host check_rows and grid_for): models/cuda/model_kernels.cuh.
+using device::bf;
+using device::ld;
+using device::residual_add8;
+using device::warp_sum;
 
 // ---------------------------------------------------------------- encoder
 
@@ -51,25 +42,12 @@ __global__ void wpe_backward_kernel(float* dwpe, const uint16_t* dx, int B, int 
   }
 }
 
-// One block per (token segment, 256 channels).
-__global__ void wte_backward_kernel(float* dwte, const uint16_t* dx, const int32_t* order, const int32_t* seg_start,
-                                    const int32_t* seg_token, int C) {
-  const int seg = blockIdx.x;
-  const int c = blockIdx.y * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float s = 0.f;
-  for (int j = seg_start[seg]; j < seg_start[seg + 1]; ++j) s += ld(dx, int64_t(order[j]) * C + c);
-  dwte[int64_t(seg_token[seg]) * C + c] += s;
-}
-
 // ---------------------------------------------------------------- vectors
 
 // W consecutive bf16 values as floats, and back (load, store; W = 8: one
 // 16-byte access, the callers check the alignment): models/cuda/bf16_vectors.cuh.
 using device::load;
 using device::store;
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // ---------------------------------------------------------------- LayerNorm
 
@@ -128,15 +106,10 @@ __global__ void residual_layernorm_forward_kernel(uint16_t* res, uint16_t* out, 
   if (m >= M) return;
   float s = 0.f;
   for (int k = threadIdx.x % 32; k < C / 8; k += 32) {
-    float f[8], g[8];
-    load(a + m * C + 8 * k, f);
-    load(bb + m * C + 8 * k, g);
+    float f[8];
+    residual_add8(res + m * C + 8 * k, a + m * C + 8 * k, bb + m * C + 8 * k, f);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      f[i] = codec::bf16_to_f32(bf(f[i] + g[i]));  // the statistics see the stored (rounded) residual
-      s += f[i];
-    }
-    store(res + m * C + 8 * k, f);
+    for (int i = 0; i < 8; ++i) s += f[i];
   }
   ln_row(out ? out + m * C : nullptr, mean, rstd, res + m * C, w, bias, m, C, s);
 }
@@ -198,22 +171,12 @@ void encoder_backward(float* dwte, float* dwpe, const uint16_t* dx, const int32_
                       const int32_t* seg_token, int n_seg, int B, int T, int C, cudaStream_t s) {
   wpe_backward_kernel<<<grid_for(int64_t(T) * C, 256), 256, 0, s>>>(dwpe, dx, B, T, C);
   MXDP_CUDA_CHECK_LAUNCH();
-  if (n_seg > 0) {
-    wte_backward_kernel<<<dim3(n_seg, (C + 255) / 256), 256, 0, s>>>(dwte, dx, order, seg_start, seg_token, C);
-    MXDP_CUDA_CHECK_LAUNCH();
-  }
-}
-
-// The row kernels read and write 8 bf16 at a time: C % 8 == 0 (d_model is a
-// multiple of 32) and every row 16-byte aligned.
-void check_rows(int C, std::initializer_list<const void*> ptrs) {
-  MXDP_CHECK(C % 8 == 0, "LayerNorm kernels need C % 8 == 0, got C=", C);
-  for (const void* p : ptrs) MXDP_CHECK(aligned16(p), "LayerNorm kernels need 16-byte aligned rows");
+  embedding_backward(dwte, dx, order, seg_start, seg_token, n_seg, C, s);
 }
 
 void layernorm_forward(uint16_t* out, float* mean, float* rstd, const uint16_t* inp, const uint16_t* w,
                        const uint16_t* b, int M, int C, cudaStream_t s) {
-  check_rows(C, {out, inp, w, b});
+  check_rows("layernorm_forward", C, {out, inp, w, b});
   layernorm_forward_kernel<<<(M + 7) / 8, 256, 0, s>>>(out, mean, rstd, inp, w, b, M, C);
   MXDP_CUDA_CHECK_LAUNCH();
 }
@@ -221,7 +184,7 @@ void layernorm_forward(uint16_t* out, float* mean, float* rstd, const uint16_t* 
 void residual_layernorm_forward(uint16_t* res, uint16_t* out, float* mean, float* rstd, const uint16_t* a,
                                 const uint16_t* b, const uint16_t* w, const uint16_t* bias, int M, int C,
                                 cudaStream_t s) {
-  check_rows(C, {res, out, a, b, w, bias});
+  check_rows("residual_layernorm_forward", C, {res, out, a, b, w, bias});
   residual_layernorm_forward_kernel<<<(M + 7) / 8, 256, 0, s>>>(res, out, mean, rstd, a, b, w, bias, M, C);
   MXDP_CUDA_CHECK_LAUNCH();
 }
@@ -229,7 +192,7 @@ void residual_layernorm_forward(uint16_t* res, uint16_t* out, float* mean, float
 void layernorm_backward(uint16_t* dinp, bool accumulate, float* dw, float* db, ColumnSum dinp_sum, float* scratch,
                         const uint16_t* dout, const uint16_t* inp, const uint16_t* w, const float* mean,
                         const float* rstd, int M, int C, cudaStream_t s) {
-  check_rows(C, {dinp, dout, inp, w});
+  check_rows("layernorm_backward", C, {dinp, dout, inp, w});
   layernorm_backward_kernel<<<(M + 7) / 8, 256, 0, s>>>(dinp, accumulate, dout, inp, w, mean, rstd, M, C);
   MXDP_CUDA_CHECK_LAUNCH();
   layernorm_column_sums(dw, db, dinp_sum, dinp, scratch, dout, inp, mean, rstd, M, C, s);

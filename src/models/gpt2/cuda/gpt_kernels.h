@@ -28,7 +28,8 @@ void encoder_forward(uint16_t* x, const int32_t* tokens, const uint16_t* wte, co
 // dwte[tok,:] += sum of dx over the positions holding tok, in position order:
 // `order` lists the B*T positions sorted by (token, position), and segment i
 // covers order[seg_start[i] .. seg_start[i+1]) of token seg_token[i] (n_seg
-// segments; built on the host by BatchUpload, models/cuda/lm_cuda.h).
+// segments; built on the host by BatchUpload, models/cuda/lm_cuda.h), through
+// the shared embedding_backward (models/cuda/embedding.h).
 void encoder_backward(float* dwte, float* dwpe, const uint16_t* dx, const int32_t* order, const int32_t* seg_start,
                       const int32_t* seg_token, int n_seg, int B, int T, int C, cudaStream_t s);
 

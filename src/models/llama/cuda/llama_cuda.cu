@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "models/cuda/column_sums.h"  // bias_backward, colsum_scratch_floats, kColsumCounters
+#include "models/cuda/embedding.h"
 #include "models/cuda/fp8_linear.h"
 #include "models/cuda/lm_cuda.h"
 #include "models/llama/cuda/llama_kernels.h"
@@ -73,8 +74,6 @@ class LlamaCuda final : public LmCuda<LlamaModel, LlamaConfig> {
     uint16_t *resid, *resid_mid, *hn1, *hn2, *qkv, *atty, *gu, *hnf;  // hn1, hn2 (and act): bf16 blocks only
     uint16_t *act, *tmp, *dresid, *dln, *datty, *dqkv, *dact, *dgu;  // dgu: bf16 blocks only
     float *rstd1, *rstd2, *rstdf, *stats, *rms_scratch, *bias_scratch, *cos, *sin;
-    uint8_t* xt_codes;  // FP8 blocks only: their X^T operands (BlockActs::hn1t ... actt)
-    float* xt_scales;
   };
   // Block l's slices of the activations. hn1, hn2 and act are null in an FP8
   // block, whose four X^T operands (the wgrads' inputs, made by the forward's
@@ -85,17 +84,33 @@ class LlamaCuda final : public LmCuda<LlamaModel, LlamaConfig> {
     float *rstd1, *rstd2, *stats;
     Fp8Slot hn1t, attyt, hn2t, actt;
   };
-  // The widths of an FP8 block's X^T operands, in BlockActs' order, and their sum.
+  // The widths of an FP8 block's X^T operands, in BlockActs' order (LmCuda::take_xt, xt_slots).
   std::array<int64_t, 4> xt_widths() const {
     return {cfg_.d_model, cfg_.q_dim(), cfg_.d_model, cfg_.d_ff};
   }
-  int64_t xt_width() const { return 2 * cfg_.d_model + cfg_.q_dim() + cfg_.d_ff; }
+  // A block's gradients: backward_stage's g, in the order the constructor
+  // lists them in stage_grads_, BlockParams' (qkvb null without biases).
+  struct BlockGrads {
+    float *attn_norm, *qkvw, *qkvb, *ow, *mlp_norm, *gate_up, *down;
+  };
+  static BlockGrads block_grads(float* const* g) { return {g[0], g[1], g[2], g[3], g[4], g[5], g[6]}; }
+  // The dimensions a block's stage body works with: the batch (B, T; M = B T
+  // rows), the width C, the query and key/value heads NH and KV of size hd,
+  // qkv's width S, the query's Q, and the MLP's F.
+  struct Dims {
+    int B, T, C, NH, KV, hd, M, S, Q, F;
+  };
+  Dims dims() const {
+    return {B_, T_, cfg_.d_model, cfg_.n_head, cfg_.n_kv_head, cfg_.head_dim, B_ * T_, cfg_.qkv_dim(), cfg_.q_dim(),
+            cfg_.d_ff};
+  }
 
   static const LlamaConfig& validated(const LlamaConfig& cfg) {
     validate(cfg);
     return cfg;
   }
   uint16_t* bias(int p) const { return p >= 0 ? w(p) : nullptr; }
+  float eps() const { return float(cfg_.rms_eps); }  // the RMSNorms' eps, in fp32 as their kernels take it
 
   void init_param(uint64_t seed, int p, float* out) const override { llama_init_param(cfg_, specs_, seed, p, out); }
   void carve(ArenaSlicer& take, int B, int T) override;
@@ -106,8 +121,8 @@ class LlamaCuda final : public LmCuda<LlamaModel, LlamaConfig> {
   void forward_block(int l);
   void forward_block_fp8(int l);
   void backward_head(float* dhead, float* dnorm);
-  void backward_block(int l, float* const* g);
-  void backward_block_fp8(int l, float* const* g);
+  void backward_block(int l, const BlockGrads& dp);
+  void backward_block_fp8(int l, const BlockGrads& dp);
 
   std::vector<float> inv_freq_;
   std::vector<BlockParams> blocks_;
@@ -121,7 +136,7 @@ void LlamaCuda::carve(ArenaSlicer& take, int B, int T) {
   Activations& a = act_;
   // The norms' outputs and the SwiGLU's are kept for the bf16 blocks' wgrads;
   // an FP8 block keeps its X^T operands instead (xt, below).
-  const int64_t Lb = L - n_fp8_blocks(), Lf = n_fp8_blocks();
+  const int64_t Lb = L - n_fp8_blocks();
   take(a.resid, (L + 1) * BT * C);
   take(a.resid_mid, L * BT * C);
   take(a.hn1, Lb * BT * C);
@@ -149,9 +164,7 @@ void LlamaCuda::carve(ArenaSlicer& take, int B, int T) {
   take(a.cos, T * half);
   take(a.sin, T * half);
   take_batch(take, BT);
-  const int64_t xt = Lf * xt_width() * fp8_rows_padded(BT);  // codes; a scale per 128
-  take(a.xt_codes, xt);
-  take(a.xt_scales, xt / 128);
+  take_xt(take, BT, xt_widths());
 }
 
 void LlamaCuda::activations_ready(int, int T) {
@@ -178,14 +191,13 @@ void LlamaCuda::activations_ready(int, int T) {
 void LlamaCuda::forward_stage(int s) {
   const int M = B_ * T_, C = cfg_.d_model, L = cfg_.n_layer;
   const int64_t BTC = int64_t(M) * C;
-  const float eps = float(cfg_.rms_eps);
   Activations& a = act_;
   if (s == 0) {
     llama::embedding_forward(a.resid, io_.tokens, w(embed_), M, C, s_);
     return;
   }
   if (s == 1) {
-    llama::rmsnorm_forward(block_acts(0).hn1, a.rstd1, a.resid, w(blocks_[0].attn_norm), M, C, eps, s_);
+    llama::rmsnorm_forward(block_acts(0).hn1, a.rstd1, a.resid, w(blocks_[0].attn_norm), M, C, eps(), s_);
   } else {
     const int l = s - 2;  // the block this residual add closes
     const bool last = l + 1 == L;
@@ -193,7 +205,7 @@ void LlamaCuda::forward_stage(int s) {
     float* rstd = last ? a.rstdf : a.rstd1 + int64_t(l + 1) * M;
     const int nw = last ? norm_ : blocks_[size_t(l + 1)].attn_norm;
     llama::residual_rmsnorm_forward(a.resid + (l + 1) * BTC, next, rstd, a.resid_mid + l * BTC, a.tmp, w(nw), M, C,
-                                    eps, s_);
+                                    eps(), s_);
   }
   if (s - 1 == L) {
     gemm_.forward(io_.logits, a.hnf, w(head_), nullptr, M, cfg_.vocab, C);
@@ -218,27 +230,12 @@ LlamaCuda::BlockActs LlamaCuda::block_acts(int l) {
               a.rstd1 + lm,
               a.rstd2 + lm,
               a.stats + l * int64_t(B_) * cfg_.n_head * T_};
-  if (fp8) {
-    // Block l's X^T operands, one after another: [width, Mp] codes and
-    // (Mp / 128) x width scales each (Mp: M padded to 128, as act_quantize writes).
-    const int64_t Mp = fp8_rows_padded(M);
-    uint8_t* codes = a.xt_codes + k * xt_width() * Mp;
-    float* scales = a.xt_scales + k * xt_width() * Mp / 128;
-    Fp8Slot* xt[4] = {&b.hn1t, &b.attyt, &b.hn2t, &b.actt};
-    const std::array<int64_t, 4> width = xt_widths();
-    for (int i = 0; i < 4; ++i) {
-      *xt[i] = {codes, scales};
-      codes += width[size_t(i)] * Mp;
-      scales += width[size_t(i)] * Mp / 128;
-    }
-  }
+  if (fp8) xt_slots(l, xt_widths(), {&b.hn1t, &b.attyt, &b.hn2t, &b.actt});
   return b;
 }
 
 void LlamaCuda::forward_block(int l) {
-  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, KV = cfg_.n_kv_head, hd = cfg_.head_dim;
-  const int M = B * T, S = cfg_.qkv_dim(), Q = cfg_.q_dim(), F = cfg_.d_ff;
-  const float eps = float(cfg_.rms_eps);
+  const auto [B, T, C, NH, KV, hd, M, S, Q, F] = dims();
   const BlockParams& p = blocks_[size_t(l)];
   const BlockActs b = block_acts(l);
   uint16_t* tmp = act_.tmp;
@@ -246,7 +243,7 @@ void LlamaCuda::forward_block(int l) {
   llama::rope(b.qkv, act_.cos, act_.sin, B, T, NH, KV, hd, /*inverse=*/false, s_);
   att_.forward_gqa(b.atty, b.stats, b.qkv, B, T, NH, KV, hd);
   gemm_.forward(tmp, b.atty, w(p.ow), nullptr, M, C, Q);
-  llama::residual_rmsnorm_forward(b.mid, b.hn2, b.rstd2, b.x, tmp, w(p.mlp_norm), M, C, eps, s_);
+  llama::residual_rmsnorm_forward(b.mid, b.hn2, b.rstd2, b.x, tmp, w(p.mlp_norm), M, C, eps(), s_);
   gemm_.forward(b.gu, b.hn2, w(p.gate_up), nullptr, M, 2 * F, C);
   llama::swiglu_forward(b.act, b.gu, M, F, s_);
   gemm_.forward(tmp, b.act, w(p.down), nullptr, M, C, F);
@@ -263,9 +260,7 @@ void LlamaCuda::forward_block(int l) {
 // operands, an eval's too (the same graphs; a backward always follows its own
 // forward).
 void LlamaCuda::forward_block_fp8(int l) {
-  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, KV = cfg_.n_kv_head, hd = cfg_.head_dim;
-  const int M = B * T, S = cfg_.qkv_dim(), Q = cfg_.q_dim(), F = cfg_.d_ff;
-  const float eps = float(cfg_.rms_eps);
+  const auto [B, T, C, NH, KV, hd, M, S, Q, F] = dims();
   const BlockParams& p = blocks_[size_t(l)];
   const BlockActs b = block_acts(l);
   uint16_t* tmp = act_.tmp;
@@ -281,7 +276,7 @@ void LlamaCuda::forward_block_fp8(int l) {
   att_.forward_gqa(b.atty, b.stats, b.qkv, B, T, NH, KV, hd);
   act_quantize({.x = b.atty, .rows = q, .cols = b.attyt}, M, Q, s_);
   lin.fprop(tmp, q, fw(p.ow), nullptr, M, C, Q);
-  llama::residual_rmsnorm_forward(b.mid, nullptr, b.rstd2, b.x, tmp, w(p.mlp_norm), M, C, eps, s_);
+  llama::residual_rmsnorm_forward(b.mid, nullptr, b.rstd2, b.x, tmp, w(p.mlp_norm), M, C, eps(), s_);
   quantize_norm(b.mid, b.rstd2, p.mlp_norm, b.hn2t);
   lin.fprop(b.gu, q, fw(p.gate_up), nullptr, M, 2 * F, C);
   act_quantize({.x = b.gu, .op = ActOp::SwiGlu, .rows = q, .cols = b.actt}, M, F, s_);
@@ -292,11 +287,12 @@ void LlamaCuda::forward_block_fp8(int l) {
 // 0 the embedding (g in stage_grads_'s order).
 void LlamaCuda::backward_stage(int s, float* const* g) {
   if (s == 0) {
-    llama::embedding_backward(g[0], act_.dresid, io_.order, io_.seg_start, io_.seg_token, n_seg_, cfg_.d_model, s_);
+    embedding_backward(g[0], act_.dresid, io_.order, io_.seg_start, io_.seg_token, n_seg_, cfg_.d_model, s_);
   } else if (s == cfg_.n_layer + 1) {
     backward_head(g[0], g[1]);
   } else {
-    fp8_block(s - 1) ? backward_block_fp8(s - 1, g) : backward_block(s - 1, g);
+    const BlockGrads dp = block_grads(g);
+    fp8_block(s - 1) ? backward_block_fp8(s - 1, dp) : backward_block(s - 1, dp);
   }
 }
 
@@ -311,33 +307,30 @@ void LlamaCuda::backward_head(float* dhead, float* dnorm) {
                           w(norm_), a.rstdf, M, C, s_);
 }
 
-// g: the block's gradients in BlockParams order (qkvb null without biases).
-void LlamaCuda::backward_block(int l, float* const* g) {
-  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, KV = cfg_.n_kv_head, hd = cfg_.head_dim;
-  const int M = B * T, S = cfg_.qkv_dim(), Q = cfg_.q_dim(), F = cfg_.d_ff;
+// dp: the block's gradients (qkvb null without biases).
+void LlamaCuda::backward_block(int l, const BlockGrads& dp) {
+  const auto [B, T, C, NH, KV, hd, M, S, Q, F] = dims();
   Activations& a = act_;
   const BlockParams& p = blocks_[size_t(l)];
   const BlockActs b = block_acts(l);
-  float *d_attn_norm = g[0], *d_qkvw = g[1], *d_qkvb = g[2], *d_ow = g[3], *d_mlp_norm = g[4], *d_gate_up = g[5],
-        *d_down = g[6];
   // MLP half: y = mid + down(swiglu(gate_up(rmsnorm(mid)))). The SwiGLU
   // output is kept from the forward: recomputing it here cost a pass over
   // gate_up (3 d_ff values a token read and written) to save d_ff of memory.
-  gemm_.backward_weight(d_down, a.dresid, b.act, M, C, F);
+  gemm_.backward_weight(dp.down, a.dresid, b.act, M, C, F);
   gemm_.backward_data(a.dact, a.dresid, w(p.down), M, C, F);
   llama::swiglu_backward(a.dgu, a.dact, b.gu, M, F, s_);
   gemm_.backward_data(a.dln, a.dgu, w(p.gate_up), M, 2 * F, C);
-  gemm_.backward_weight(d_gate_up, a.dgu, b.hn2, M, 2 * F, C);
-  llama::rmsnorm_backward(a.dresid, true, d_mlp_norm, a.rms_scratch, a.dln, b.mid, w(p.mlp_norm), b.rstd2, M, C, s_);
+  gemm_.backward_weight(dp.gate_up, a.dgu, b.hn2, M, 2 * F, C);
+  llama::rmsnorm_backward(a.dresid, true, dp.mlp_norm, a.rms_scratch, a.dln, b.mid, w(p.mlp_norm), b.rstd2, M, C, s_);
   // Attention half: mid = x + o(attn(rope(qkv(rmsnorm(x))))).
   gemm_.backward_data(a.datty, a.dresid, w(p.ow), M, C, Q);
-  gemm_.backward_weight(d_ow, a.dresid, b.atty, M, C, Q);
+  gemm_.backward_weight(dp.ow, a.dresid, b.atty, M, C, Q);
   att_.backward_gqa(a.dqkv, a.datty, b.qkv, b.atty, b.stats, B, T, NH, KV, hd);
   llama::rope(a.dqkv, a.cos, a.sin, B, T, NH, KV, hd, /*inverse=*/true, s_);
   gemm_.backward_data(a.dln, a.dqkv, w(p.qkvw), M, S, C);
-  gemm_.backward_weight(d_qkvw, a.dqkv, b.hn1, M, S, C);
-  if (d_qkvb) bias_backward(d_qkvb, a.bias_scratch, a.dqkv, M, S, s_);
-  llama::rmsnorm_backward(a.dresid, true, d_attn_norm, a.rms_scratch, a.dln, b.x, w(p.attn_norm), b.rstd1, M, C, s_);
+  gemm_.backward_weight(dp.qkvw, a.dqkv, b.hn1, M, S, C);
+  if (dp.qkvb) bias_backward(dp.qkvb, a.bias_scratch, a.dqkv, M, S, s_);
+  llama::rmsnorm_backward(a.dresid, true, dp.attn_norm, a.rms_scratch, a.dln, b.x, w(p.attn_norm), b.rstd1, M, C, s_);
 }
 
 // backward_block under FP8 compute. Per linear layer: the output gradient dY
@@ -345,14 +338,11 @@ void LlamaCuda::backward_block(int l, float* const* g) {
 // input's transpose X^T for wgrad is the one the forward made (BlockActs::
 // hn1t ... actt). The qkv bias gradient (Qwen2) is the column sums of qkv's
 // dY, added by the act_quantize that quantizes it (bias_backward's bits).
-void LlamaCuda::backward_block_fp8(int l, float* const* g) {
-  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_head, KV = cfg_.n_kv_head, hd = cfg_.head_dim;
-  const int M = B * T, S = cfg_.qkv_dim(), Q = cfg_.q_dim(), F = cfg_.d_ff;
+void LlamaCuda::backward_block_fp8(int l, const BlockGrads& dp) {
+  const auto [B, T, C, NH, KV, hd, M, S, Q, F] = dims();
   Activations& a = act_;
   const BlockParams& p = blocks_[size_t(l)];
   const BlockActs b = block_acts(l);
-  float *d_attn_norm = g[0], *d_qkvw = g[1], *d_qkvb = g[2], *d_ow = g[3], *d_mlp_norm = g[4], *d_gate_up = g[5],
-        *d_down = g[6];
   Fp8Linear& lin = this->lin();
   const Fp8Slot dy = lin.slot(Fp8Linear::kRows), dyt = lin.slot(Fp8Linear::kCols);
   const auto grad_operands = [&](const uint16_t* d, int N, float* dbias) {
@@ -360,24 +350,24 @@ void LlamaCuda::backward_block_fp8(int l, float* const* g) {
   };
   // MLP half: y = mid + down(swiglu(gate_up(rmsnorm(mid)))).
   grad_operands(a.dresid, C, nullptr);
-  lin.wgrad(d_down, dyt, b.actt, M, C, F);
+  lin.wgrad(dp.down, dyt, b.actt, M, C, F);
   lin.dgrad(a.dact, dy, fwt(p.down), M, C, F);
   // gate_up's dY is the SwiGLU's gradient, made and quantized in one pass from
   // dact and gu (swiglu_backward's bits; the bf16 dgu is never written).
   act_quantize({.x = a.dact, .op = ActOp::SwiGluGrad, .aux = b.gu, .rows = dy, .cols = dyt}, M, 2 * F, s_);
-  lin.wgrad(d_gate_up, dyt, b.hn2t, M, 2 * F, C);
+  lin.wgrad(dp.gate_up, dyt, b.hn2t, M, 2 * F, C);
   lin.dgrad(a.dln, dy, fwt(p.gate_up), M, 2 * F, C);
-  llama::rmsnorm_backward(a.dresid, true, d_mlp_norm, a.rms_scratch, a.dln, b.mid, w(p.mlp_norm), b.rstd2, M, C, s_);
+  llama::rmsnorm_backward(a.dresid, true, dp.mlp_norm, a.rms_scratch, a.dln, b.mid, w(p.mlp_norm), b.rstd2, M, C, s_);
   // Attention half: mid = x + o(attn(rope(qkv(rmsnorm(x))))).
   grad_operands(a.dresid, C, nullptr);
-  lin.wgrad(d_ow, dyt, b.attyt, M, C, Q);
+  lin.wgrad(dp.ow, dyt, b.attyt, M, C, Q);
   lin.dgrad(a.datty, dy, fwt(p.ow), M, C, Q);
   att_.backward_gqa(a.dqkv, a.datty, b.qkv, b.atty, b.stats, B, T, NH, KV, hd);
   llama::rope(a.dqkv, a.cos, a.sin, B, T, NH, KV, hd, /*inverse=*/true, s_);
-  grad_operands(a.dqkv, S, d_qkvb);  // d_qkvb null without biases: no sums
-  lin.wgrad(d_qkvw, dyt, b.hn1t, M, S, C);
+  grad_operands(a.dqkv, S, dp.qkvb);  // dp.qkvb null without biases: no sums
+  lin.wgrad(dp.qkvw, dyt, b.hn1t, M, S, C);
   lin.dgrad(a.dln, dy, fwt(p.qkvw), M, S, C);
-  llama::rmsnorm_backward(a.dresid, true, d_attn_norm, a.rms_scratch, a.dln, b.x, w(p.attn_norm), b.rstd1, M, C, s_);
+  llama::rmsnorm_backward(a.dresid, true, dp.attn_norm, a.rms_scratch, a.dln, b.x, w(p.attn_norm), b.rstd1, M, C, s_);
 }
 
 }  // namespace

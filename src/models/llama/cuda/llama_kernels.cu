@@ -2,42 +2,27 @@
 #include "models/llama/cuda/llama_kernels.h"
 
 #include <algorithm>
-#include <initializer_list>
 
-#include "formats/codec.h"
 #include "models/cuda/act_values.cuh"
-#include "models/cuda/bf16_vectors.cuh"
+#include "models/cuda/model_kernels.cuh"
 #include "util/check.h"
 #include "util/cuda_check.h"
-#include "util/cuda_launch.h"
 
 namespace mxdp::cuda::llama {
 
 namespace {
 
-__device__ __forceinline__ float ld(const uint16_t* p, int64_t i) { return codec::bf16_to_f32(p[i]); }
-__device__ __forceinline__ uint16_t bf(float x) { return codec::bf16_from_f32(x); }
-
-// Butterfly sum: every lane ends with the same bits, in the same order every run.
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+// The helpers shared with GPT-2's kernels (ld, bf, warp_sum, residual_add8;
+// on the host aligned16, check_rows and grid_for): models/cuda/model_kernels.cuh.
+using device::bf;
+using device::ld;
+using device::residual_add8;
+using device::warp_sum;
 
 // 8 consecutive bf16 values in one 16-byte access (load<8>, store<8>; the
 // callers check the alignment): models/cuda/bf16_vectors.cuh.
 using device::load;
 using device::store;
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
-void check_rows(const char* what, int C, std::initializer_list<const void*> ptrs) {
-  MXDP_CHECK(C % 8 == 0, what, " needs rows of a multiple of 8 values, got ", C);
-  for (const void* p : ptrs) MXDP_CHECK(aligned16(p), what, " needs 16-byte aligned rows");
-}
-
-int grid_for(int64_t n, int threads) { return int(grid_blocks(n, threads, 1 << 20)); }
 
 // ---------------------------------------------------------------- embedding
 
@@ -50,17 +35,6 @@ __global__ void embedding_forward_kernel(uint16_t* x, const int32_t* tokens, con
     *reinterpret_cast<uint4*>(x + m * C + 8 * k) =
         *reinterpret_cast<const uint4*>(embed + int64_t(tokens[m]) * C + 8 * k);
   }
-}
-
-// One block per (token segment, 256 channels).
-__global__ void embedding_backward_kernel(float* dembed, const uint16_t* dx, const int32_t* order,
-                                          const int32_t* seg_start, const int32_t* seg_token, int C) {
-  const int seg = blockIdx.x;
-  const int c = blockIdx.y * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float s = 0.f;
-  for (int j = seg_start[seg]; j < seg_start[seg + 1]; ++j) s += ld(dx, int64_t(order[j]) * C + c);
-  dembed[int64_t(seg_token[seg]) * C + c] += s;
 }
 
 // ---------------------------------------------------------------- RMSNorm
@@ -106,15 +80,10 @@ __global__ void residual_rmsnorm_forward_kernel(uint16_t* res, uint16_t* out, fl
   if (m >= M) return;
   float ss = 0.f;
   for (int k = threadIdx.x % 32; k < C / 8; k += 32) {
-    float f[8], g[8];
-    load(a + m * C + 8 * k, f);
-    load(b + m * C + 8 * k, g);
+    float f[8];
+    residual_add8(res + m * C + 8 * k, a + m * C + 8 * k, b + m * C + 8 * k, f);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      f[i] = codec::bf16_to_f32(bf(f[i] + g[i]));  // the statistics see the stored (rounded) residual
-      ss += f[i] * f[i];
-    }
-    store(res + m * C + 8 * k, f);
+    for (int i = 0; i < 8; ++i) ss += f[i] * f[i];
   }
   rms_row(out, rstd, res + m * C, w, m, C, eps, ss);
 }
@@ -309,13 +278,6 @@ __global__ void swiglu_backward_kernel(uint16_t* dgu, const uint16_t* dout, cons
 void embedding_forward(uint16_t* x, const int32_t* tokens, const uint16_t* embed, int M, int C, cudaStream_t s) {
   check_rows("embedding_forward", C, {x, embed});
   embedding_forward_kernel<<<grid_for(int64_t(M) * C / 8, 256), 256, 0, s>>>(x, tokens, embed, M, C);
-  MXDP_CUDA_CHECK_LAUNCH();
-}
-
-void embedding_backward(float* dembed, const uint16_t* dx, const int32_t* order, const int32_t* seg_start,
-                        const int32_t* seg_token, int n_seg, int C, cudaStream_t s) {
-  if (n_seg == 0) return;
-  embedding_backward_kernel<<<dim3(n_seg, (C + 255) / 256), 256, 0, s>>>(dembed, dx, order, seg_start, seg_token, C);
   MXDP_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,5 +1,6 @@
 // The GPU Llama's own kernels (everything that is not a GEMM, attention, the
-// column sums or the classifier and mean loss, which are shared: models/cuda/),
+// column sums, the embedding's backward or the classifier and mean loss, which
+// are shared: models/cuda/),
 // each the device twin of a CPU loop in llama_cpu.h / llama.cpp, its
 // reference in tests/gputest_llama.cu.
 // bf16 activations (uint16_t bits), fp32 arithmetic, fp32 parameter
@@ -21,13 +22,9 @@
 
 namespace mxdp::cuda::llama {
 
-// x[m, :] = embed[tokens[m], :] (a bf16 copy), M rows of C.
+// x[m, :] = embed[tokens[m], :] (a bf16 copy), M rows of C. Its backward is
+// the shared embedding_backward (models/cuda/embedding.h).
 void embedding_forward(uint16_t* x, const int32_t* tokens, const uint16_t* embed, int M, int C, cudaStream_t s);
-// dembed[tok, :] += sum of dx over the positions holding tok, in position
-// order: `order` lists the M positions sorted by (token, position); segment i
-// covers order[seg_start[i] .. seg_start[i+1]) of token seg_token[i].
-void embedding_backward(float* dembed, const uint16_t* dx, const int32_t* order, const int32_t* seg_start,
-                        const int32_t* seg_token, int n_seg, int C, cudaStream_t s);
 
 // out = bf16(w * (x * r)), r = 1 / sqrt(mean(x^2) + eps) in fp32, kept in rstd [M].
 // out may be null: only rstd is written (FP8 compute makes the output's
