@@ -17,11 +17,13 @@ training (torchao.float8, before torch.compile).
     python3 bench/torch_gpt.py --model gpt2-124m --batch 16 --seq 1024 --mode compile
     python3 bench/torch_gpt.py --model gpt2-774m --batch 8 --float8 tensorwise
 """
-import argparse, json, math, statistics, time
+import argparse, json
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from torch_train import adamw, mxdp_init, time_steps, train_step
 
 CONFIGS = {  # n_layer, n_head, d_model (vocab 50257 padded to 50304, max_seq 1024)
     "gpt2-124m": (12, 12, 768), "gpt2-350m": (24, 16, 1024),
@@ -55,12 +57,7 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(C, H) for _ in range(L))
         self.lnf = nn.LayerNorm(C)
         # GPT-2 init, as mxdp's: normal(0, 0.02), residual projections 0.02/sqrt(2L), biases 0.
-        for name, p in self.named_parameters():
-            if p.dim() == 2:
-                std = 0.02 / math.sqrt(2 * L) if name.endswith(("proj.weight", "mproj.weight")) else 0.02
-                nn.init.normal_(p, 0.0, std)
-            elif name.endswith("bias"):
-                nn.init.zeros_(p)
+        mxdp_init(self, L, ("proj.weight", "mproj.weight"))
 
     def mxdp_order(self):
         """The parameters in mxdp's order (gpt.h: gpt_param_specs)."""
@@ -83,26 +80,6 @@ class GPT(nn.Module):
         if self.loss_over_padded:
             return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
         return F.cross_entropy(logits[..., : self.vocab].float().flatten(0, 1), targets.flatten())
-
-
-def adamw(model, lr):
-    """Fused AdamW as mxdp's: betas 0.9/0.95, eps 1e-8, weight decay 0.1 on 2-D weights only."""
-    params = list(model.parameters())
-    return torch.optim.AdamW([{"params": [p for p in params if p.dim() == 2], "weight_decay": 0.1},
-                              {"params": [p for p in params if p.dim() != 2], "weight_decay": 0.0}],
-                             lr=lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
-
-
-def train_step(model, step_model, opt, x, y, clip=True):
-    """One step: bf16 autocast forward, backward, clip at 1.0 (unless clip is False), AdamW. Returns the loss."""
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        loss = step_model(x, y)
-    loss.backward()
-    if clip:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return loss
 
 
 def main():
@@ -138,35 +115,11 @@ def main():
         model.head = torch.compile(model.head)
     x = torch.randint(0, 50257, (a.batch, a.seq), device="cuda")
     y = torch.randint(0, 50257, (a.batch, a.seq), device="cuda")
-    for i in range(a.warmup):
-        train_step(model, step_model, opt, x, y, clip).item()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    # Synced: each step alone, host and GPU idle in turn (the median of steps).
-    times = []
-    for i in range(a.steps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        train_step(model, step_model, opt, x, y, clip).item()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    # Pipelined, as a training loop runs: each loss read one step late, so the
-    # host submits step i+1 while the GPU runs step i (the window's mean).
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    prev = None
-    for i in range(a.steps):
-        loss = train_step(model, step_model, opt, x, y, clip).detach()
-        if prev is not None:
-            prev.item()
-        prev = loss
-    last = prev.item()
-    torch.cuda.synchronize()
-    ms = (time.perf_counter() - t0) / a.steps * 1e3
+    ms, ms_synced, last = time_steps(lambda: train_step(model, step_model, opt, x, y, clip), a.warmup, a.steps)
     system = f"pytorch-{a.mode}" + ("" if a.float8 == "none" else f"-float8-{a.float8}")
     print(json.dumps({"system": system, "model": a.model, "batch": a.batch, "seq": a.seq,
                       "loss_vocab": a.loss_vocab, "clip": clip,
-                      "ms_per_step": ms, "ms_synced": statistics.median(times) * 1e3,
+                      "ms_per_step": ms, "ms_synced": ms_synced,
                       "tokens_per_s": a.batch * a.seq / ms * 1e3,
                       "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
                       "loss": last}), flush=True)

@@ -20,11 +20,13 @@ median step run alone), tokens/s and peak memory (torch.cuda.max_memory_allocate
 
     python3 bench/torch_llama.py --model qwen2.5-0.5b --batch 8 --seq 2048 --impl titan
 """
-import argparse, json, math, statistics, time
+import argparse, json, math
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from torch_train import adamw, mxdp_init, time_steps, train_step
 
 # The mxdp presets (docs/llama.md): n_layer, d_model, n_head, n_kv_head, head_dim, d_ff, vocab,
 # rope_theta, rms_eps, qkv_bias, tied, llama3 rope scaling (factor, low, high, original max) or None.
@@ -106,12 +108,7 @@ class Llama(nn.Module):
         emb = torch.cat((ang, ang), dim=-1)
         self.register_buffer("cos", emb.cos(), persistent=False)
         self.register_buffer("sin", emb.sin(), persistent=False)
-        for pname, p in self.named_parameters():  # mxdp's init (llama_init_param)
-            if p.dim() == 2:
-                std = 0.02 / math.sqrt(2 * L) if pname.endswith(("o.weight", "down.weight")) else 0.02
-                nn.init.normal_(p, 0.0, std)
-            elif pname.endswith("bias"):
-                nn.init.zeros_(p)
+        mxdp_init(self, L, ("o.weight", "down.weight"))  # mxdp's init (llama_init_param)
 
     def mxdp_order(self):
         """The parameters in mxdp's order (llama_param_specs)."""
@@ -174,25 +171,6 @@ def blocks_of(model):
     return model.blocks if isinstance(model, Llama) else model.m.model.layers
 
 
-def adamw(model, lr):
-    """Fused AdamW as mxdp's: betas 0.9/0.95, eps 1e-8, weight decay 0.1 on 2-D weights only."""
-    params = list(model.parameters())
-    return torch.optim.AdamW([{"params": [p for p in params if p.dim() == 2], "weight_decay": 0.1},
-                              {"params": [p for p in params if p.dim() != 2], "weight_decay": 0.0}],
-                             lr=lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
-
-
-def train_step(model, step_model, opt, x, y):
-    """One step: bf16 autocast forward, backward, clip at 1.0, AdamW. Returns the loss."""
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        loss = step_model(x, y)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return loss
-
-
 def compiled(model, scope):
     if scope == "none":
         return model
@@ -220,31 +198,10 @@ def main():
     V = CONFIGS[a.model][6]
     x = torch.randint(0, V, (a.batch, a.seq), device="cuda")
     y = torch.randint(0, V, (a.batch, a.seq), device="cuda")
-    for _ in range(a.warmup):
-        train_step(model, step_model, opt, x, y).item()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()  # the peak of training steps (weights, optimizer state included)
-    times = []
-    for _ in range(a.steps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        train_step(model, step_model, opt, x, y).item()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    prev = None
-    for _ in range(a.steps):
-        loss = train_step(model, step_model, opt, x, y).detach()
-        if prev is not None:
-            prev.item()
-        prev = loss
-    last = prev.item()
-    torch.cuda.synchronize()
-    ms = (time.perf_counter() - t0) / a.steps * 1e3
+    ms, ms_synced, last = time_steps(lambda: train_step(model, step_model, opt, x, y), a.warmup, a.steps)
     print(json.dumps({"system": f"pytorch-{a.impl}-compile-{a.compile}" if a.compile != "none" else f"pytorch-{a.impl}-eager",
                       "model": a.model, "batch": a.batch, "seq": a.seq,
-                      "ms_per_step": ms, "ms_synced": statistics.median(times) * 1e3,
+                      "ms_per_step": ms, "ms_synced": ms_synced,
                       "tokens_per_s": a.batch * a.seq / ms * 1e3,
                       "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "loss": last}), flush=True)
 

@@ -22,38 +22,17 @@ From the repository root, after building:
                         are bf16-exact)
 Prints every number, then PASS (exit 0) or FAIL (exit 1).
 """
-import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-T, B, E = 64, 4, 4  # seq len, batch size, eval batches: E*B windows of T+1 tokens
-
-
-def run(cmd):
-    print("+", " ".join(cmd), flush=True)
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if r.returncode:
-        print(r.stdout)
-        raise SystemExit(f"FAIL: {cmd[0]} {cmd[1]} exited with {r.returncode}")
-    return r.stdout
+from hf_check import B, E, ROOT, T, eval_windows, fresh_workdir, parse_args, parser, rel, run, val_bin
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mxdp", default=os.path.join(ROOT, "build", "mxdp"))
-    ap.add_argument("--workdir", default="/tmp/mxdp_hf_check")
+    ap = parser(__doc__, "/tmp/mxdp_hf_check", 200)
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    ap.add_argument("--steps", type=int, default=200)
-    a = ap.parse_args()
-    a.mxdp = os.path.abspath(a.mxdp)
-    # Everything is local: transformers must not look for the model on the Hub
-    # (the GPU machine has no network).
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    a = parse_args(ap)
     try:
         import torch
         from transformers import GPT2LMHeadModel
@@ -69,10 +48,8 @@ def main():
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, device {dev}, compute {dtype}")
 
     w = a.workdir
-    shutil.rmtree(w, ignore_errors=True)
-    os.makedirs(w)
-    shutil.copy(os.path.join(ROOT, "data", "kjv.txt"), os.path.join(w, "kjv.txt"))
-    run([a.mxdp, "train", "--device", "cpu", "--data", os.path.join(w, "kjv.txt"), "--steps", str(a.steps),
+    data = fresh_workdir(w)
+    run([a.mxdp, "train", "--device", "cpu", "--data", data, "--steps", str(a.steps),
          "--n-layer", "2", "--seq-len", str(T), "--batch-size", str(B), "--eval-every", str(a.steps),
          "--eval-batches", str(E), "--weight-format", "mxfp8", "--sample-tokens", "0", "--progress", "lines",
          "--metrics", os.path.join(w, "m.jsonl"), "--save-dir", os.path.join(w, "ck")])
@@ -83,11 +60,7 @@ def main():
     for name, flags in exports.items():
         run([a.mxdp, "export", "--load", os.path.join(w, "ck"), "--output", os.path.join(w, name)] + flags)
 
-    import numpy as np
-    # `--data FILE.txt` is prepared into FILE.txt.mxdp/ beside it (docs/data.md).
-    val_bin = os.path.join(w, "kjv.txt.mxdp", "val.bin")
-    tok = np.fromfile(val_bin, dtype="<u2", offset=64).astype(np.int64)
-    windows = torch.tensor(np.stack([tok[k * T:k * T + T + 1] for k in range(E * B)]), device=dev)
+    windows = torch.tensor(eval_windows(w), device=dev)
 
     def hf_loss(name):
         m = GPT2LMHeadModel.from_pretrained(os.path.join(w, name), torch_dtype=torch.float32).to(dev, dtype).eval()
@@ -97,9 +70,6 @@ def main():
             z = out.logits[:, :-1].double()
             ce = torch.nn.functional.cross_entropy(z.reshape(-1, z.shape[-1]), windows[:, 1:].reshape(-1))
         return float(out.loss), float(ce)
-
-    def rel(x, y):
-        return abs(x - y) / abs(y)
 
     ok = True
     res = {n: hf_loss(n) for n in exports}
@@ -128,7 +98,7 @@ def main():
         print("numpy forward pass skipped: the safetensors package is not installed")
     else:
         out = run([sys.executable, os.path.join(ROOT, "scripts", "hf_gpt2_numpy.py"), "--model",
-                   os.path.join(w, "master"), "--tokens", val_bin, "--seq-len", str(T),
+                   os.path.join(w, "master"), "--tokens", val_bin(w), "--seq-len", str(T),
                    "--windows", str(E * B)])
         npl = float(out.strip().splitlines()[-1])
         r = rel(res["master"][0], npl)

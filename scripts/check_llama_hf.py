@@ -20,37 +20,17 @@ From the repository root, after building:
    weights rounded to bf16, within 1e-5 relative.
 Prints every number, then PASS (exit 0) or FAIL (exit 1).
 """
-import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-T, B, E = 64, 4, 4
-
-
-def run(cmd):
-    print("+", " ".join(cmd), flush=True)
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if r.returncode:
-        print(r.stdout)
-        raise SystemExit(f"FAIL: {cmd[0]} {cmd[1]} exited with {r.returncode}")
-    return r.stdout
+from hf_check import B, E, T, eval_windows, fresh_workdir, parse_args, parser, rel, run
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mxdp", default=os.path.join(ROOT, "build", "mxdp"))
-    ap.add_argument("--workdir", default="/tmp/mxdp_llama_check")
-    ap.add_argument("--steps", type=int, default=100)
-    a = ap.parse_args()
-    a.mxdp = os.path.abspath(a.mxdp)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    a = parse_args(parser(__doc__, "/tmp/mxdp_llama_check", 100))
     try:
-        import numpy as np
+        import numpy  # noqa: F401  (hf_check.eval_windows reads the windows with it)
         import torch
         import transformers
         from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
@@ -59,28 +39,17 @@ def main():
         return 0
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, compute float64 on the CPU")
     w = a.workdir
-    shutil.rmtree(w, ignore_errors=True)
-    os.makedirs(w)
-    shutil.copy(os.path.join(ROOT, "data", "kjv.txt"), os.path.join(w, "kjv.txt"))
-    common = ["--device", "cpu", "--data", os.path.join(w, "kjv.txt"), "--seq-len", str(T), "--batch-size", str(B),
+    common = ["--device", "cpu", "--data", fresh_workdir(w), "--seq-len", str(T), "--batch-size", str(B),
               "--eval-batches", str(E), "--sample-tokens", "0", "--progress", "lines"]
-    tok = None
-
-    def windows():
-        nonlocal tok
-        if tok is None:
-            val = os.path.join(w, "kjv.txt.mxdp", "val.bin")
-            tok = np.fromfile(val, dtype="<u2", offset=64).astype(np.int64)
-        return torch.tensor(np.stack([tok[k * T:k * T + T + 1] for k in range(E * B)]))
+    x = None  # the eval's windows, read once the first run has prepared the data
 
     def hf_loss(model):
-        x = windows()
+        nonlocal x
+        if x is None:
+            x = torch.tensor(eval_windows(w))
         with torch.no_grad():
             z = model.double().eval()(input_ids=x[:, :-1]).logits
             return float(torch.nn.functional.cross_entropy(z.reshape(-1, z.shape[-1]), x[:, 1:].reshape(-1)))
-
-    def rel(x, y):
-        return abs(x - y) / abs(y)
 
     def last_eval(metrics):
         return [json.loads(l) for l in open(metrics) if '"eval"' in l][-1]["loss"]

@@ -1,8 +1,10 @@
-// Writes what tests/gpu_torch_trajectory.py needs to hold the GPU GPT to
-// PyTorch: the fp32 initial weights of a GPT-2 config (param order of
-// gpt_param_specs), 20 batches of the shipped corpus (bytes as token ids), and
-// the train loss of each of 20 optimizer steps of mxdp on one GPU (bf16 gather,
-// constant lr, clip 1.0, weight decay 0.1 on 2-D weights, AdamW 0.9/0.95/1e-8).
+// Writes what tests/gpu_torch_trajectory.py (GPT-2) and
+// tests/gpu_llama_trajectory.py (the Llama family) need to hold a GPU model to
+// PyTorch: the fp32 initial weights of a registered preset (in the order of
+// its parameter list), 20 batches of the shipped corpus (bytes as token ids),
+// and the train loss of each of 20 optimizer steps of mxdp on one GPU (bf16
+// gather, constant lr 6e-4, clip 1.0, weight decay 0.1 on 2-D weights, AdamW
+// 0.9/0.95/1e-8).
 //   gpu_trajectory MODEL B T OUT_DIR
 #include <cuda_runtime.h>
 
@@ -12,18 +14,18 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
+#include "models/registry.h"
+#include "train/runtime.h"
 #include "util/check.h"
 #include "util/cuda_check.h"
-#include "engine/engine.h"
-#include "models/gpt2/spec.h"
-#include "train/runtime.h"
 
 using namespace mxdp;
 
 int main(int argc, char** argv) {
   try {
     MXDP_CHECK(argc == 5, "usage: gpu_trajectory MODEL B T OUT_DIR");
-    const GptConfig mc = gpt_config(argv[1]);
+    const ModelConfig mc = model_config(argv[1]);
     const int B = std::atoi(argv[2]), T = std::atoi(argv[3]), steps = 20;
     const std::string out = argv[4];
     std::ifstream in(std::string(MXDP_SOURCE_DIR) + "/data/kjv.txt", std::ios::binary);
@@ -31,7 +33,7 @@ int main(int argc, char** argv) {
     MXDP_CHECK(text.size() > size_t(steps) * B * (T + 1), "corpus too small");
     auto comm = make_job_communicator(Device::Cuda, {});
     auto ops = make_engine_ops(Device::Cuda);
-    auto model = make_model(Device::Cuda, gpt2_model_config(mc), *ops);
+    auto model = make_model(Device::Cuda, mc, *ops);
     model->init_weights(1337);
     auto write = [&](const std::string& name, const void* p, size_t bytes) {
       std::FILE* f = std::fopen((out + "/" + name).c_str(), "wb");
@@ -42,7 +44,7 @@ int main(int argc, char** argv) {
     {
       std::vector<float> all;
       for (int p = 0; p < int(model->params().size()); ++p) {
-        std::vector<float> h(model->params()[p].numel());
+        std::vector<float> h(size_t(model->params()[size_t(p)].numel()));
         MXDP_CUDA_CHECK(cudaMemcpy(h.data(), model->initial_weights(p), h.size() * 4, cudaMemcpyDeviceToHost));
         all.insert(all.end(), h.begin(), h.end());
       }
@@ -55,6 +57,7 @@ int main(int argc, char** argv) {
     o.min_lr = 6e-4;
     o.warmup_steps = 0;
     o.lr_decay_steps = 0;
+    o.clip_grad = 1.0;
     DataParallel engine(*model, *comm, o, ops.get());
     std::vector<int32_t> batches;
     std::string losses = "[";

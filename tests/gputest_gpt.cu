@@ -48,16 +48,11 @@ using mxdp::testing::rel_err;
 using mxdp::gputest::DevHooks;
 using mxdp::gputest::Fp8Hooks;
 using mxdp::gputest::Fp8Weights;
+using mxdp::gputest::HostHooks;
+using mxdp::gputest::make_tokens;
+using mxdp::gputest::randn;
 
 namespace {
-
-std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.f) {
-  std::mt19937_64 g(seed);
-  std::normal_distribution<float> d(0.f, 1.f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = bfr(scale * d(g));
-  return v;
-}
 
 struct Shape {
   int B, T, C, NH;
@@ -703,16 +698,6 @@ TEST(GpuGptKernels, Fp8LayerNormOperandsWithoutTheLayerNormOutput) {
 
 // ---------------------------------------------------------------- the model
 
-struct HostHooks final : ModelHooks {
-  std::vector<std::vector<float>> g;
-  explicit HostHooks(const std::vector<ParamSpec>& ps) {
-    for (const auto& p : ps) g.emplace_back(p.numel(), 0.f);
-  }
-  void before_layer(int) override {}
-  float* grad(int p) override { return g[p].data(); }
-  void after_layer_backward(int) override {}
-};
-
 struct Pair {
   GptConfig cfg;
   Stream st;
@@ -729,16 +714,6 @@ struct Pair {
   }
 };
 
-void make_tokens(const GptConfig& c, int B, int T, uint64_t seed, std::vector<int32_t>& in, std::vector<int32_t>& tgt) {
-  std::mt19937_64 g(seed);
-  in.resize(size_t(B) * T);
-  tgt.resize(in.size());
-  for (size_t i = 0; i < in.size(); ++i) {
-    in[i] = int32_t(g() % c.vocab);
-    tgt[i] = int32_t(g() % c.vocab);
-  }
-}
-
 TEST(GpuGpt, LossLogitsAndEveryGradientMatchCpuGpt) {
   REQUIRE_GPU();
   const GptConfig small{.vocab = 250, .padded_vocab = 256, .max_seq = 64, .n_layer = 2, .n_head = 4, .d_model = 64};
@@ -748,7 +723,7 @@ TEST(GpuGpt, LossLogitsAndEveryGradientMatchCpuGpt) {
       const int T = 37;
       Pair m(cfg);
       std::vector<int32_t> in, tgt;
-      make_tokens(cfg, B, T, 100 + B, in, tgt);
+      make_tokens(cfg.vocab, B, T, 100 + B, in, tgt);
       const Batch batch{in.data(), tgt.data(), B, T};
       // Logits (inference path).
       NullHooks nh;
@@ -784,7 +759,7 @@ TEST(GpuGpt, RunToRunBitwise) {
   for (int run = 0; run < 2; ++run) {
     Pair m(cfg);
     std::vector<int32_t> in, tgt;
-    make_tokens(cfg, 4, 50, 5, in, tgt);
+    make_tokens(cfg.vocab, 4, 50, 5, in, tgt);
     DevHooks h(m.cpu.params());
     loss.push_back(m.gpu->forward({in.data(), tgt.data(), 4, 50}, h));
     m.gpu->backward(h);
@@ -816,7 +791,7 @@ TEST(GpuGpt, Fp8ComputeMatchesTheCpuFp8Gpt) {
       ASSERT_TRUE(m.gpu->reads_fp8_weights());
       const Fp8Weights fw(m.cpu);
       std::vector<int32_t> in, tgt;
-      make_tokens(cfg, B, T, 300 + B, in, tgt);
+      make_tokens(cfg.vocab, B, T, 300 + B, in, tgt);
       const Batch batch{in.data(), tgt.data(), B, T};
       HostHooks hc0(m.cpu.params());
       DevHooks hg0(m.cpu.params());
@@ -899,7 +874,7 @@ TEST(GpuGpt, Fp8ComputeWithBf16BlocksMatchesTheCpu) {
   EXPECT_EQ(fp8, 4);
   const Fp8Weights fw(m.cpu);
   std::vector<int32_t> in, tgt;
-  make_tokens(cfg, 3, 37, 301, in, tgt);
+  make_tokens(cfg.vocab, 3, 37, 301, in, tgt);
   const Batch batch{in.data(), tgt.data(), 3, 37};
   HostHooks hc0(m.cpu.params());
   DevHooks hg0(m.cpu.params());
@@ -930,7 +905,7 @@ TEST(GpuGpt, Fp8ComputeRunToRunBitwise) {
   for (int run = 0; run < 2; ++run) {
     Fp8Gpt m(cfg);
     std::vector<int32_t> in, tgt;
-    make_tokens(cfg, 4, 50, 5, in, tgt);
+    make_tokens(cfg.vocab, 4, 50, 5, in, tgt);
     for (int step = 0; step < 2; ++step)  // the second replays the graphs the first captured
       loss.push_back(m.step({in.data(), tgt.data(), 4, 50}));
     grads[run] = m.grads();
@@ -955,7 +930,7 @@ TEST(GpuGpt, Fp8ComputeBackwardReadsItsOwnForward) {
   const GptConfig cfg{.vocab = 250, .padded_vocab = 256, .max_seq = 64, .n_layer = 3, .n_head = 2, .d_model = 128};
   const int B = 3, T = 37;
   std::vector<int32_t> in[3], tgt[3];
-  for (int i = 0; i < 3; ++i) make_tokens(cfg, B, T, 400 + i, in[i], tgt[i]);
+  for (int i = 0; i < 3; ++i) make_tokens(cfg.vocab, B, T, 400 + i, in[i], tgt[i]);
   const Batch a{in[0].data(), tgt[0].data(), B, T}, b{in[1].data(), tgt[1].data(), B, T};
   const Batch e{in[2].data(), tgt[2].data(), B, T};  // the eval's
   const std::vector<int32_t> prompt(2 * 20, 7);      // forward_logits: B 2, T 20 (64 inside)

@@ -47,19 +47,14 @@ using mxdp::gputest::Bf16;
 using mxdp::gputest::Dev;
 using mxdp::gputest::DevHooks;
 using mxdp::gputest::F32;
+using mxdp::gputest::HostHooks;
+using mxdp::gputest::make_tokens;
+using mxdp::gputest::randn;
 using mxdp::gputest::Stream;
 using mxdp::testing::bfr;
 using mxdp::testing::rel_err;
 
 namespace {
-
-std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.f) {
-  std::mt19937_64 g(seed);
-  std::normal_distribution<float> d(0.f, 1.f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = bfr(scale * d(g));
-  return v;
-}
 
 // randn's distribution for the large shapes: the models' counter-based
 // normals (fill_normal, threaded), rounded to bf16.
@@ -360,16 +355,6 @@ TEST(GpuLlamaKernels, EmbeddingForwardExactAndBackwardBitwise) {
 
 // ---------------------------------------------------------------- the model
 
-struct HostHooks final : ModelHooks {
-  std::vector<std::vector<float>> g;
-  explicit HostHooks(const std::vector<ParamSpec>& ps) {
-    for (const auto& p : ps) g.emplace_back(p.numel(), 0.f);
-  }
-  void before_layer(int) override {}
-  float* grad(int p) override { return g[size_t(p)].data(); }
-  void after_layer_backward(int) override {}
-};
-
 // A Llama 3 (untied, llama3 rope scaling, GQA 4/2) and a Qwen2 (tied, q/k/v
 // biases, GQA 8/2, d_model 512: several chunks in every column sum).
 LlamaConfig llama3_small() {
@@ -406,16 +391,6 @@ struct Pair {
     }
   }
 };
-
-void make_tokens(int V, int B, int T, uint64_t seed, std::vector<int32_t>& in, std::vector<int32_t>& tgt) {
-  std::mt19937_64 g(seed);
-  in.resize(size_t(B) * T);
-  tgt.resize(in.size());
-  for (size_t i = 0; i < in.size(); ++i) {
-    in[i] = int32_t(g() % uint64_t(V));
-    tgt[i] = int32_t(g() % uint64_t(V));
-  }
-}
 
 TEST(GpuLlama, LossLogitsAndEveryGradientMatchCpuLlama) {
   REQUIRE_GPU();
