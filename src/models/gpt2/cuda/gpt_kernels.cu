@@ -1,5 +1,5 @@
 // Kernels of the GPU GPT; see gpt_kernels.h for the contract of each. One file
-// (over 500 lines) because each kernel sits beside the launch that sizes it.
+// because each kernel sits beside the launch that sizes it.
 #include "models/gpt2/cuda/gpt_kernels.h"
 
 #include "util/cuda_check.h"
