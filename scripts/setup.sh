@@ -21,10 +21,11 @@ done
 # Optional: only one test renders the loss plot with it, and says so when it is missing.
 have_cmd_or_pkg rsvg-convert librsvg2-bin || want+=(librsvg2-bin)
 if ((${#need[@]} + ${#want[@]})); then
-  echo "setup: installing ${need[*]} ${want[*]}"
+  all=("${need[@]}" "${want[@]}")
+  echo "setup: installing ${all[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   if ! { $SUDO apt-get update -qq &&
-         DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" "${want[@]}" \
+         DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${all[@]}" \
            >/dev/null; }; then
     if ((${#need[@]})); then
       echo "setup: could not install ${need[*]} with apt-get; install them (or put their commands on PATH) and run again" >&2
