@@ -6,20 +6,18 @@
 
 #include "formats/codec.h"
 #include "models/cuda/bf16_vectors.cuh"
+#include "models/cuda/model_kernels.cuh"  // ld, aligned16
 #include "util/cuda_check.h"
 
 namespace mxdp::cuda {
 
 namespace {
 
+using device::ld;
 using device::load_raw;
 using device::RawBf16;
 using device::store;
 using device::unpack;
-
-__device__ __forceinline__ float ld(const uint16_t* p, int64_t i) { return codec::bf16_to_f32(p[i]); }
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 struct MaxSum {
   float m, s;

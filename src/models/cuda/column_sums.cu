@@ -7,6 +7,7 @@
 #include "models/cuda/column_sums.h"
 
 #include "models/cuda/bf16_vectors.cuh"
+#include "models/cuda/model_kernels.cuh"  // aligned16
 #include "util/check.h"
 #include "util/cuda_check.h"
 
@@ -17,8 +18,6 @@ namespace {
 // 8 consecutive bf16 values as floats, read in one 16-byte access (load<8>; the
 // callers check the alignment): models/cuda/bf16_vectors.cuh.
 using device::load;
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // One kernel: a block takes 256 columns (8 per lane, one 16-byte access per
 // row) of one chunk of kColsumRows rows; warp w adds rows w, w+8, ... of the

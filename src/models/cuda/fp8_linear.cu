@@ -50,6 +50,7 @@
 #include "models/cuda/fp8_gemm_sm90.h"
 #include "models/cuda/fp8_tile_ops.cuh"
 #include "models/cuda/gelu_fast.cuh"
+#include "models/cuda/model_kernels.cuh"  // aligned16
 #include "util/check.h"
 #include "util/cuda_check.h"
 #include "util/env.h"
@@ -339,8 +340,6 @@ void launch(const ActQuant& q, int M, int N, int Mp, cudaStream_t s) {
   else if (cols) launch_one<kOp, kBias, false, true>(q, M, N, Mp, s);
   else launch_one<kOp, kBias, false, false>(q, M, N, Mp, s);
 }
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // The variants act_quantize compiles, one launcher each: the elementwise ops
 // without column sums (with or without a bias, any operands); the norm ops,

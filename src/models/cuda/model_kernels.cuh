@@ -1,6 +1,7 @@
 // What the GPU models' own kernels share (GPT-2's, models/gpt2/cuda/
 // gpt_kernels.cu, the Llama's, models/llama/cuda/llama_kernels.cu, and the
-// embedding backward both call, embedding.cu): on the device, single bf16
+// embedding backward both call, embedding.cu; ld and aligned16 also serve the
+// classifier, the column sums and act_quantize): on the device, single bf16
 // values as floats and back (ld, bf), the butterfly sum of the row kernels'
 // statistics (warp_sum) and the residual add that opens their fused residual +
 // norm kernels (residual_add8); on the host, the checks and the grid size of
