@@ -6,11 +6,16 @@
 //   {"system":"mxdp","what":"copy",...}          cudaMemcpy D2D, bytes read + written per second
 //   {"system":"mxdp","what":"fused","format":F,"unroll":U,...}   one pass (nvfp4: AdamW + amax, then quantize)
 //   {"system":"mxdp","what":"separate",...}      adamw then quantize (two passes), for comparison
+//   {"system":"mxdp","what":"fused"|"fused-variant"|"separate","format":"fp8b128","min_blocks":B,...}
+//                                                 fp8b128 over a cols-1600 matrix: one pass
+//                                                 (adamw_tile_quant, B CTAs an SM) or AdamW, then the
+//                                                 tile quantize
 //   {"system":"mxdp","what":"fused-per-run"|"fused-ranges",...}   bf16/mxfp8 over GPT-2's decay runs:
 //                                                 a launch per run, or one adamw_quantize_ranges
 //   ./build/bench/gpubench_adamw [params (0: GPT-2 124M, 124475904)] [iters=50]
 // Bytes per param: read g, m, v, p (16), write m, v, p (12), plus the payload:
-// bf16 2; mxfp8 1 + 1/32; nvfp4 reads p again (4) and writes 1/2 + 1/16.
+// bf16 2; mxfp8 1 + 1/32; nvfp4 reads p again (4) and writes 1/2 + 1/16;
+// fp8b128 1 + 1/4096 in one pass, and reads p again (4) in two.
 // floor_ms = bytes / copy bandwidth.
 #include <cuda_runtime.h>
 
@@ -25,6 +30,8 @@
 #include "util/cuda_check.h"
 #include "models/gpt2/gpt.h"
 #include "engine/optimizer.h"
+#include "formats/fp8_block.h"
+#include "util/check.h"
 
 using namespace mxdp;
 
@@ -174,6 +181,37 @@ int main(int argc, char** argv) {
       });
       const double sep_bytes = 28.0 + 4.0 + (fm.f == WeightFormat::Nvfp4 ? 4.0 + 0.5 + 1.0 / 16 : fm.payload_bytes);
       report("separate", fm.name, 0, sep, sep_bytes);
+    }
+    // fp8b128: an (n / 1600) x 1600 matrix (gpt2-1558m's width, partial
+    // tiles at the right edge), its 128x128 tiles.
+    {
+      const int64_t cols = 1600, rows = n / cols, nm = rows * cols;
+      uint8_t* codes = pay.data();
+      float* scales = reinterpret_cast<float*>(pay.data() + (nm + 15) / 16 * 16);
+      const double tile_bytes = 1.0 + 4.0 / kFp8TileElems;
+      auto report_tile = [&](const char* what, int min_blocks, double ms, double bytes_per_param) {
+        const double bytes = bytes_per_param * double(nm), floor_ms = bytes / (copy_tbs * 1e12) * 1e3;
+        std::printf("{\"system\":\"mxdp\",\"what\":\"%s\",\"format\":\"fp8b128\",\"min_blocks\":%d,"
+                    "\"params\":%lld,\"bytes_per_param\":%.5f,\"ms\":%.4f,\"tb_per_s\":%.4f,\"floor_ms\":%.4f,"
+                    "\"of_floor\":%.4f}\n",
+                    what, min_blocks, (long long)nm, bytes_per_param, ms, bytes / (ms * 1e-3) / 1e12, floor_ms,
+                    ms / floor_ms);
+        std::fflush(stdout);
+      };
+      for (int b : {1, 2}) {
+        const double ms = time_ms(st, iters, [&] {
+          MXDP_CHECK(cuda::detail::adamw_tile_quant(p.data(), m.data(), v.data(), g.data(), rows, cols, clip, sc,
+                                                    codes, scales, st, b),
+                     "adamw_tile_quant refused the benchmark's aligned matrix");
+        });
+        report_tile(b == cuda::detail::kTileMinBlocks ? "fused" : "fused-variant", b, ms, 28.0 + tile_bytes);
+      }
+      const double sep = time_ms(st, iters, [&] {
+        cuda::detail::adamw_amax(p.data(), m.data(), v.data(), g.data(), nm, clip, sc, amax.data(), st);
+        ops->quantize(WeightFormat::Fp8b128, ScaleRounding::RCeil, p.data(), nm, nullptr, codes,
+                      reinterpret_cast<uint8_t*>(scales), cols);
+      });
+      report_tile("separate", 0, sep, 28.0 + 4.0 + tile_bytes);
     }
     // NVFP4 as the engine stages a GPT-2: one tensor amax per param, so the
     // quantize pass of each param follows its AdamW pass (and finds the masters

@@ -432,19 +432,82 @@ TEST(GpuEngineOps, Fp8b128OpsBitwiseEqualToCpu) {
       EXPECT_EQ(mismatches(out2.get(), want), 0u) << cols << " " << to_string(dt) << ": pieces";
     }
     std::vector<uint8_t> ct(static_cast<size_t>(n));
-    std::vector<float> st(static_cast<size_t>(sc)), gm(static_cast<size_t>(fp8b128_gemm_scale_count(cols, rows)));
+    std::vector<float> gm(static_cast<size_t>(fp8b128_gemm_scale_count(rows, cols))),
+        gmt(static_cast<size_t>(fp8b128_gemm_scale_count(cols, rows)));
     const float* scales = reinterpret_cast<const float*>(pay.data() + n);
-    cpu->fp8b128_transpose(pay.data(), scales, rows, cols, ct.data(), st.data());
-    cpu->fp8b128_scales_for_gemm(st.data(), cols, rows, gm.data());
+    cpu->fp8b128_scales_for_gemm(scales, rows, cols, gm.data());
+    cpu->fp8b128_transpose_gemm(pay.data(), gm.data(), rows, cols, ct.data(), gmt.data());
     Dev<uint8_t> dct(*gpu, std::vector<uint8_t>(ct.size(), 0));
-    Dev<float> dst(*gpu, std::vector<float>(st.size(), 0)), dgm(*gpu, std::vector<float>(gm.size(), -1));
-    gpu->fp8b128_transpose(dpay.a.data(), reinterpret_cast<const float*>(dpay.a.data() + n), rows, cols, dct.a.data(),
-                           dst.a.data());
-    gpu->fp8b128_scales_for_gemm(dst.a.data(), cols, rows, dgm.a.data());
-    EXPECT_EQ(mismatches(dct.get(), ct), 0u) << cols << ": transposed codes";
-    EXPECT_EQ(mismatches(dst.get(), st), 0u) << cols << ": transposed scales";
+    Dev<float> dgm(*gpu, std::vector<float>(gm.size(), -1)), dgmt(*gpu, std::vector<float>(gmt.size(), -1));
+    gpu->fp8b128_scales_for_gemm(reinterpret_cast<const float*>(dpay.a.data() + n), rows, cols, dgm.a.data());
+    gpu->fp8b128_transpose_gemm(dpay.a.data(), dgm.a.data(), rows, cols, dct.a.data(), dgmt.a.data());
     EXPECT_EQ(mismatches(dgm.get(), gm), 0u) << cols << ": GEMM layout";
+    EXPECT_EQ(mismatches(dct.get(), ct), 0u) << cols << ": transposed codes";
+    EXPECT_EQ(mismatches(dgmt.get(), gmt), 0u) << cols << ": transposed scales, GEMM layout";
   }
+}
+
+// fp8b128's AdamW + stage: the one-pass kernel (adamw_tile_quant, as the ops
+// take it where the vectors allow, with either occupancy) and the two-pass
+// fallback (arrays 4 bytes off their 16-byte alignment), each bitwise equal
+// to the CPU's AdamW then tile
+// quantize: masters, both moments, codes and scales, on a step that applies
+// (clipped) and on one that skips.
+TEST(GpuEngineOps, Fp8b128AdamWStageOnePassAndFallbackBitwiseEqualToCpu) {
+  REQUIRE_GPU();
+  auto cpu = make_cpu_ops();
+  auto gpu = cuda::make_cuda_ops();
+  const AdamWChoice ch = adamw_choice(AdamWParams{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1});
+  enum class Path { Ops, OneCtaAnSm, Misaligned };
+  struct Case {
+    int64_t rows, cols;
+    Path path;
+  };
+  const std::vector<Case> cases = {{384, 1600, Path::Ops},       {300, 48, Path::Ops},
+                                   {384, 1600, Path::OneCtaAnSm}, {300, 48, Path::OneCtaAnSm},
+                                   {200, 144, Path::Ops},        {256, 1600, Path::Misaligned}};
+  for (const Case& k : cases)
+    for (bool skip : {false, true}) {
+      const int64_t n = k.rows * k.cols, sc = fp8b128_scale_count(k.rows, k.cols);
+      const int64_t off = k.path == Path::Misaligned ? 1 : 0;  // floats before the arrays' first element
+      auto p = random_floats(size_t(n + off), 13, 0.02f), m = random_floats(size_t(n + off), 14, 0.01f),
+           v = random_floats(size_t(n + off), 15, 1e-4f);
+      for (auto& x : v) x = x * x;
+      const auto g = random_floats(size_t(n + off), 16, 1.0f);
+      const StepControl c = step_ctl(3, 0.5f, skip);
+      std::vector<uint8_t> codes(size_t(n), 0);
+      std::vector<float> scales(size_t(sc), 0.0f);
+      Dev<float> dp(*gpu, p), dm(*gpu, m), dv(*gpu, v), dg(*gpu, g), dscales(*gpu, scales);
+      Dev<uint8_t> dcodes(*gpu, codes);
+      Dev<StepControl> dc(*gpu, std::vector<StepControl>{c});
+      cpu->adamw_quantize(WeightFormat::Fp8b128, ScaleRounding::RCeil, p.data() + off, m.data() + off,
+                          v.data() + off, g.data() + off, n, &c, ch, codes.data(),
+                          reinterpret_cast<uint8_t*>(scales.data()), k.cols);
+      if (k.path == Path::OneCtaAnSm) {
+        ASSERT_TRUE(cuda::detail::adamw_tile_quant(dp.a.data(), dm.a.data(), dv.a.data(), dg.a.data(), k.rows, k.cols,
+                                                   dc.a.data(), ch, dcodes.a.data(), dscales.a.data(), nullptr, 1));
+        MXDP_CUDA_CHECK(cudaDeviceSynchronize());  // the default stream, not the ops' own
+      } else {
+        gpu->adamw_quantize(WeightFormat::Fp8b128, ScaleRounding::RCeil, dp.a.data() + off, dm.a.data() + off,
+                            dv.a.data() + off, dg.a.data() + off, n, dc.a.data(), ch, dcodes.a.data(),
+                            reinterpret_cast<uint8_t*>(dscales.a.data()), k.cols);
+      }
+      const std::string what = std::to_string(k.rows) + " x " + std::to_string(k.cols) + " path " +
+                               std::to_string(int(k.path)) + (skip ? " skip" : " apply");
+      EXPECT_EQ(mismatches(dp.get(), p), 0u) << what << ": masters";
+      EXPECT_EQ(mismatches(dm.get(), m), 0u) << what << ": m";
+      EXPECT_EQ(mismatches(dv.get(), v), 0u) << what << ": v";
+      EXPECT_EQ(mismatches(dcodes.get(), codes), 0u) << what << ": codes";
+      EXPECT_EQ(mismatches(dscales.get(), scales), 0u) << what << ": scales";
+    }
+  // The one-pass kernel takes what it can and says so.
+  Dev<float> x(*gpu, std::vector<float>(8 * 128 + 4, 1.0f));
+  Dev<uint8_t> q(*gpu, std::vector<uint8_t>(8 * 128, 0));
+  Dev<StepControl> dc(*gpu, std::vector<StepControl>{step_ctl(1, 1.0f)});
+  EXPECT_FALSE(cuda::detail::adamw_tile_quant(x.a.data() + 1, x.a.data(), x.a.data(), x.a.data(), 8, 128, dc.a.data(),
+                                              ch, q.a.data(), x.a.data(), nullptr));
+  EXPECT_FALSE(cuda::detail::adamw_tile_quant(x.a.data(), x.a.data(), x.a.data(), x.a.data(), 8, 126, dc.a.data(), ch,
+                                              q.a.data(), x.a.data(), nullptr));
 }
 
 // adamw_quantize_ranges on the device (one launch for every range of a shard)

@@ -68,6 +68,9 @@ TEST(GpuFp8b128, QuantizeDequantizeTransposeMatchTheCpu) {
     fp8b128_transpose(q.data(), s.data(), rows, cols, qt.data(), st.data());
     fp8b128_dequantize(qt.data(), st.data(), cols, rows, yt.data());
     fp8b128_scales_for_gemm(s.data(), rows, cols, g.data());
+    // The transpose in the GEMM layout: the compact transpose's scales, padded.
+    std::vector<float> gt(size_t(fp8b128_gemm_scale_count(cols, rows)));
+    fp8b128_scales_for_gemm(st.data(), cols, rows, gt.data());
 
     // Both kernels (the vectorized one takes every shape here whose cols are a
     // multiple of 4, and for the transpose of 16; the others fall back to the scalar one).
@@ -86,6 +89,11 @@ TEST(GpuFp8b128, QuantizeDequantizeTransposeMatchTheCpu) {
       EXPECT_EQ(dqt.get(), qt);
       expect_bits(dst.get(), st, "transposed scales");
       expect_bits(dg.get(), g, "gemm scales");
+      Dev<uint8_t> dqt2(rows * cols);
+      Dev<float> dgt(std::vector<float>(gt.size(), -1.0f));  // the padding must be written
+      cuda::detail::fp8b128_transpose_gemm(dq.p, dg.p, rows, cols, dqt2.p, dgt.p, kernel, 0);
+      EXPECT_EQ(dqt2.get(), qt);
+      expect_bits(dgt.get(), gt, "transposed gemm scales");
       // On the device too: dequant(transpose(q)) == transpose(dequant(q)).
       expect_bits(dyt.get(), fp8ref::transpose(dy.get(), rows, cols), "dequant of the transpose");
     }

@@ -494,15 +494,14 @@ TEST(MemoryPlan, CliPrintsEveryModeAndRefusesBadInput) {
 // `mxdp plan --compute-dtype fp8`: a row for the fp8b128 mode with FP8
 // compute, whose "fp8 W+W^T" column holds every rank's W and W^T of the block
 // linears. The count by hand for d_model 128 (docs/fp8.md's layouts: per
-// matrix 1 byte an element, one fp32 scale per 128x128 tile in the compact
-// layout, and in the GEMM layout each tile row padded to 4 scales; W^T the
-// same for cols x rows):
-//   qkv 384x128   codes 2 x 49152, scales W 3 + 3x4, W^T 3 + 1x4  = 22
-//   proj 128x128  codes 2 x 16384, scales W 1 + 1x4, W^T 1 + 1x4  = 10
-//   fc 512x128    codes 2 x 65536, scales W 4 + 4x4, W^T 4 + 1x4  = 28
-//   proj 128x512  codes 2 x 65536, scales W 4 + 1x4, W^T 4 + 4x4  = 28
-// a block: 2 x 196608 + 4 x 88 = 393568 bytes; two blocks 787136 bytes =
-// 768.7 KiB (the codes alone would be 768.0 KiB), at any dp.
+// matrix 1 byte an element, and one fp32 scale per 128x128 tile in the GEMM
+// layout, each tile row padded to 4 scales; W^T the same for cols x rows):
+//   qkv 384x128   codes 2 x 49152, scales W 3x4, W^T 1x4  = 16
+//   proj 128x128  codes 2 x 16384, scales W 1x4, W^T 1x4  = 8
+//   fc 512x128    codes 2 x 65536, scales W 4x4, W^T 1x4  = 20
+//   proj 128x512  codes 2 x 65536, scales W 1x4, W^T 4x4  = 20
+// a block: 2 x 196608 + 4 x 64 = 393472 bytes; two blocks 786944 bytes =
+// 768.5 KiB (the codes alone would be 768.0 KiB), at any dp.
 TEST(MemoryPlan, CliShowsFp8ComputeWeights) {
   mxdp::testing::TempDir d;
   const std::string model = "plan --model tiny --n-layer 2 --d-model 128 ";
@@ -517,9 +516,9 @@ TEST(MemoryPlan, CliShowsFp8ComputeWeights) {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     std::smatch m, bf;
     ASSERT_TRUE(std::regex_search(r.output, m, fp8_row)) << r.output;
-    EXPECT_EQ(m[5].str(), "768.7 KiB") << "dp " << dp << "\n" << r.output;
+    EXPECT_EQ(m[5].str(), "768.5 KiB") << "dp " << dp << "\n" << r.output;
     EXPECT_TRUE(mxdp::testing::contains(r.output, "of the 8 linear weights")) << r.output;
-    EXPECT_TRUE(mxdp::testing::contains(r.output, ": 787136 bytes")) << r.output;
+    EXPECT_TRUE(mxdp::testing::contains(r.output, ": 786944 bytes")) << r.output;
     // The bf16-compute fp8b128 row stays, with no FP8 weights: the same gather.
     ASSERT_TRUE(std::regex_search(r.output, bf, fp8b128_row)) << r.output;
     EXPECT_EQ(bf[5].str(), "-") << r.output;

@@ -204,14 +204,25 @@ TEST(CpuEngineOps, Fp8b128SlabRangesAreTheMatrixTiles) {
       ASSERT_EQ(fp8ref::bits(y[i]), fp8ref::bits(want)) << "at " << i;
       ASSERT_EQ(y16[i], codec::bf16_from_f32(want)) << "at " << i;
     }
-    // W^T: the tiles of the transposed matrix, bit for bit (nothing re-rounded).
+    // The GEMM layout (rows of ld scales, padding 0), then W^T in it: the tiles
+    // of the transposed matrix, bit for bit (nothing re-rounded).
+    const int64_t ld = (tc + 3) / 4 * 4, tr = (rows + 127) / 128, ld_t = (tr + 3) / 4 * 4;
+    std::vector<float> gemm(size_t(tr * ld), -1.0f), gemm_t(size_t(tc * ld_t), -1.0f);
+    ops->fp8b128_scales_for_gemm(reinterpret_cast<const float*>(pay.data() + n), rows, cols, gemm.data());
+    for (int64_t i = 0; i < tr; ++i)
+      for (int64_t j = 0; j < ld; ++j)
+        ASSERT_EQ(fp8ref::bits(gemm[size_t(i * ld + j)]), fp8ref::bits(j < tc ? scales[size_t(i * tc + j)] : 0.0f))
+            << "GEMM layout at " << i << ", " << j;
     std::vector<uint8_t> codes_t(n), want_codes_t;
-    std::vector<float> scales_t(tiles), want_scales_t;
-    ops->fp8b128_transpose(pay.data(), reinterpret_cast<const float*>(pay.data() + n), rows, cols, codes_t.data(),
-                           scales_t.data());
+    std::vector<float> want_scales_t;
+    ops->fp8b128_transpose_gemm(pay.data(), gemm.data(), rows, cols, codes_t.data(), gemm_t.data());
     fp8ref::tiles(fp8ref::transpose(b.p, rows, cols), cols, rows, want_codes_t, want_scales_t);
     EXPECT_EQ(codes_t, want_codes_t) << "W^T codes";
-    EXPECT_TRUE(same_bits(scales_t, want_scales_t)) << "W^T scales";
+    for (int64_t j = 0; j < tc; ++j)
+      for (int64_t i = 0; i < ld_t; ++i)
+        ASSERT_EQ(fp8ref::bits(gemm_t[size_t(j * ld_t + i)]),
+                  fp8ref::bits(i < tr ? want_scales_t[size_t(j * tr + i)] : 0.0f))
+            << "W^T scales at " << j << ", " << i;
   }
   std::vector<float> x(128 * 100);
   std::vector<uint8_t> out(x.size() + 64);

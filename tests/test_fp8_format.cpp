@@ -271,6 +271,26 @@ TEST(Fp8b128, GemmScaleLayoutByHand) {
   EXPECT_EQ(fp8b128_gemm_scale_ld(3072), 24);
 }
 
+// The transpose in the GEMM layout, by hand: 256 x 768 (2 x 6 tiles, ld 8)
+// gives 768 x 256 (6 x 2 tiles, ld 4), each tile scale moved, every padding 0,
+// the codes those of fp8b128_transpose.
+TEST(Fp8b128, TransposeInGemmLayoutByHand) {
+  const int64_t rows = 256, cols = 768;
+  std::vector<float> g(16, 99.0f);  // the padding's values must not travel
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 6; ++j) g[size_t(i * 8 + j)] = float(10 * i + j + 1);
+  std::vector<uint8_t> q(size_t(rows * cols)), qt(q.size()), want_qt(q.size());
+  for (size_t i = 0; i < q.size(); ++i) q[i] = uint8_t(i * 37 + i / 768);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) want_qt[size_t(c * rows + r)] = q[size_t(r * cols + c)];
+  std::vector<float> gt(24, -1.0f);
+  fp8b128_transpose_gemm(q.data(), g.data(), rows, cols, qt.data(), gt.data());
+  EXPECT_EQ(qt, want_qt);
+  // W^T's tile (j, i) is W's tile (i, j): rows j of 4 scales, 2 of them real.
+  const float want[24] = {1, 11, 0, 0, 2, 12, 0, 0, 3, 13, 0, 0, 4, 14, 0, 0, 5, 15, 0, 0, 6, 16, 0, 0};
+  for (int i = 0; i < 24; ++i) EXPECT_EQ(gt[size_t(i)], want[i]) << i;
+}
+
 // 1x128 blocks: reference codes and the GEMM scale layout (kb * ld + r, ld =
 // rows rounded to 4, padding 0), E4M3 and E5M2, fp32 and bf16 inputs, and the
 // transposed quantizer equal to quantizing the explicit transpose.

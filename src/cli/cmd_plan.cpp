@@ -127,9 +127,9 @@ void add_plan_command(CLI::App& app, Runner& run) {
       std::printf("gather/step: bytes all-gathered per optimizer step, each rank sending 1/dp of them: the\n"
                   "parameter payload, or in the reference mode the reduced fp32 gradients.\n");
       if (fp8)
-        std::printf("fp8 W+W^T: every rank's W and W^T (E4M3 codes, fp32 tile scales in the compact and GEMM\n"
-                    "layouts) of the %d linear weights that compute in FP8: %lld bytes; the model keeps no\n"
-                    "bf16 copy of them (the model's own weights are in no column).\n",
+        std::printf("fp8 W+W^T: every rank's W and W^T (E4M3 codes, fp32 tile scales in the GEMM layout)\n"
+                    "of the %d linear weights that compute in FP8: %lld bytes; the model keeps no bf16\n"
+                    "copy of them (the model's own weights are in no column).\n",
                     fp8_weights, (long long)fp8_weight_bytes);
       return 0;
     };

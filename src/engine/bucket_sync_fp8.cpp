@@ -18,8 +18,8 @@ bool BucketSync::reads_fp8(int p) const {
 
 // W of every param of the bucket the model reads as FP8, from its gathered payload. A piece is whole
 // 128-row slabs of its param (layout.h; a param's last slab may be short), so
-// its codes are rows of the param's codes and its compact scales whole tile
-// rows of the param's compact scales: two copies each, then the GEMM layout per param.
+// its codes are rows of the param's codes (a copy) and its compact scales
+// whole tile rows of the param's scales, which go straight into the GEMM layout.
 void BucketSync::fp8_unpack(int f, int b) {
   const GatherBuffer& gb = layout_.buffers[f];
   const Bucket& bk = gb.buckets[b];
@@ -43,16 +43,11 @@ void BucketSync::fp8_unpack(int f, int b) {
       Fp8Store& w = bufs_.fp8(pc.param);
       const int64_t cols = params_[pc.param].shape[1];
       // The piece's first row starts a tile row (whole slabs before it).
-      const int64_t first_scale = ft.matrix_scales(pc.param_begin / cols, cols);
-      const int64_t scales = ft.matrix_scales(pc.len / cols, cols);
+      const int64_t first_tile_row = pc.param_begin / cols / kFp8Tile;
       ops_.copy(w.codes.data() + pc.param_begin, slot + ft.code_bytes(pc.shard_pos), size_t(pc.len));
-      ops_.copy(w.compact.data() + first_scale, slot + ps.scales_at(pc), size_t(scales * ft.scale_bytes));
+      ops_.fp8b128_scales_for_gemm(reinterpret_cast<const float*>(slot + ps.scales_at(pc)), pc.len / cols, cols,
+                                   w.gemm.data() + first_tile_row * fp8b128_gemm_scale_ld(cols));
     }
-  }
-  for (int p : bk.params) {
-    if (!reads_fp8(p)) continue;
-    Fp8Store& w = bufs_.fp8(p);
-    ops_.fp8b128_scales_for_gemm(w.compact.data(), params_[p].shape[0], params_[p].shape[1], w.gemm.data());
   }
 }
 
@@ -63,8 +58,7 @@ void BucketSync::fp8_transpose(int f, int b) {
     if (!reads_fp8(p)) continue;
     Fp8Store& w = bufs_.fp8(p);
     const int64_t rows = params_[p].shape[0], cols = params_[p].shape[1];
-    ops_.fp8b128_transpose(w.codes.data(), w.compact.data(), rows, cols, w.codes_t.data(), w.compact_t.data());
-    ops_.fp8b128_scales_for_gemm(w.compact_t.data(), cols, rows, w.gemm_t.data());
+    ops_.fp8b128_transpose_gemm(w.codes.data(), w.gemm.data(), rows, cols, w.codes_t.data(), w.gemm_t.data());
   }
 }
 

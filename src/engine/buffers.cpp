@@ -11,8 +11,7 @@
 namespace mxdp {
 
 int64_t fp8_store_bytes(int64_t rows, int64_t cols) {
-  const int64_t scales = 2 * fp8b128_scale_count(rows, cols) + fp8b128_gemm_scale_count(rows, cols) +
-                         fp8b128_gemm_scale_count(cols, rows);
+  const int64_t scales = fp8b128_gemm_scale_count(rows, cols) + fp8b128_gemm_scale_count(cols, rows);
   return 2 * rows * cols + scales * int64_t(sizeof(float));
 }
 
@@ -66,8 +65,6 @@ EngineBuffers::EngineBuffers(const Layout& layout, const DpOptions& opt, EngineO
         Fp8Store& st = fp8_[p];
         st.codes = DeviceArray<uint8_t>(ops, r * c);
         st.codes_t = DeviceArray<uint8_t>(ops, r * c);
-        st.compact = DeviceArray<float>(ops, fp8b128_scale_count(r, c));
-        st.compact_t = DeviceArray<float>(ops, fp8b128_scale_count(c, r));
         st.gemm = DeviceArray<float>(ops, fp8b128_gemm_scale_count(r, c));
         st.gemm_t = DeviceArray<float>(ops, fp8b128_gemm_scale_count(c, r));
       }
@@ -131,8 +128,7 @@ MemoryPlan EngineBuffers::allocated(const std::vector<ParamSpec>& params, int64_
     m.payload_bytes += int64_t(bs.payload.size());
   }
   for (const Fp8Store& st : fp8_)
-    m.fp8_weight_bytes += int64_t(st.codes.bytes() + st.codes_t.bytes() + st.compact.bytes() + st.compact_t.bytes() +
-                                  st.gemm.bytes() + st.gemm_t.bytes());
+    m.fp8_weight_bytes += int64_t(st.codes.bytes() + st.codes_t.bytes() + st.gemm.bytes() + st.gemm_t.bytes());
   m.gather_bytes = gather_bytes;
   m.reduce_bytes = reduce_bytes;
   return m;

@@ -67,9 +67,8 @@ struct BufferState {
 // param: in the gathered payload a param's codes are split at its shard cuts
 // (each shard's scales follow its codes).
 struct Fp8Store {
-  DeviceArray<uint8_t> codes, codes_t;    // rows x cols, cols x rows
-  DeviceArray<float> compact, compact_t;  // compact tile scales of W and W^T
-  DeviceArray<float> gemm, gemm_t;        // the same in the GEMM layout
+  DeviceArray<uint8_t> codes, codes_t;  // rows x cols, cols x rows
+  DeviceArray<float> gemm, gemm_t;      // the tile scales of W and W^T, in the GEMM layout
 };
 int64_t fp8_store_bytes(int64_t rows, int64_t cols);
 

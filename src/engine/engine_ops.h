@@ -214,13 +214,14 @@ class EngineOps {
   // *out = x[0] + x[1] + ... + x[n-1], in double, in that order (ops memory).
   virtual void sum_into(const float* x, int64_t n, double* out) = 0;
 
-  // ---- FP8 compute (docs/fp8.md): fp8b128 codes and compact tile scales of a
+  // ---- FP8 compute (docs/fp8.md): fp8b128 codes and tile scales of a
   // rows x cols matrix (formats/fp8_block.h, the same bits on every device)
-  // The transpose: codes_t (cols x rows) and the compact scales of its tiles.
-  virtual void fp8b128_transpose(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols,
-                                 uint8_t* codes_t, float* scales_t) = 0;
-  // Compact scales -> the GEMM layout (fp8b128_gemm_scale_count floats).
+  // Compact scales (the payload's) -> the GEMM layout (fp8b128_gemm_scale_count floats).
   virtual void fp8b128_scales_for_gemm(const float* scales, int64_t rows, int64_t cols, float* gemm_scales) = 0;
+  // The transpose, both scale grids in the GEMM layout: codes_t (cols x rows)
+  // and gemm_scales_t from codes and gemm_scales (fp8b128_transpose_gemm).
+  virtual void fp8b128_transpose_gemm(const uint8_t* codes, const float* gemm_scales, int64_t rows, int64_t cols,
+                                      uint8_t* codes_t, float* gemm_scales_t) = 0;
 
   // ---- results read late, without a host wait inside the step
   // Host memory copy_to_host_async may land in (pinned for a GPU), zero-filled.

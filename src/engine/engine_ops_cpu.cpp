@@ -143,12 +143,12 @@ class CpuOps final : public EngineOps {
     for (int64_t i = 0; i < n; ++i) s += double(x[i]);
     *out = s;
   }
-  void fp8b128_transpose(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, uint8_t* codes_t,
-                         float* scales_t) override {
-    mxdp::fp8b128_transpose(codes, scales, rows, cols, codes_t, scales_t);
-  }
   void fp8b128_scales_for_gemm(const float* scales, int64_t rows, int64_t cols, float* gemm_scales) override {
     mxdp::fp8b128_scales_for_gemm(scales, rows, cols, gemm_scales);
+  }
+  void fp8b128_transpose_gemm(const uint8_t* codes, const float* gemm_scales, int64_t rows, int64_t cols,
+                              uint8_t* codes_t, float* gemm_scales_t) override {
+    mxdp::fp8b128_transpose_gemm(codes, gemm_scales, rows, cols, codes_t, gemm_scales_t);
   }
   void* alloc_host(size_t bytes) override { return alloc(bytes); }
   void release_host(void* p) override { release(p); }

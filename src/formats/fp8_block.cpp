@@ -82,6 +82,18 @@ void fp8b128_scales_for_gemm(const float* scales, int64_t rows, int64_t cols, fl
     for (int64_t j = 0; j < ld; ++j) gemm_scales[i * ld + j] = j < tc ? scales[i * tc + j] : 0.0f;
 }
 
+void fp8b128_transpose_gemm(const uint8_t* codes, const float* gemm_scales, int64_t rows, int64_t cols,
+                            uint8_t* codes_t, float* gemm_scales_t) {
+  check_shape(rows, cols, codes, gemm_scales, codes_t, "fp8b128_transpose_gemm");
+  MXDP_CHECK(rows * cols == 0 || gemm_scales_t, "fp8b128_transpose_gemm: null pointer");
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) codes_t[c * rows + r] = codes[r * cols + c];
+  const int64_t tr = fp8b128_scale_rows(rows), tc = fp8b128_scale_cols(cols);
+  const int64_t ld = fp8b128_gemm_scale_ld(cols), ld_t = fp8b128_gemm_scale_ld(rows);
+  for (int64_t j = 0; j < tc; ++j)
+    for (int64_t i = 0; i < ld_t; ++i) gemm_scales_t[j * ld_t + i] = i < tr ? gemm_scales[i * ld + j] : 0.0f;
+}
+
 void fp8_quantize_1x128(const float* x, int64_t rows, int64_t cols, Fp8Kind k, uint8_t* codes, float* scales) {
   check_shape(rows, cols, x, codes, scales, "fp8_quantize_1x128");
   quantize_1x128([&](int64_t r, int64_t c) { return elem(x, r * cols + c); }, rows, cols, k, codes, scales);

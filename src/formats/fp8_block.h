@@ -60,6 +60,11 @@ void fp8b128_transpose(const uint8_t* codes, const float* scales, int64_t rows, 
                        float* scales_t);
 // Compact scales -> the GEMM layout (fp8b128_gemm_scale_count floats, padding 0).
 void fp8b128_scales_for_gemm(const float* scales, int64_t rows, int64_t cols, float* gemm_scales);
+// The transpose with both scale grids in the GEMM layout: gemm_scales of the
+// rows x cols matrix in, codes_t and gemm_scales_t (of the cols x rows matrix,
+// padding 0) out. The same codes and scale values as fp8b128_transpose.
+void fp8b128_transpose_gemm(const uint8_t* codes, const float* gemm_scales, int64_t rows, int64_t cols,
+                            uint8_t* codes_t, float* gemm_scales_t);
 
 // ---- 1x128 blocks ----------------------------------------------------------
 // x: fp32, or bf16 bits (uint16_t) as the GPU model's activations are.

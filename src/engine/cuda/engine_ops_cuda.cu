@@ -17,6 +17,7 @@
 #include "formats/cuda/bf16_cuda.h"
 #include "formats/cuda/quant_cuda.h"
 #include "formats/cuda/fp8_block_cuda.h"
+#include "formats/cuda/fp8_tile_quant.cuh"
 #include "util/cuda_check.h"
 #include "util/cuda_launch.h"
 #include "formats/codec.h"
@@ -196,6 +197,54 @@ __global__ void __launch_bounds__(kThreads)
     am_all = warp_max(am_all, 32);
     if (lane == 0 && am_all > 0.0f) atomicMax(amax, __float_as_uint(am_all));
   }
+}
+
+// ---- fused AdamW + stage for fp8b128 ----------------------------------------------
+// One CTA a 128x128 tile of a slab piece (rows x cols): each of the thread's 16
+// float4s gets its AdamW update (adamw4, as in the fused pass above), is
+// written back and stays in registers for the tile quantizer
+// (formats/cuda/fp8_tile_quant.cuh). The bits of adamw_amax, then
+// fp8b128_quantize of the updated masters, without reading them again. Needs
+// cols % 4 == 0, p, m, v and g 16-byte aligned, codes 4-byte aligned. The
+// loads go 4 pieces at a time (16 loads in flight a thread) beside the 16
+// updated pieces the thread keeps. kMinBlocks: CTAs an SM (2: at most 128
+// registers a thread).
+template <int kMinBlocks>
+__global__ void __launch_bounds__(device::kFp8TileThreads, kMinBlocks)
+    adamw_tile_quant_kernel(float* __restrict__ p, float* __restrict__ m, float* __restrict__ v, const float* __restrict__ g,
+                     int64_t rows, int64_t cols, const StepControl* __restrict__ ctl, AdamWChoice c,
+                     uint8_t* __restrict__ codes, float* __restrict__ scales) {
+  constexpr int kBatch = 4;
+  const bool update = !ctl->skip;
+  const float gs = ctl->grad_scale;
+  const AdamWScalars s = adamw_pick(c, ctl->updates);
+  float4 pp[device::kFp8TilePasses];
+  const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int b = 0; b < device::kFp8TilePasses; b += kBatch) {
+    float4 mm[kBatch], vv[kBatch], gg[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int64_t i = device::tile_piece(b + j, rows, cols);
+      pp[b + j] = i >= 0 ? *reinterpret_cast<const float4*>(p + i) : z;
+      if (update) {
+        mm[j] = i >= 0 ? *reinterpret_cast<const float4*>(m + i) : z;
+        vv[j] = i >= 0 ? *reinterpret_cast<const float4*>(v + i) : z;
+        gg[j] = i >= 0 ? *reinterpret_cast<const float4*>(g + i) : z;
+      }
+    }
+    if (!update) continue;
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int64_t i = device::tile_piece(b + j, rows, cols);
+      if (i < 0) continue;  // stays zero: the quantizer folds zeros for pieces outside the matrix
+      adamw4(pp[b + j], mm[j], vv[j], gg[j], gs, s);
+      *reinterpret_cast<float4*>(p + i) = pp[b + j];
+      *reinterpret_cast<float4*>(m + i) = mm[j];
+      *reinterpret_cast<float4*>(v + i) = vv[j];
+    }
+  }
+  device::tile_quant_regs(pp, rows, cols, codes, scales);
 }
 
 __global__ void step_control_kernel(const double* partials, int rows, int stride, int cols, double clip,
@@ -682,8 +731,12 @@ class CudaOps final : public EngineOps {
                       int64_t cols) override {
     check_slab_range(f, n, cols, "adamw_quantize");
     if (format_traits(f).block_rows > 1) {
-      // A tile spans 128 rows: AdamW (the fused pass, its amax into scratch,
-      // unread), then the tile quantizer. Two passes, the same bits as one.
+      // A tile spans 128 rows: AdamW and the tile quantizer in one pass where
+      // the vectors allow (adamw_tile_quant), else AdamW (the fused pass, its
+      // amax into scratch, unread), then the tile quantizer. The same bits.
+      if (detail::adamw_tile_quant(p, m, v, g, n / cols, cols, ctl, a, codes, reinterpret_cast<float*>(scales),
+                                   stream_))
+        return;
       float* unused_amax = reinterpret_cast<float*>(scratch_ + kSumBlocks + 1) + 1;
       detail::adamw_amax(p, m, v, g, n, ctl, a, unused_amax, stream_);
       quantize(f, r, p, n, nullptr, codes, scales, cols);
@@ -712,12 +765,13 @@ class CudaOps final : public EngineOps {
   std::unique_ptr<AdamWRanges> adamw_ranges(WeightFormat f, std::vector<AdamWRange> list) override {
     return std::make_unique<CudaRanges>(*this, f, std::move(list));
   }
-  void fp8b128_transpose(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, uint8_t* codes_t,
-                         float* scales_t) override {
-    if (rows > 0 && cols > 0) cuda::fp8b128_transpose(codes, scales, rows, cols, codes_t, scales_t, stream_);
-  }
   void fp8b128_scales_for_gemm(const float* scales, int64_t rows, int64_t cols, float* gemm_scales) override {
     if (rows > 0 && cols > 0) cuda::fp8b128_scales_for_gemm(scales, rows, cols, gemm_scales, stream_);
+  }
+  void fp8b128_transpose_gemm(const uint8_t* codes, const float* gemm_scales, int64_t rows, int64_t cols,
+                              uint8_t* codes_t, float* gemm_scales_t) override {
+    if (rows > 0 && cols > 0)
+      cuda::fp8b128_transpose_gemm(codes, gemm_scales, rows, cols, codes_t, gemm_scales_t, stream_);
   }
   void adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
                   const AdamWChoice& a, float* am) override {
@@ -804,6 +858,23 @@ void detail::adamw_amax(float* p, float* m, float* v, const float* g, int64_t n,
   MXDP_CHECK(p && m && v && g && ctl && amax, "adamw_amax: null pointer");
   launch_fused<FusedOut::Amax, ScaleRounding::RCeil>(p, m, v, g, n, ctl, s, nullptr, nullptr,
                                                       reinterpret_cast<unsigned*>(amax), unroll, st);
+}
+
+bool detail::adamw_tile_quant(float* p, float* m, float* v, const float* g, int64_t rows, int64_t cols,
+                              const StepControl* ctl, const AdamWChoice& a, uint8_t* codes, float* scales,
+                              cudaStream_t st, int min_blocks) {
+  if (rows * cols == 0) return true;
+  if (cols % 4 != 0 || !aligned(p, 16) || !aligned(m, 16) || !aligned(v, 16) || !aligned(g, 16) || !aligned(codes, 4))
+    return false;
+  const int64_t tr = fp8b128_scale_rows(rows), tc = fp8b128_scale_cols(cols);
+  MXDP_CHECK(tr <= 65535 && tc <= INT_MAX, "adamw_tile_quant: ", rows, " x ", cols, " is too large for one launch");
+  const dim3 grid{unsigned(tc), unsigned(tr)};
+  if (min_blocks == 1)
+    adamw_tile_quant_kernel<1><<<grid, device::kFp8TileThreads, 0, st>>>(p, m, v, g, rows, cols, ctl, a, codes, scales);
+  else
+    adamw_tile_quant_kernel<2><<<grid, device::kFp8TileThreads, 0, st>>>(p, m, v, g, rows, cols, ctl, a, codes, scales);
+  MXDP_CUDA_CHECK_LAUNCH();
+  return true;
 }
 
 std::unique_ptr<EngineOps> make_cuda_ops(cudaStream_t stream) { return std::make_unique<CudaOps>(stream); }

@@ -27,6 +27,16 @@ void adamw_quantize(WeightFormat f, ScaleRounding r, float* p, float* m, float* 
                     cudaStream_t stream, int unroll = kFusedUnroll);
 void adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
                 const AdamWChoice& s, float* amax, cudaStream_t stream, int unroll = kFusedUnroll);
+// fp8b128's AdamW + stage in one pass over a rows x cols slab piece (compact
+// tile scales), the bits of adamw_amax then fp8b128_quantize. Needs cols % 4
+// == 0, p, m, v and g 16-byte aligned and codes 4-byte aligned: false (and
+// nothing enqueued) otherwise, for the caller's two-pass fallback.
+// min_blocks: the kernel's CTAs an SM, 1 or 2 (kTileMinBlocks is what the ops
+// use); both give the same bits.
+inline constexpr int kTileMinBlocks = 2;
+bool adamw_tile_quant(float* p, float* m, float* v, const float* g, int64_t rows, int64_t cols,
+                      const StepControl* ctl, const AdamWChoice& a, uint8_t* codes, float* scales,
+                      cudaStream_t stream, int min_blocks = kTileMinBlocks);
 }  // namespace detail
 
 }  // namespace mxdp::cuda

@@ -22,6 +22,7 @@
 
 #include "formats/codec.h"
 #include "formats/cuda/fp8_encode.cuh"
+#include "formats/cuda/fp8_tile_quant.cuh"
 #include "util/check.h"
 #include "util/cuda_check.h"
 #include "util/cuda_launch.h"
@@ -30,7 +31,7 @@ namespace mxdp::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = device::kFp8TileThreads;  // every kernel here; a tile kernel needs exactly this
 constexpr int64_t kMaxGrid = 1 << 16;
 
 __device__ __forceinline__ float warp_max(float v) {
@@ -50,19 +51,6 @@ int grid_for(int64_t n) { return int(std::max<int64_t>(1, grid_blocks(n, kThread
 // ---- fp8b128 ----------------------------------------------------------------
 // One CTA per tile (blockIdx.x: tile column, blockIdx.y: tile row).
 
-// The tile's scale from every thread's partial amax (fmaxf is exact and
-// order-free on these NaN-free folds), stored by thread 0 at the tile's place.
-__device__ __forceinline__ float tile_scale(float am, float* __restrict__ scales) {
-  __shared__ float part[kThreads / 32];
-  am = warp_max(am);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = am;
-  __syncthreads();
-  am = part[0];
-  for (int i = 1; i < kThreads / 32; ++i) am = fmaxf(am, part[i]);
-  const float s = codec::fp8_block_scale(am, Fp8Kind::E4M3);
-  if (threadIdx.x == 0) scales[int64_t(blockIdx.y) * gridDim.x + blockIdx.x] = s;
-  return s;
-}
 __global__ void __launch_bounds__(kThreads)
     tile_quant(const float* __restrict__ x, int64_t rows, int64_t cols, uint8_t* __restrict__ codes,
                float* __restrict__ scales) {
@@ -74,7 +62,7 @@ __global__ void __launch_bounds__(kThreads)
     const int r = i / kFp8Tile, c = i % kFp8Tile;
     if (r < h && c < w) am = codec::amax_fold(am, x[(r0 + r) * cols + c0 + c]);
   }
-  const float s = tile_scale(am, scales);
+  const float s = device::tile_scale(am, scales);
   for (int i = threadIdx.x; i < kFp8TileElems; i += kThreads) {
     const int r = i / kFp8Tile, c = i % kFp8Tile;
     if (r < h && c < w) {
@@ -84,36 +72,18 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The same tile, 256 threads: thread t holds columns 4 (t % 32) .. + 3 of
-// rows t / 32 + 8 p (p < 16) in registers. Needs cols % 4 == 0, x 16-byte and
-// codes 4-byte aligned (then every row starts aligned), so a thread's 4
-// columns are all inside the matrix or all outside.
+// The same tile, its values in registers (fp8_tile_quant.cuh): needs cols % 4
+// == 0, x 16-byte and codes 4-byte aligned.
 __global__ void __launch_bounds__(kThreads)
     tile_quant_vec(const float* __restrict__ x, int64_t rows, int64_t cols, uint8_t* __restrict__ codes,
                    float* __restrict__ scales) {
-  constexpr int kRowsAPass = kThreads / 32, kPasses = kFp8Tile / kRowsAPass;
-  const int64_t r0 = int64_t(blockIdx.y) * kFp8Tile, c = int64_t(blockIdx.x) * kFp8Tile + 4 * (threadIdx.x & 31);
-  const int rt = threadIdx.x >> 5;
-  const bool col_in = c < cols;
-  float4 v[kPasses];
-  float am = 0.0f;
+  float4 v[device::kFp8TilePasses];
 #pragma unroll
-  for (int p = 0; p < kPasses; ++p) {
-    const int64_t r = r0 + rt + kRowsAPass * p;
-    v[p] = col_in && r < rows ? *reinterpret_cast<const float4*>(x + r * cols + c) : make_float4(0, 0, 0, 0);
-    am = device::fold4(am, v[p]);
+  for (int p = 0; p < device::kFp8TilePasses; ++p) {
+    const int64_t i = device::tile_piece(p, rows, cols);
+    v[p] = i >= 0 ? *reinterpret_cast<const float4*>(x + i) : make_float4(0, 0, 0, 0);
   }
-  const float s = tile_scale(am, scales);
-  const codec::BlockDivisor d = codec::block_divisor(s);
-#pragma unroll
-  for (int p = 0; p < kPasses; ++p) {
-    const int64_t r = r0 + rt + kRowsAPass * p;
-    float q[4] = {v[p].x, v[p].y, v[p].z, v[p].w};
-    device::block_div_n<4>(q, d);
-    if (col_in && r < rows)
-      *reinterpret_cast<uint32_t*>(codes + r * cols + c) =
-          device::encode4<Fp8Kind::E4M3, device::kEnc>(q[0], q[1], q[2], q[3]);
-  }
+  device::tile_quant_regs(v, rows, cols, codes, scales);
 }
 
 __global__ void tile_dequant(const uint8_t* __restrict__ codes, const float* __restrict__ scales, int64_t rows,
@@ -168,12 +138,16 @@ __global__ void transpose_bytes(const uint8_t* __restrict__ in, int64_t rows, in
 // ptxas reaches without spills when asked; left alone it takes 40 (6 CTAs).
 __device__ __forceinline__ int tile_swizzle(int r) { return (r >> 2) & 28; }
 __global__ void __launch_bounds__(kThreads, 8)
-    transpose_tile(const uint8_t* __restrict__ in, const float* __restrict__ s, int64_t rows, int64_t cols,
-                   uint8_t* __restrict__ out, float* __restrict__ st) {
+    transpose_tile(const uint8_t* __restrict__ in, const float* __restrict__ s, int64_t s_ld, int64_t rows,
+                   int64_t cols, uint8_t* __restrict__ out, float* __restrict__ st, int64_t st_ld) {
   constexpr int kWords = kFp8Tile / 4;
   __shared__ uint32_t t[kFp8Tile][kWords];
-  if (threadIdx.x == 0)
-    st[int64_t(blockIdx.x) * gridDim.y + blockIdx.y] = s[int64_t(blockIdx.y) * gridDim.x + blockIdx.x];
+  if (threadIdx.x == 0) {  // the tile's scale; the last tile of a W^T scale row also writes the row's padding
+    float* row = st + int64_t(blockIdx.x) * st_ld;
+    row[blockIdx.y] = s[int64_t(blockIdx.y) * s_ld + blockIdx.x];
+    if (blockIdx.y == gridDim.y - 1)
+      for (int64_t k = gridDim.y; k < st_ld; ++k) row[k] = 0.0f;
+  }
   const int64_t r0 = int64_t(blockIdx.y) * kFp8Tile, c0 = int64_t(blockIdx.x) * kFp8Tile;
   const int chunk = threadIdx.x & 7;
 #pragma unroll
@@ -207,10 +181,15 @@ __global__ void __launch_bounds__(kThreads, 8)
         make_uint4(o[j][0], o[j][1], o[j][2], o[j][3]);
 }
 
-__global__ void transpose_scales(const float* __restrict__ s, int64_t tr, int64_t tc, float* __restrict__ st) {
-  const int64_t n = tr * tc, stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    st[i % tc * tr + i / tc] = s[i];
+// The tr x tc scale grid s (rows s_ld apart) transposed into st (tc rows of
+// st_ld, the columns past tr 0).
+__global__ void transpose_scales(const float* __restrict__ s, int64_t tr, int64_t tc, int64_t s_ld,
+                                 float* __restrict__ st, int64_t st_ld) {
+  const int64_t n = tc * st_ld, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int64_t j = i / st_ld, k = i % st_ld;
+    st[i] = k < tr ? s[k * s_ld + j] : 0.0f;
+  }
 }
 
 __global__ void pad_gemm_scales(const float* __restrict__ s, int64_t tr, int64_t tc, int64_t ld, float* __restrict__ g) {
@@ -295,28 +274,47 @@ void fp8b128_quantize(const float* x, int64_t rows, int64_t cols, uint8_t* codes
   MXDP_CUDA_CHECK_LAUNCH();
 }
 
-void fp8b128_transpose(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, uint8_t* codes_t,
-                       float* scales_t, Fp8b128Kernel kernel, cudaStream_t stream) {
-  check_args(rows, cols, codes, scales, codes_t, "fp8b128_transpose");
-  MXDP_CHECK(rows * cols == 0 || scales_t, "fp8b128_transpose: null pointer");
+namespace {
+
+// Both transposes: the scale grids' rows s_ld and st_ld apart (compact: the
+// tile counts; GEMM layout: fp8b128_gemm_scale_ld, the padding written 0).
+void transpose(const uint8_t* codes, const float* scales, int64_t s_ld, int64_t rows, int64_t cols,
+               uint8_t* codes_t, float* scales_t, int64_t st_ld, Fp8b128Kernel kernel, const char* what,
+               cudaStream_t stream) {
+  check_args(rows, cols, codes, scales, codes_t, what);
+  MXDP_CHECK(rows * cols == 0 || scales_t, what, ": null pointer");
   if (rows * cols == 0) return;
   const int64_t tr = fp8b128_scale_rows(rows), tc = fp8b128_scale_cols(cols);
   if (kernel == Fp8b128Kernel::Vectorized && rows % 16 == 0 && cols % 16 == 0 && aligned(codes, 16) &&
       aligned(codes_t, 16)) {
     // One CTA a tile: the codes and the tile's scale in one launch.
-    MXDP_CHECK(tr <= 65535, "fp8b128_transpose: ", rows, " rows is too many for one launch");
-    transpose_tile<<<dim3(unsigned(tc), unsigned(tr)), kThreads, 0, stream>>>(codes, scales, rows, cols, codes_t,
-                                                                              scales_t);
+    MXDP_CHECK(tr <= 65535, what, ": ", rows, " rows is too many for one launch");
+    transpose_tile<<<dim3(unsigned(tc), unsigned(tr)), kThreads, 0, stream>>>(codes, scales, s_ld, rows, cols,
+                                                                              codes_t, scales_t, st_ld);
     MXDP_CUDA_CHECK_LAUNCH();
     return;
   }
   const int64_t gy = ceil_div(rows, 32);
-  MXDP_CHECK(gy <= 65535, "fp8b128_transpose: ", rows, " rows is too many for one launch");
+  MXDP_CHECK(gy <= 65535, what, ": ", rows, " rows is too many for one launch");
   transpose_bytes<<<dim3(unsigned(ceil_div(cols, 32)), unsigned(gy)), dim3(32, 8), 0, stream>>>(codes, rows, cols,
                                                                                                   codes_t);
   MXDP_CUDA_CHECK_LAUNCH();
-  transpose_scales<<<grid_for(tr * tc), kThreads, 0, stream>>>(scales, tr, tc, scales_t);
+  transpose_scales<<<grid_for(tc * st_ld), kThreads, 0, stream>>>(scales, tr, tc, s_ld, scales_t, st_ld);
   MXDP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void fp8b128_transpose(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, uint8_t* codes_t,
+                       float* scales_t, Fp8b128Kernel kernel, cudaStream_t stream) {
+  transpose(codes, scales, fp8b128_scale_cols(cols), rows, cols, codes_t, scales_t, fp8b128_scale_rows(rows), kernel,
+            "fp8b128_transpose", stream);
+}
+
+void fp8b128_transpose_gemm(const uint8_t* codes, const float* gemm_scales, int64_t rows, int64_t cols,
+                            uint8_t* codes_t, float* gemm_scales_t, Fp8b128Kernel kernel, cudaStream_t stream) {
+  transpose(codes, gemm_scales, fp8b128_gemm_scale_ld(cols), rows, cols, codes_t, gemm_scales_t,
+            fp8b128_gemm_scale_ld(rows), kernel, "fp8b128_transpose_gemm", stream);
 }
 
 }  // namespace detail
@@ -337,6 +335,12 @@ void fp8b128_dequantize(const uint8_t* codes, const float* scales, int64_t rows,
 void fp8b128_transpose(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, uint8_t* codes_t,
                        float* scales_t, cudaStream_t stream) {
   detail::fp8b128_transpose(codes, scales, rows, cols, codes_t, scales_t, detail::Fp8b128Kernel::Vectorized, stream);
+}
+
+void fp8b128_transpose_gemm(const uint8_t* codes, const float* gemm_scales, int64_t rows, int64_t cols,
+                            uint8_t* codes_t, float* gemm_scales_t, cudaStream_t stream) {
+  detail::fp8b128_transpose_gemm(codes, gemm_scales, rows, cols, codes_t, gemm_scales_t,
+                                 detail::Fp8b128Kernel::Vectorized, stream);
 }
 
 void fp8b128_scales_for_gemm(const float* scales, int64_t rows, int64_t cols, float* gemm_scales,

@@ -22,6 +22,8 @@ void fp8b128_transpose(const uint8_t* codes, const float* scales, int64_t rows, 
                        float* scales_t, cudaStream_t stream);
 void fp8b128_scales_for_gemm(const float* scales, int64_t rows, int64_t cols, float* gemm_scales,
                              cudaStream_t stream);
+void fp8b128_transpose_gemm(const uint8_t* codes, const float* gemm_scales, int64_t rows, int64_t cols,
+                            uint8_t* codes_t, float* gemm_scales_t, cudaStream_t stream);
 
 // ---- 1x128 blocks (x fp32, or bf16 bits) -----------------------------------
 void fp8_quantize_1x128(const float* x, int64_t rows, int64_t cols, Fp8Kind k, uint8_t* codes, float* scales,
@@ -36,7 +38,7 @@ void fp8_dequantize_1x128(const uint8_t* codes, const float* scales, int64_t row
                           float* y, cudaStream_t stream);
 
 namespace detail {
-// The kernel behind fp8b128_quantize and fp8b128_transpose. Vectorized (what
+// The kernel behind fp8b128_quantize and the two transposes. Vectorized (what
 // the public functions take wherever it applies): 16-byte loads, a tile's
 // values kept in registers between its amax and its encode, 4 codes a store;
 // the transpose in 128x128 tiles, 16 codes a load and a store, the scales in
@@ -50,6 +52,8 @@ void fp8b128_quantize(const float* x, int64_t rows, int64_t cols, uint8_t* codes
                       cudaStream_t stream);
 void fp8b128_transpose(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, uint8_t* codes_t,
                        float* scales_t, Fp8b128Kernel kernel, cudaStream_t stream);
+void fp8b128_transpose_gemm(const uint8_t* codes, const float* gemm_scales, int64_t rows, int64_t cols,
+                            uint8_t* codes_t, float* gemm_scales_t, Fp8b128Kernel kernel, cudaStream_t stream);
 }  // namespace detail
 
 }  // namespace mxdp::cuda
