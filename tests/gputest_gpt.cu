@@ -62,6 +62,32 @@ const Shape kShapes[] = {{3, 37, 64, 4}, {1, 37, 1600, 25}, {2, 64, 128, 2}, {4,
 
 // ---------------------------------------------------------------- kernels
 
+// The column sums of m [M, C] (the GPU's dx as stored) in norm_backward's
+// order (models/cuda/norm_backward.h): each CTA's kNormRows rows in row order,
+// then the CTAs' partial sums as column_sums_finish adds them (warp w sums CTAs
+// w, w + 8, ... in order, then the 8 warp sums in warp order), into `start`
+// (accumulate) or in its place. Written from that description, in float.
+std::vector<float> norm_order_sums(const std::vector<float>& m, int M, int C, const std::vector<float>& start,
+                                   bool accumulate) {
+  const int ctas = (M + cuda::kNormRows - 1) / cuda::kNormRows;
+  std::vector<float> out(start), part(static_cast<size_t>(ctas), 0.f);
+  for (int n = 0; n < C; ++n) {
+    for (int k = 0; k < ctas; ++k) {
+      float s = 0.f;
+      for (int r = k * cuda::kNormRows; r < std::min(M, (k + 1) * cuda::kNormRows); ++r) s += m[size_t(r) * C + n];
+      part[size_t(k)] = s;
+    }
+    float t = 0.f;
+    for (int w = 0; w < 8; ++w) {
+      float s = 0.f;
+      for (int k = w; k < ctas; k += 8) s += part[size_t(k)];
+      t += s;
+    }
+    out[size_t(n)] = accumulate ? out[size_t(n)] + t : t;
+  }
+  return out;
+}
+
 TEST(GpuGptKernels, LayerNormForwardAndBackwardMatchCpu) {
   REQUIRE_GPU();
   Stream st;
@@ -73,7 +99,7 @@ TEST(GpuGptKernels, LayerNormForwardAndBackwardMatchCpu) {
     cpu::layernorm_backward(dx.data(), dw.data(), db.data(), d.data(), x.data(), w.data(), mean.data(), rstd.data(), M, C);
     Bf16 gx(x), gw(w), gb(b), gd(d), gout(x.size()), gdx(x.size());
     F32 gmean(M), grstd(M), gdw(std::vector<float>(C, 0.f)), gdb(std::vector<float>(C, 0.f));
-    F32 scratch(std::vector<float>(size_t(cuda::colsum_scratch_floats(M, C)), 0.f));  // zeroed once
+    F32 scratch(size_t(cuda::norm_backward_scratch_floats(M, C)));  // nothing to zero
     cuda::layernorm_forward(gout.p, gmean.p, grstd.p, gx.p, gw.p, gb.p, M, C, st.s);
     // The column sums of the new dx ride along (written, not added: 7s there are overwritten).
     F32 gsum(std::vector<float>(C, 7.f));
@@ -86,19 +112,14 @@ TEST(GpuGptKernels, LayerNormForwardAndBackwardMatchCpu) {
     EXPECT_LT(rel_err(gdw.get(), dw), 1e-4) << "C=" << C;
     EXPECT_LT(rel_err(gdb.get(), db), 1e-4) << "C=" << C;
     // The sums of dx: against the CPU's column sums of the CPU dx, and bit for
-    // bit against a bias_backward launch over the GPU's dx (what they replace).
+    // bit against norm_backward's documented order over the GPU's dx.
     const auto column_sums = [&](const std::vector<float>& m, float start) {
       std::vector<float> cs(C, start);
       cpu::colsum_accumulate(cs.data(), m.data(), M, C);
       return cs;
     };
-    const auto bias_sums = [&](const Bf16& m, const std::vector<float>& start) {
-      F32 cs(start);
-      cuda::bias_backward(cs.p, scratch.p, m.p, M, C, st.s);
-      return cs.get();
-    };
     EXPECT_LT(rel_err(gsum.get(), column_sums(gdx.get(), 0.f)), 1e-4) << "C=" << C;
-    EXPECT_EQ(gsum.get(), bias_sums(gdx, std::vector<float>(C, 0.f))) << "C=" << C;
+    EXPECT_EQ(gsum.get(), norm_order_sums(gdx.get(), M, C, std::vector<float>(C, 7.f), false)) << "C=" << C;
     // Accumulating backward adds onto what is there (the residual stream's
     // gradient), and the sums of the new dx add onto theirs.
     const std::vector<float> first = gsum.get();
@@ -108,7 +129,7 @@ TEST(GpuGptKernels, LayerNormForwardAndBackwardMatchCpu) {
     cpu::layernorm_backward(dx2.data(), dw2.data(), db2.data(), d.data(), x.data(), w.data(), mean.data(), rstd.data(), M, C);
     EXPECT_LT(rel_err(gdx.get(), dx2), 1e-2) << "C=" << C;
     EXPECT_LT(rel_err(gdw.get(), dw2), 1e-4) << "C=" << C;
-    EXPECT_EQ(gsum.get(), bias_sums(gdx, first)) << "C=" << C;
+    EXPECT_EQ(gsum.get(), norm_order_sums(gdx.get(), M, C, first, true)) << "C=" << C;
   }
 }
 
@@ -445,7 +466,9 @@ TEST(GpuGptKernels, Fp8ActQuantizeInPlaceAsTheGptCallsIt) {
   // gradient's bf16 output, now never written).
   const Call calls[] = {
       {"rows + cols (atty; the output gradients)", cuda::ActOp::Identity, false, true, true, false},
-      {"bias + gelu + rows + cols, biased in place (fc)", cuda::ActOp::Gelu, true, true, true, false},
+      {"gelu + rows + cols (fc, after the GEMM's bias epilogue)", cuda::ActOp::Gelu, false, true, true, false},
+      {"bias + gelu + rows + cols, biased in place (fc without a bias epilogue)", cuda::ActOp::Gelu, true, true, true,
+       false},
       {"bias in place (fprop without the bias epilogue)", cuda::ActOp::Identity, true, false, false, false},
       {"dgelu + rows + cols (fc's dY)", cuda::ActOp::GeluGrad, false, true, true, false},
       {"dgelu + rows + cols, out in place", cuda::ActOp::GeluGrad, false, true, true, true},

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "compare_util.h"
@@ -33,6 +34,7 @@
 #include "models/cuda/attention.h"
 #include "models/cuda/embedding.h"
 #include "models/cuda/fp8_linear.h"
+#include "models/cuda/norm_backward.h"
 #include "models/init_rng.h"
 #include "models/llama/cuda/llama_cuda.h"
 #include "models/llama/cuda/llama_kernels.h"
@@ -70,8 +72,11 @@ std::vector<float> randn_fast(size_t n, uint64_t seed, float scale = 1.f) {
 TEST(GpuLlamaKernels, RmsNormForwardAndBackwardMatchCpu) {
   REQUIRE_GPU();
   Stream st;
-  // 1200 rows: 10 chunks of the weight gradient; C = 2048 (Llama 3.2 1B) and 896 (Qwen2.5 0.5B).
-  for (auto [M, C] : {std::pair{37, 64}, {1200, 896}, {300, 2048}}) {
+  // 1200 rows: 38 CTAs of the backward's weight gradient; C = 2048 (Llama 3.2
+  // 1B, one 8-column chunk a thread) and 896 (Qwen2.5 0.5B); 2056 and 4104
+  // (two and four chunks a thread, the last chunk on a few threads only) and
+  // 8192 (four, every thread).
+  for (auto [M, C] : {std::pair{37, 64}, {1200, 896}, {300, 2048}, {70, 2056}, {45, 4104}, {40, 8192}}) {
     const float eps = 1e-5f;
     auto a = randn(size_t(M) * C, 1, 2.f), b = randn(size_t(M) * C, 2), w = randn(C, 3), d = randn(size_t(M) * C, 4);
     std::vector<float> x(a.size());
@@ -95,6 +100,17 @@ TEST(GpuLlamaKernels, RmsNormForwardAndBackwardMatchCpu) {
     cpu::llama::rmsnorm_backward(dx.data(), dw.data(), d.data(), x.data(), w.data(), rstd.data(), M, C);
     EXPECT_LT(rel_err(gdx.get(), dx), 1e-2) << "accumulate C=" << C;
     EXPECT_LT(rel_err(gdw.get(), dw), 1e-4) << "accumulate C=" << C;
+  }
+  // Wider rows than the one-pass backward takes are refused before any launch.
+  const int C = cuda::kNormMaxCols + 8;
+  const size_t n = size_t(C), ns = size_t(cuda::llama::rmsnorm_scratch_floats(1, C));
+  Bf16 x(n), w(n);
+  F32 rstd(1), dw(n), scratch(ns);
+  try {
+    cuda::llama::rmsnorm_backward(x.p, false, dw.p, scratch.p, x.p, x.p, w.p, rstd.p, 1, C, st.s);
+    ADD_FAILURE() << "rows of " << C << " values were taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 8192"), std::string::npos) << e.what();
   }
 }
 

@@ -1,9 +1,8 @@
 // Kernels behind column_sums.h: one kernel for the column sums (colsum_kernel,
-// bias_backward and layernorm_column_sums) and one for bias_backward's second
-// half on its own (chunk_sums_kernel, bias_backward_finish), which share their
-// last phase (add_chunk_partials), so they share its bits. Moved here from
-// gpt_kernels.cu unchanged (the same expressions in the same order, the same
-// launch shapes).
+// bias_backward) and one for the second half on its own over partial sums
+// another kernel wrote (chunk_sums_kernel: bias_backward_finish for
+// act_quantize's, column_sums_finish for norm_backward's), which share their
+// last phase (add_chunk_partials), so they share its bits.
 #include "models/cuda/column_sums.h"
 
 #include "models/cuda/bf16_vectors.cuh"
@@ -22,15 +21,13 @@ using device::load;
 // One kernel: a block takes 256 columns (8 per lane, one 16-byte access per
 // row) of one chunk of kColsumRows rows; warp w adds rows w, w+8, ... of the
 // chunk in order; the 8 warp sums are added in warp order into the chunk's
-// partial sum ([3][chunks][N] after the counters in scratch). The last block
-// of a column range to finish (a counter per range) adds the chunks' partial
-// sums in a fixed order (add_chunk_partials) into the destination and resets
-// the counter. Which block is last does not change the order of any addition:
-// the bits are fixed.
-// With ln (mean != null): a = sum dout * norm(inp), b = sum dout (LayerNorm dw,
-// db); otherwise a = sum dout (bias). With `also` (LayerNorm only), a third sum
-// c = sum also, in exactly the order a is summed without ln: the bits of a
-// separate bias_backward over `also`, without its launch and its tail.
+// partial sum (set 0 of [3][chunks][N] after the counters in scratch). The
+// last block of a column range to finish (a counter per range) adds the
+// chunks' partial sums in a fixed order (add_chunk_partials) into the
+// destination and resets the counter. Which block is last does not change the
+// order of any addition: the bits are fixed.
+// Where the sums go: a (always), b and c (column_sums_finish's second and
+// third sums; null: none).
 struct ColsumOut {
   float* a;
   float* b;  // nullptr: one sum
@@ -86,9 +83,8 @@ __device__ void add_chunk_partials(const ColsumOut& out, const float* partial, i
   }
 }
 
-__global__ void colsum_kernel(ColsumOut out, float* scratch, const uint16_t* dout, const uint16_t* inp,
-                              const uint16_t* also, const float* mean, const float* rstd, int M, int N) {
-  __shared__ float sa[8][kColsumCols], sb[8][kColsumCols], sc[8][kColsumCols];
+__global__ void colsum_kernel(float* dbias, float* scratch, const uint16_t* dout, int M, int N) {
+  __shared__ float sa[8][kColsumCols];
   __shared__ bool last;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int n0 = blockIdx.x * kColsumCols + lane * 8;
@@ -96,51 +92,24 @@ __global__ void colsum_kernel(ColsumOut out, float* scratch, const uint16_t* dou
   const int r0 = chunk * kColsumRows, r1 = min(M, r0 + kColsumRows);
   unsigned* counters = reinterpret_cast<unsigned*>(scratch);
   float* partial = scratch + kColsumCounters;
-  float a[8] = {}, b[8] = {}, e[8] = {};
+  float a[8] = {};
   if (n0 < N) {
 #pragma unroll 4
     for (int m = r0 + warp; m < r1; m += 8) {
       float d[8];
       load(dout + int64_t(m) * N + n0, d);
-      if (mean) {
-        float x[8];
-        load(inp + int64_t(m) * N + n0, x);
-        const float mu = mean[m], rs = rstd[m];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          a[i] += d[i] * ((x[i] - mu) * rs);
-          b[i] += d[i];
-        }
-        if (also) {
-          float y[8];
-          load(also + int64_t(m) * N + n0, y);
-#pragma unroll
-          for (int i = 0; i < 8; ++i) e[i] += y[i];
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) a[i] += d[i];
-      }
+      for (int i = 0; i < 8; ++i) a[i] += d[i];
     }
   }
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    sa[warp][lane * 8 + i] = a[i];
-    sb[warp][lane * 8 + i] = b[i];
-    sc[warp][lane * 8 + i] = e[i];
-  }
+  for (int i = 0; i < 8; ++i) sa[warp][lane * 8 + i] = a[i];
   __syncthreads();
   const int c = threadIdx.x, n = blockIdx.x * kColsumCols + c;  // one column per thread from here
   if (n < N) {
-    float ta = 0.f, tb = 0.f, tc = 0.f;
-    for (int w = 0; w < 8; ++w) {
-      ta += sa[w][c];
-      tb += sb[w][c];
-      tc += sc[w][c];
-    }
+    float ta = 0.f;
+    for (int w = 0; w < 8; ++w) ta += sa[w][c];
     partial[int64_t(chunk) * N + n] = ta;
-    partial[(int64_t(chunks) + chunk) * N + n] = tb;
-    partial[(2 * int64_t(chunks) + chunk) * N + n] = tc;
   }
   __threadfence();  // the partial sums are visible before the counter says so
   __syncthreads();
@@ -148,7 +117,7 @@ __global__ void colsum_kernel(ColsumOut out, float* scratch, const uint16_t* dou
   __syncthreads();
   if (!last) return;
   __threadfence();
-  add_chunk_partials(out, partial, chunks, N, sa, sb, sc);
+  add_chunk_partials({dbias, nullptr, {}}, partial, chunks, N, sa, nullptr, nullptr);
   if (threadIdx.x == 0) counters[blockIdx.x] = 0;
 }
 
@@ -159,21 +128,12 @@ int colsum_blocks(int N) {
 }
 int colsum_chunks(int M) { return (M + kColsumRows - 1) / kColsumRows; }
 
-void colsums(const ColsumOut& out, float* scratch, const uint16_t* dout, const uint16_t* inp, const uint16_t* also,
-             const float* mean, const float* rstd, int M, int N, cudaStream_t s) {
-  MXDP_CHECK(N % 8 == 0 && aligned16(dout) && (!inp || aligned16(inp)) && (!also || aligned16(also)) &&
-                 aligned16(scratch),
-             "column sums need N % 8 == 0 and 16-byte aligned rows and scratch, got N=", N);
-  MXDP_CHECK(!also || mean, "internal: a third column sum only beside the LayerNorm sums");
-  colsum_kernel<<<dim3(colsum_blocks(N), colsum_chunks(M)), 256, 0, s>>>(out, scratch, dout, inp, also, mean, rstd,
-                                                                          M, N);
-  MXDP_CUDA_CHECK_LAUNCH();
-}
 
-// bias_backward's last phase on its own (see add_chunk_partials).
-__global__ void chunk_sums_kernel(float* dbias, const float* partial, int chunks, int N) {
-  __shared__ float sa[8][kColsumCols];
-  add_chunk_partials({dbias, nullptr, {}}, partial, chunks, N, sa, nullptr, nullptr);
+// The last phase on its own (see add_chunk_partials): bias_backward_finish's
+// one sum, column_sums_finish's up to three.
+__global__ void chunk_sums_kernel(ColsumOut out, const float* partial, int chunks, int N) {
+  __shared__ float sa[8][kColsumCols], sb[8][kColsumCols], sc[8][kColsumCols];
+  add_chunk_partials(out, partial, chunks, N, sa, sb, sc);
 }
 
 }  // namespace
@@ -184,20 +144,21 @@ void check_colsum_width(int N) {
 }
 
 void bias_backward(float* dbias, float* scratch, const uint16_t* dout, int M, int N, cudaStream_t s) {
-  colsums({dbias, nullptr, {}}, scratch, dout, nullptr, nullptr, nullptr, nullptr, M, N, s);
-}
-
-void bias_backward_finish(float* dbias, const float* scratch, int M, int N, cudaStream_t s) {
-  MXDP_CHECK(N % 8 == 0 && aligned16(scratch),
-             "bias_backward_finish needs N % 8 == 0 and a 16-byte aligned scratch, got N=", N);
-  chunk_sums_kernel<<<colsum_blocks(N), 256, 0, s>>>(dbias, scratch + kColsumCounters, colsum_chunks(M), N);
+  MXDP_CHECK(N % 8 == 0 && aligned16(dout) && aligned16(scratch),
+             "column sums need N % 8 == 0 and 16-byte aligned rows and scratch, got N=", N);
+  colsum_kernel<<<dim3(colsum_blocks(N), colsum_chunks(M)), 256, 0, s>>>(dbias, scratch, dout, M, N);
   MXDP_CUDA_CHECK_LAUNCH();
 }
 
-void layernorm_column_sums(float* dw, float* db, ColumnSum also_sum, const uint16_t* also, float* scratch,
-                           const uint16_t* dout, const uint16_t* inp, const float* mean, const float* rstd, int M,
-                           int C, cudaStream_t s) {
-  colsums({dw, db, also_sum}, scratch, dout, inp, also_sum.dst ? also : nullptr, mean, rstd, M, C, s);
+void bias_backward_finish(float* dbias, const float* scratch, int M, int N, cudaStream_t s) {
+  column_sums_finish(dbias, nullptr, {}, scratch, colsum_chunks(M), N, s);
+}
+
+void column_sums_finish(float* a, float* b, ColumnSum c, const float* scratch, int chunks, int N, cudaStream_t s) {
+  MXDP_CHECK(N % 8 == 0 && aligned16(scratch),
+             "column_sums_finish needs N % 8 == 0 and a 16-byte aligned scratch, got N=", N);
+  chunk_sums_kernel<<<colsum_blocks(N), 256, 0, s>>>({a, b, c}, scratch + kColsumCounters, chunks, N);
+  MXDP_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace mxdp::cuda

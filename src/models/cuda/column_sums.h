@@ -1,9 +1,9 @@
 // Column sums of bf16 [M, N] matrices into fp32 [N] on the GPU, shared by the
 // GPU models: the bias gradients (GPT-2's linear layers, Llama's qkv bias, and
-// act_quantize's sums under FP8 compute, models/cuda/fp8_linear.h) and
-// LayerNorm's weight and bias gradients (GPT-2's layernorm_backward,
-// models/gpt2/cuda/gpt_kernels.h). bf16 inputs (uint16_t bits), fp32
-// arithmetic, destinations that ACCUMULATE (+=) unless a ColumnSum says not.
+// act_quantize's sums under FP8 compute, models/cuda/fp8_linear.h), and the
+// last phase of the norms' parameter gradients (models/cuda/norm_backward.h).
+// bf16 inputs (uint16_t bits), fp32 arithmetic, destinations that ACCUMULATE
+// (+=) unless a ColumnSum says not.
 //
 // Determinism: no floating-point atomics. A column's sum is made of per-chunk
 // partial sums over fixed ranges of kColsumRows rows, added in chunk order by
@@ -18,7 +18,7 @@
 
 namespace mxdp::cuda {
 
-// Rows per chunk of the column sums (bias and LayerNorm gradients).
+// Rows per chunk of the column sums (the bias gradients).
 constexpr int kColsumRows = 128;
 // Columns per block of the column sums, and the counters at the start of the
 // scratch (one per block of columns), hence the widest matrix they sum.
@@ -53,14 +53,12 @@ void bias_backward(float* dbias, float* scratch, const uint16_t* dout, int M, in
 // k * N + n]), added in bias_backward's order. Partial sums made in its order
 // too (act_quantize's column sums, models/cuda/fp8_linear.h) give its bits.
 void bias_backward_finish(float* dbias, const float* scratch, int M, int N, cudaStream_t s);
-// LayerNorm's parameter gradients, in one launch: dw[c] += sum over m of
-// dout[m, c] * norm(inp)[m, c] (norm: (inp - mean[m]) * rstd[m], the forward's
-// statistics, not null) and db[c] += sum over m of dout[m, c]. also_sum: also
-// the column sums of `also` [M, C] (read only when also_sum.dst is set), the
-// same bits as bias_backward over it. Requirements and scratch as
-// bias_backward's (inp and also 16-byte aligned too).
-void layernorm_column_sums(float* dw, float* db, ColumnSum also_sum, const uint16_t* also, float* scratch,
-                           const uint16_t* dout, const uint16_t* inp, const float* mean, const float* rstd, int M,
-                           int C, cudaStream_t s);
+// The last phase of up to three column sums whose per-chunk partial sums a
+// kernel wrote itself (models/cuda/norm_backward.h's): set j's chunk k at
+// scratch[kColsumCounters + (j * chunks + k) * N + n]. a[n] += set 0's chunks,
+// b[n] += set 1's (b null: none), c.dst[n] (+)= set 2's (c.dst null: none),
+// each added over the chunks in bias_backward's order. N % 8 == 0, scratch
+// 16-byte aligned.
+void column_sums_finish(float* a, float* b, ColumnSum c, const float* scratch, int chunks, int N, cudaStream_t s);
 
 }  // namespace mxdp::cuda

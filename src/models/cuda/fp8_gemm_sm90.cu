@@ -82,7 +82,7 @@ __host__ __device__ __forceinline__ TileGroups tile_groups(int M, int N) {
 
 // The epilogue's inputs and outputs besides d and its tensor map.
 struct EpiArgs {
-  const __nv_bfloat16* bias = nullptr;  // [N]; Bf16: added to the fp32 sum; GeluQuant: to its bf16 rounding
+  const __nv_bfloat16* bias = nullptr;  // [N]; Bf16 and GeluQuant: added to the fp32 sum
   float* rows_scales = nullptr;         // GeluQuant: the rows operand's 1x128 scales, [N / 128][M]
   float* cols_scales = nullptr;         // GeluQuant: the cols operand's, [M / 128][N]
 };
@@ -300,9 +300,9 @@ __device__ __forceinline__ void epilogue_accumulate(const float (&acc)[64], Frag
   }
 }
 
-// Epi::GeluQuant, fc's forward: act_quantize's bias + GELU + rows + cols on the tile (fp8_linear.h),
-// its bits. The sum rounded to bf16 (the plain epilogue's output), the bias added in fp32 and
-// rounded again: that pre-activation is d. Its GELU rounded to bf16 is quantized both ways: rows
+// Epi::GeluQuant, fc's forward: the plain epilogue with the bias, then act_quantize's GELU + rows +
+// cols on the tile (fp8_linear.h), their bits. The bias added to the fp32 sum before the one
+// rounding to bf16 (epilogue_bf16's d): that pre-activation is d. Its GELU rounded to bf16 is quantized both ways: rows
 // (a row's 128 columns one block: amax over the thread's 32 values, then its quad) and cols (a
 // column's 128 rows one block: over the thread's two rows, the warp's 8 lanes of the same q, then
 // the 8 warps through shared memory). Columns past N hold GELU 0, as act_quantize's absent chunks.
@@ -323,8 +323,8 @@ __device__ __forceinline__ void epilogue_gelu_quant(float (&acc)[64], Frag f, in
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float* v = acc + 4 * i + 2 * h;
-      const __nv_bfloat162 y = __floats2bfloat162_rn(v[0], v[1]);  // the GEMM's output
-      const uint32_t pre = device::bf16x2_rn(__low2float(y) + b.x, __high2float(y) + b.y);
+      const __nv_bfloat162 y = __floats2bfloat162_rn(v[0] + b.x, v[1] + b.y);  // epilogue_bf16's output
+      const uint32_t pre = *reinterpret_cast<const uint32_t*>(&y);
       put_pair(out, f, i, h, pre);
       const uint32_t g =
           device::bf16x2_rn(device::gelu_tanh(device::bf16_lo(pre)), device::gelu_tanh(device::bf16_hi(pre)));

@@ -468,20 +468,25 @@ Fp8Operand Fp8Linear::weight_operand(const Fp8Weight& w, int rows, int cols, con
   return {w.codes, w.scales, Fp8Kind::E4M3, Fp8Scaling::Tiles128};
 }
 
-void Fp8Linear::fprop(uint16_t* y, const Fp8Slot& x, const Fp8Weight& w, const uint16_t* bias, int M, int N, int K) {
+bool Fp8Linear::fprop_gemm(uint16_t* y, const Fp8Slot& x, const Fp8Weight& w, const uint16_t* bias, int M, int N,
+                           int K) {
   const int Mp = int(fp8_rows_padded(M));
   const Fp8Operand wo = weight_operand(w, N, K, "fprop", int64_t(Mp) * N);
   uint16_t* d = Mp == M ? y : pad_;
-  bool fused = false;
+  bool with_bias = false;
   if (own_gemm_ && fp8_gemm_sm90_supported(Mp, N, K)) {
     fp8_gemm_nt_sm90(x.operand(), wo, Mp, N, K, bias, d, s_);
-    fused = bias != nullptr;
+    with_bias = bias != nullptr;
   } else {
-    fused = bias && gemm_.nt_bias(x.operand(), wo, Mp, N, K, bias, d);
-    if (!fused) gemm_.fprop(x.operand(), wo, Mp, N, K, d);
+    with_bias = bias && gemm_.nt_bias(x.operand(), wo, Mp, N, K, bias, d);
+    if (!with_bias) gemm_.fprop(x.operand(), wo, Mp, N, K, d);
   }
   if (Mp != M) write_rows(y, M, N);
-  if (bias && !fused) act_quantize({.x = y, .bias = bias, .biased = y}, M, N, s_);
+  return with_bias;
+}
+
+void Fp8Linear::fprop(uint16_t* y, const Fp8Slot& x, const Fp8Weight& w, const uint16_t* bias, int M, int N, int K) {
+  if (!fprop_gemm(y, x, w, bias, M, N, K) && bias) act_quantize({.x = y, .bias = bias, .biased = y}, M, N, s_);
 }
 
 void Fp8Linear::fprop_gelu(uint16_t* pre, const Fp8Slot& x, const Fp8Weight& w, const uint16_t* bias, int M, int N,
@@ -493,8 +498,14 @@ void Fp8Linear::fprop_gelu(uint16_t* pre, const Fp8Slot& x, const Fp8Weight& w, 
                              s_);
     return;
   }
-  fprop(pre, x, w, nullptr, M, N, K);
-  act_quantize({.x = pre, .bias = bias, .biased = pre, .op = ActOp::Gelu, .rows = rows, .cols = cols}, M, N, s_);
+  const bool biased = fprop_gemm(pre, x, w, bias, M, N, K);
+  act_quantize({.x = pre,
+                .bias = biased ? nullptr : bias,
+                .biased = biased ? nullptr : pre,
+                .op = ActOp::Gelu,
+                .rows = rows,
+                .cols = cols},
+               M, N, s_);
 }
 
 void Fp8Linear::dgrad(uint16_t* dx, const Fp8Slot& dy, const Fp8Weight& wt, int M, int N, int K) {

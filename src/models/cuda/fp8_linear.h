@@ -123,13 +123,17 @@ class Fp8Linear {
   // (rows of [Mp, K]). The bias goes in the GEMM's epilogue where cuBLASLt
   // has one for the shape, else in an act_quantize pass (decided once a shape).
   void fprop(uint16_t* y, const Fp8Slot& x, const Fp8Weight& w, const uint16_t* bias, int M, int N, int K);
-  // fc's forward: pre[M, N] = bf16(bf16(X W^T) + bias), written back for the
-  // GELU gradient, and GELU(pre)'s operands: rows ([Mp, N]) and cols ([N, Mp]).
-  // act_quantize's bits ({.x = pre, .bias, .biased = pre, .op = Gelu, .rows,
-  // .cols} after fprop without bias) either way: in the own GEMM's epilogue
-  // (fp8_gemm_gelu_quant_sm90) when MXDP_FP8_GEMM is own or fused and M is a
-  // multiple of 128, else by fprop and act_quantize. rows must not be x's slot
-  // (the fused GEMM writes it while other tiles still read x).
+  // fc's forward: pre[M, N] = X W^T + bias, kept for the GELU gradient, and
+  // GELU(pre)'s operands: rows ([Mp, N]) and cols ([N, Mp]). pre is
+  // bf16(sum + bias), the bias added in fp32 before the one rounding, by the
+  // GEMM's bias epilogue (then act_quantize makes GELU's operands from pre:
+  // {.x = pre, .op = Gelu, .rows, .cols}, one read of pre and no write), or
+  // in the own GEMM's fused epilogue (fp8_gemm_gelu_quant_sm90, the same bits)
+  // when MXDP_FP8_GEMM is own or fused and M is a multiple of 128. Where
+  // cuBLASLt has no bias epilogue for the shape, act_quantize adds the bias to
+  // the GEMM's bf16 output and writes pre back (bf16(bf16(X W^T) + bias)).
+  // rows must not be x's slot (the fused GEMM writes it while other tiles
+  // still read x).
   void fprop_gelu(uint16_t* pre, const Fp8Slot& x, const Fp8Weight& w, const uint16_t* bias, int M, int N, int K,
                   const Fp8Slot& rows, const Fp8Slot& cols);
   // dX = dY W: dx[M, K] bf16 (overwritten) from dy (rows of [Mp, N]) and W^T {K, N}.
@@ -143,6 +147,9 @@ class Fp8Linear {
   // W (or W^T) as the GEMMs' b operand (128x128 tiles), after checking that it
   // is rows x cols and that the scratch holds an output of `out` elements.
   Fp8Operand weight_operand(const Fp8Weight& w, int rows, int cols, const char* what, int64_t out) const;
+  // fprop's GEMM into y, the bias by the GEMM's epilogue where it has one:
+  // whether it added the bias (false without one).
+  bool fprop_gemm(uint16_t* y, const Fp8Slot& x, const Fp8Weight& w, const uint16_t* bias, int M, int N, int K);
   void write_rows(uint16_t* dst, int M, int N);
   cudaStream_t s_;
   Fp8Gemm gemm_;

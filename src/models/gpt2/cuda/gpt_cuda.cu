@@ -23,6 +23,7 @@
 // read); after_layer_backward(L) as soon as that layer's gradients are in.
 #include "models/gpt2/cuda/gpt_cuda.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -153,7 +154,7 @@ void GptCuda::carve(ArenaSlicer& take, int B, int T) {
   take(a.lnf_rstd, BT);
   take(a.stats, L * B * NH * T);
   take(io_.losses, BT);
-  take(a.scratch, colsum_scratch_floats(BT, 4 * C));
+  take(a.scratch, std::max(colsum_scratch_floats(BT, 4 * C), norm_backward_scratch_floats(BT, C)));
   take(a.mproj_dbias, C);
   take_batch(take, BT);
   take_xt(take, BT, xt_widths());

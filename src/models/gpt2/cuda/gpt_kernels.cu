@@ -114,44 +114,6 @@ __global__ void residual_layernorm_forward_kernel(uint16_t* res, uint16_t* out, 
   ln_row(out ? out + m * C : nullptr, mean, rstd, res + m * C, w, bias, m, C, s);
 }
 
-__global__ void layernorm_backward_kernel(uint16_t* dinp, bool accumulate, const uint16_t* dout, const uint16_t* inp,
-                                          const uint16_t* w, const float* mean, const float* rstd, int M, int C) {
-  const int64_t m = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
-  if (m >= M) return;
-  const int lane = threadIdx.x % 32, chunks = C / 8;
-  const uint16_t* x = inp + m * C;
-  const uint16_t* d = dout + m * C;
-  const float mu = mean[m], r = rstd[m];
-  float a = 0.f, b = 0.f;
-  for (int k = lane; k < chunks; k += 32) {
-    float fx[8], fd[8], fw[8];
-    load(x + 8 * k, fx);
-    load(d + 8 * k, fd);
-    load(w + 8 * k, fw);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float dn = fw[i] * fd[i];
-      a += dn;
-      b += dn * ((fx[i] - mu) * r);
-    }
-  }
-  const float dnorm_mean = warp_sum(a) / float(C), dnorm_norm_mean = warp_sum(b) / float(C);
-  uint16_t* di = dinp + m * C;
-  for (int k = lane; k < chunks; k += 32) {
-    float fx[8], fd[8], fw[8], o[8];
-    load(x + 8 * k, fx);
-    load(d + 8 * k, fd);
-    load(w + 8 * k, fw);
-    if (accumulate) load(di + 8 * k, o);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float g = (fw[i] * fd[i] - dnorm_mean - (fx[i] - mu) * r * dnorm_norm_mean) * r;
-      o[i] = accumulate ? o[i] + g : g;
-    }
-    store(di + 8 * k, o);
-  }
-}
-
 // ---------------------------------------------------------------- elementwise
 
 __global__ void residual_add_kernel(uint16_t* y, const uint16_t* a, const uint16_t* b, int64_t n) {
@@ -192,10 +154,19 @@ void residual_layernorm_forward(uint16_t* res, uint16_t* out, float* mean, float
 void layernorm_backward(uint16_t* dinp, bool accumulate, float* dw, float* db, ColumnSum dinp_sum, float* scratch,
                         const uint16_t* dout, const uint16_t* inp, const uint16_t* w, const float* mean,
                         const float* rstd, int M, int C, cudaStream_t s) {
-  check_rows("layernorm_backward", C, {dinp, dout, inp, w});
-  layernorm_backward_kernel<<<(M + 7) / 8, 256, 0, s>>>(dinp, accumulate, dout, inp, w, mean, rstd, M, C);
-  MXDP_CUDA_CHECK_LAUNCH();
-  layernorm_column_sums(dw, db, dinp_sum, dinp, scratch, dout, inp, mean, rstd, M, C, s);
+  norm_backward({.kind = NormKind::LayerNorm,
+                 .dinp = dinp,
+                 .accumulate = accumulate,
+                 .dw = dw,
+                 .db = db,
+                 .dinp_sum = dinp_sum,
+                 .scratch = scratch,
+                 .dout = dout,
+                 .inp = inp,
+                 .w = w,
+                 .mean = mean,
+                 .rstd = rstd},
+                M, C, s);
 }
 
 void residual_add(uint16_t* y, const uint16_t* a, const uint16_t* b, int64_t n, cudaStream_t s) {

@@ -17,7 +17,8 @@
 #include <cstdint>
 
 #include "formats/cuda/bf16_cuda.h"
-#include "models/cuda/column_sums.h"  // ColumnSum, the LayerNorm gradients' column sums
+#include "models/cuda/column_sums.h"    // ColumnSum, bias_backward
+#include "models/cuda/norm_backward.h"  // the LayerNorm backward's pass
 
 namespace mxdp::cuda {
 
@@ -45,12 +46,12 @@ void residual_layernorm_forward(uint16_t* res, uint16_t* out, float* mean, float
                                 const uint16_t* b, const uint16_t* w, const uint16_t* bias, int M, int C,
                                 cudaStream_t s);
 // dinp (+)= d LayerNorm / d inp (accumulate: bf16(dinp + contribution), or
-// overwrite); dw, db += (column sums, `scratch` of colsum_scratch_floats(M, C)
-// floats, zeroed before its first use). C % 8 == 0, rows 16-byte aligned.
-// dinp_sum: also the column sums of the new dinp (the residual stream's
-// gradient, whose column sums are the bias gradient of the linear layer that
-// added into that stream), the same bits as bias_backward over dinp, in the
-// same launch as dw and db.
+// overwrite); dw, db += their column sums; dinp_sum: also the column sums of
+// the new dinp (the residual stream's gradient, whose column sums are the bias
+// gradient of the linear layer that added into that stream). One pass over the
+// rows (models/cuda/norm_backward.h, whose scratch it takes:
+// norm_backward_scratch_floats(M, C) floats). C % 8 == 0, at most
+// kNormMaxCols, rows 16-byte aligned.
 void layernorm_backward(uint16_t* dinp, bool accumulate, float* dw, float* db, ColumnSum dinp_sum, float* scratch,
                         const uint16_t* dout, const uint16_t* inp, const uint16_t* w, const float* mean,
                         const float* rstd, int M, int C, cudaStream_t s);

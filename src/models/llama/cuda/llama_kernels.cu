@@ -5,6 +5,7 @@
 
 #include "models/cuda/act_values.cuh"
 #include "models/cuda/model_kernels.cuh"
+#include "models/cuda/norm_backward.h"
 #include "util/check.h"
 #include "util/cuda_check.h"
 
@@ -86,96 +87,6 @@ __global__ void residual_rmsnorm_forward_kernel(uint16_t* res, uint16_t* out, fl
     for (int i = 0; i < 8; ++i) ss += f[i] * f[i];
   }
   rms_row(out, rstd, res + m * C, w, m, C, eps, ss);
-}
-
-// y = w * n, n = x * r: dx = r * (w*d - n * mean(w*d*n)), as the CPU loop.
-__global__ void rmsnorm_backward_kernel(uint16_t* dinp, bool accumulate, const uint16_t* dout, const uint16_t* inp,
-                                        const uint16_t* w, const float* rstd, int M, int C) {
-  const int64_t m = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
-  if (m >= M) return;
-  const int lane = threadIdx.x % 32, chunks = C / 8;
-  const uint16_t* x = inp + m * C;
-  const uint16_t* d = dout + m * C;
-  const float r = rstd[m];
-  float dot = 0.f;
-  for (int k = lane; k < chunks; k += 32) {
-    float fx[8], fd[8], fw[8];
-    load(x + 8 * k, fx);
-    load(d + 8 * k, fd);
-    load(w + 8 * k, fw);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) dot += (fw[i] * fd[i]) * (fx[i] * r);
-  }
-  dot = warp_sum(dot) / float(C);
-  uint16_t* di = dinp + m * C;
-  for (int k = lane; k < chunks; k += 32) {
-    float fx[8], fd[8], fw[8], o[8];
-    load(x + 8 * k, fx);
-    load(d + 8 * k, fd);
-    load(w + 8 * k, fw);
-    if (accumulate) load(di + 8 * k, o);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float g = (fw[i] * fd[i] - (fx[i] * r) * dot) * r;
-      o[i] = accumulate ? o[i] + g : g;
-    }
-    store(di + 8 * k, o);
-  }
-}
-
-// dw's partial sums: a block takes 256 columns (8 per lane) of one chunk of
-// kRows rows; warp w adds rows w, w+8, ... of the chunk in order, the 8 warp
-// sums are added in warp order into partial[chunk][n].
-constexpr int kRows = 128;
-constexpr int kCols = 256;
-
-__global__ void rmsnorm_dw_partial_kernel(float* partial, const uint16_t* dout, const uint16_t* inp,
-                                          const float* rstd, int M, int C) {
-  __shared__ float sh[8][kCols];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int n0 = blockIdx.x * kCols + lane * 8;
-  const int chunk = blockIdx.y;
-  const int r0 = chunk * kRows, r1 = min(M, r0 + kRows);
-  float a[8] = {};
-  if (n0 < C) {
-#pragma unroll 4
-    for (int m = r0 + warp; m < r1; m += 8) {
-      float d[8], x[8];
-      load(dout + int64_t(m) * C + n0, d);
-      load(inp + int64_t(m) * C + n0, x);
-      const float r = rstd[m];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) a[i] += d[i] * (x[i] * r);
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < 8; ++i) sh[warp][lane * 8 + i] = a[i];
-  __syncthreads();
-  const int n = blockIdx.x * kCols + threadIdx.x;
-  if (n < C) {
-    float t = 0.f;
-    for (int w = 0; w < 8; ++w) t += sh[w][threadIdx.x];
-    partial[int64_t(chunk) * C + n] = t;
-  }
-}
-
-// dw[n] += the chunks' partial sums of column n, in chunk order.
-__global__ void rmsnorm_dw_final_kernel(float* dw, const float* partial, int chunks, int C) {
-  const int n = blockIdx.x * blockDim.x + threadIdx.x;
-  if (n >= C) return;
-  // 16 loads in flight before their adds (in chunk order): the kernel is a
-  // few blocks, each thread's chain of dependent loads was its whole time.
-  constexpr int kBatch = 16;
-  float t = 0.f;
-  for (int k0 = 0; k0 < chunks; k0 += kBatch) {
-    float v[kBatch];
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) v[i] = k0 + i < chunks ? partial[int64_t(k0 + i) * C + n] : 0.f;
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i)
-      if (k0 + i < chunks) t += v[i];
-  }
-  dw[n] += t;
 }
 
 // ---------------------------------------------------------------- RoPE
@@ -295,18 +206,20 @@ void residual_rmsnorm_forward(uint16_t* res, uint16_t* out, float* rstd, const u
   MXDP_CUDA_CHECK_LAUNCH();
 }
 
-int64_t rmsnorm_scratch_floats(int64_t M, int64_t C) { return (M + kRows - 1) / kRows * C; }
+int64_t rmsnorm_scratch_floats(int64_t M, int64_t C) { return norm_backward_scratch_floats(M, C); }
 
 void rmsnorm_backward(uint16_t* dinp, bool accumulate, float* dw, float* scratch, const uint16_t* dout,
                       const uint16_t* inp, const uint16_t* w, const float* rstd, int M, int C, cudaStream_t s) {
-  check_rows("rmsnorm_backward", C, {dinp, dout, inp, w});
-  rmsnorm_backward_kernel<<<(M + 7) / 8, 256, 0, s>>>(dinp, accumulate, dout, inp, w, rstd, M, C);
-  MXDP_CUDA_CHECK_LAUNCH();
-  const int chunks = (M + kRows - 1) / kRows;
-  rmsnorm_dw_partial_kernel<<<dim3((C + kCols - 1) / kCols, chunks), 256, 0, s>>>(scratch, dout, inp, rstd, M, C);
-  MXDP_CUDA_CHECK_LAUNCH();
-  rmsnorm_dw_final_kernel<<<(C + 255) / 256, 256, 0, s>>>(dw, scratch, chunks, C);
-  MXDP_CUDA_CHECK_LAUNCH();
+  norm_backward({.kind = NormKind::RmsNorm,
+                 .dinp = dinp,
+                 .accumulate = accumulate,
+                 .dw = dw,
+                 .scratch = scratch,
+                 .dout = dout,
+                 .inp = inp,
+                 .w = w,
+                 .rstd = rstd},
+                M, C, s);
 }
 
 void rope(uint16_t* qkv, const float* cs, const float* sn, int B, int T, int NH, int KV, int hd, bool inverse,
