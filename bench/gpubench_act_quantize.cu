@@ -75,7 +75,10 @@ const char* const kPaths[2] = {"now", "before"};
 const Call kCalls[] = {
     {"layernorm+rows+cols (ln1, ln2 + X^T)", 1, cuda::ActOp::LayerNorm, false, true, true, false, false, {2, 0}},
     {"rows+cols (atty + X^T; dresid)", 1, cuda::ActOp::Identity, false, true, true, false, false, {3, 2}},
-    {"bias+gelu+rows+cols (fc + h^T)", 4, cuda::ActOp::Gelu, true, true, true, false, false, {1, 0}},
+    {"gelu+rows+cols (fc + h^T, its bias from the GEMM's epilogue)", 4, cuda::ActOp::Gelu, false, true, true, false,
+     false, {1, 0}},
+    {"bias+gelu+rows+cols (fc + h^T without a bias epilogue)", 4, cuda::ActOp::Gelu, true, true, true, false, false,
+     {0, 0}},
     {"rows+cols+sums (dqkv + qkv's bias gradient)", 3, cuda::ActOp::Identity, false, true, true, false, true, {1, 0}},
     {"dgelu+rows+cols+sums (fc's dY + fc's bias gradient)", 4, cuda::ActOp::GeluGrad, false, true, true, false, true,
      {1, 0}},
