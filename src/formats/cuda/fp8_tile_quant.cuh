@@ -1,10 +1,9 @@
 // One fp8b128 tile quantized by one CTA of kFp8TileThreads threads, with the
 // tile's fp32 values in registers between their amax and their encode: the
 // body of fp8b128_quantize's vectorized kernel (fp8_block_cuda.cu), and of the
-// engine's fused AdamW + stage for fp8b128 (engine_ops_cuda.cu), which hands
-// it each value right after the value's AdamW update. One body, one set of
-// bits: the amax is a max (exact, order-free), the scale and the encode are
-// codec.h's.
+// engine's fused AdamW + stage for fp8b128 (engine_ops_cuda.cu), whose values
+// are the masters it has just updated. One body, one set of bits: the amax is
+// a max (exact, order-free), the scale and the encode are codec.h's.
 //
 // Thread t holds columns 4 (t % 32) .. + 3 of rows t / 32 + 8 p (p < 16).
 // Needs cols % 4 == 0 (then a thread's 4 columns are all inside the matrix or
