@@ -64,15 +64,27 @@ void fp8b128_dequantize(const uint8_t* codes, const float* scales, int64_t rows,
           codec::fp8_block_dequant(codes[r * cols + c], scales[r / kFp8Tile * tc + c / kFp8Tile], Fp8Kind::E4M3);
 }
 
-void fp8b128_transpose(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, uint8_t* codes_t,
-                       float* scales_t) {
-  check_shape(rows, cols, codes, scales, codes_t, "fp8b128_transpose");
-  MXDP_CHECK(rows * cols == 0 || scales_t, "fp8b128_transpose: null pointer");
+namespace {
+
+// Both transposes: the scale grids' rows s_ld and st_ld apart (compact: the
+// tile counts; GEMM layout: fp8b128_gemm_scale_ld, the padding written 0).
+void transpose(const uint8_t* codes, const float* scales, int64_t s_ld, int64_t rows, int64_t cols,
+               uint8_t* codes_t, float* scales_t, int64_t st_ld, const char* what) {
+  check_shape(rows, cols, codes, scales, codes_t, what);
+  MXDP_CHECK(rows * cols == 0 || scales_t, what, ": null pointer");
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) codes_t[c * rows + r] = codes[r * cols + c];
   const int64_t tr = fp8b128_scale_rows(rows), tc = fp8b128_scale_cols(cols);
-  for (int64_t i = 0; i < tr; ++i)
-    for (int64_t j = 0; j < tc; ++j) scales_t[j * tr + i] = scales[i * tc + j];
+  for (int64_t j = 0; j < tc; ++j)
+    for (int64_t i = 0; i < st_ld; ++i) scales_t[j * st_ld + i] = i < tr ? scales[i * s_ld + j] : 0.0f;
+}
+
+}  // namespace
+
+void fp8b128_transpose(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, uint8_t* codes_t,
+                       float* scales_t) {
+  transpose(codes, scales, fp8b128_scale_cols(cols), rows, cols, codes_t, scales_t, fp8b128_scale_rows(rows),
+            "fp8b128_transpose");
 }
 
 void fp8b128_scales_for_gemm(const float* scales, int64_t rows, int64_t cols, float* gemm_scales) {
@@ -84,14 +96,8 @@ void fp8b128_scales_for_gemm(const float* scales, int64_t rows, int64_t cols, fl
 
 void fp8b128_transpose_gemm(const uint8_t* codes, const float* gemm_scales, int64_t rows, int64_t cols,
                             uint8_t* codes_t, float* gemm_scales_t) {
-  check_shape(rows, cols, codes, gemm_scales, codes_t, "fp8b128_transpose_gemm");
-  MXDP_CHECK(rows * cols == 0 || gemm_scales_t, "fp8b128_transpose_gemm: null pointer");
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) codes_t[c * rows + r] = codes[r * cols + c];
-  const int64_t tr = fp8b128_scale_rows(rows), tc = fp8b128_scale_cols(cols);
-  const int64_t ld = fp8b128_gemm_scale_ld(cols), ld_t = fp8b128_gemm_scale_ld(rows);
-  for (int64_t j = 0; j < tc; ++j)
-    for (int64_t i = 0; i < ld_t; ++i) gemm_scales_t[j * ld_t + i] = i < tr ? gemm_scales[i * ld + j] : 0.0f;
+  transpose(codes, gemm_scales, fp8b128_gemm_scale_ld(cols), rows, cols, codes_t, gemm_scales_t,
+            fp8b128_gemm_scale_ld(rows), "fp8b128_transpose_gemm");
 }
 
 void fp8_quantize_1x128(const float* x, int64_t rows, int64_t cols, Fp8Kind k, uint8_t* codes, float* scales) {
