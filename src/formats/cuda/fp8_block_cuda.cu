@@ -34,10 +34,6 @@ namespace {
 constexpr int kThreads = device::kFp8TileThreads;  // every kernel here; a tile kernel needs exactly this
 constexpr int64_t kMaxGrid = 1 << 16;
 
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-  return v;
-}
 __device__ __forceinline__ float load(const float* x, int64_t i) { return x[i]; }
 __device__ __forceinline__ float load(const uint16_t* x, int64_t i) { return codec::bf16_to_f32(x[i]); }
 
@@ -222,7 +218,7 @@ __global__ void __launch_bounds__(kThreads)
     v[j] = c < cols ? at(c) : 0.0f;
     am = codec::amax_fold(am, v[j]);
   }
-  am = warp_max(am);
+  am = device::warp_max(am, 32);
   const float s = codec::fp8_pow2_scale(am, k);
   if (lane == 0) scales[b * ld + r] = s;
 #pragma unroll
