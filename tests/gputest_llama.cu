@@ -85,7 +85,7 @@ TEST(GpuLlamaKernels, RmsNormForwardAndBackwardMatchCpu) {
     cpu::llama::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), M, C, eps);
     cpu::llama::rmsnorm_backward(dx.data(), dw.data(), d.data(), x.data(), w.data(), rstd.data(), M, C);
     Bf16 ga(a), gb(b), gw(w), gd(d), gx(x.size()), gout(x.size()), gout2(x.size()), gdx(x.size());
-    F32 grstd(M), grstd2(M), gdw(std::vector<float>(C, 0.25f)), scratch(size_t(cuda::llama::rmsnorm_scratch_floats(M, C)));
+    F32 grstd(M), grstd2(M), gdw(std::vector<float>(C, 0.25f)), scratch(size_t(cuda::norm_backward_scratch_floats(M, C)));
     cuda::llama::residual_rmsnorm_forward(gx.p, gout.p, grstd.p, ga.p, gb.p, gw.p, M, C, eps, st.s);
     EXPECT_EQ(gx.get(), x) << "residual add C=" << C;
     cuda::llama::rmsnorm_forward(gout2.p, grstd2.p, gx.p, gw.p, M, C, eps, st.s);
@@ -103,7 +103,7 @@ TEST(GpuLlamaKernels, RmsNormForwardAndBackwardMatchCpu) {
   }
   // Wider rows than the one-pass backward takes are refused before any launch.
   const int C = cuda::kNormMaxCols + 8;
-  const size_t n = size_t(C), ns = size_t(cuda::llama::rmsnorm_scratch_floats(1, C));
+  const size_t n = size_t(C), ns = size_t(cuda::norm_backward_scratch_floats(1, C));
   Bf16 x(n), w(n);
   F32 rstd(1), dw(n), scratch(ns);
   try {

@@ -39,6 +39,7 @@
 #include "models/cuda/embedding.h"
 #include "models/cuda/fp8_linear.h"
 #include "models/cuda/lm_cuda.h"
+#include "models/cuda/norm_backward.h"  // norm_backward_scratch_floats
 #include "models/llama/cuda/llama_kernels.h"
 #include "util/check.h"
 #include "util/cuda_check.h"
@@ -159,7 +160,7 @@ void LlamaCuda::carve(ArenaSlicer& take, int B, int T) {
   take(a.rstdf, BT);
   take(a.stats, L * B * NH * T);
   take(io_.losses, BT);
-  take(a.rms_scratch, llama::rmsnorm_scratch_floats(BT, C));
+  take(a.rms_scratch, norm_backward_scratch_floats(BT, C));
   take(a.bias_scratch, cfg_.qkv_bias ? colsum_scratch_floats(BT, S) : 0);
   take(a.cos, T * half);
   take(a.sin, T * half);

@@ -206,8 +206,6 @@ void residual_rmsnorm_forward(uint16_t* res, uint16_t* out, float* rstd, const u
   MXDP_CUDA_CHECK_LAUNCH();
 }
 
-int64_t rmsnorm_scratch_floats(int64_t M, int64_t C) { return norm_backward_scratch_floats(M, C); }
-
 void rmsnorm_backward(uint16_t* dinp, bool accumulate, float* dw, float* scratch, const uint16_t* dout,
                       const uint16_t* inp, const uint16_t* w, const float* rstd, int M, int C, cudaStream_t s) {
   norm_backward({.kind = NormKind::RmsNorm,

@@ -34,11 +34,10 @@ void rmsnorm_forward(uint16_t* out, float* rstd, const uint16_t* inp, const uint
 // res = bf16(a + b) (the residual add), then out = RMSNorm(res) as above (out may be null).
 void residual_rmsnorm_forward(uint16_t* res, uint16_t* out, float* rstd, const uint16_t* a, const uint16_t* b,
                               const uint16_t* w, int M, int C, float eps, cudaStream_t s);
-// Floats of scratch rmsnorm_backward needs for M rows of C (no zeroing needed).
-int64_t rmsnorm_scratch_floats(int64_t M, int64_t C);
 // dinp (+)= dRMSNorm/dinp (accumulate: bf16(dinp + g); else overwrite);
 // dw += sum over rows of dout * (x * r). One pass over the rows
-// (models/cuda/norm_backward.h). C % 8 == 0, at most kNormMaxCols.
+// (models/cuda/norm_backward.h, whose scratch it takes:
+// norm_backward_scratch_floats(M, C) floats). C % 8 == 0, at most kNormMaxCols.
 void rmsnorm_backward(uint16_t* dinp, bool accumulate, float* dw, float* scratch, const uint16_t* dout,
                       const uint16_t* inp, const uint16_t* w, const float* rstd, int M, int C, cudaStream_t s);
 
