@@ -137,15 +137,20 @@ int main(int argc, char** argv) {
                         {"mxfp8", WeightFormat::Mxfp8, 1.0 + 1.0 / 32},
                         {"nvfp4", WeightFormat::Nvfp4, 4.0 + 0.5 + 1.0 / 16}};
     const int64_t code_bytes[] = {2 * n, n, n / 2};
-    auto report = [&](const char* what, const char* fmt, int unroll, double ms, double bytes_per_param) {
-      const double bytes = bytes_per_param * double(n);
+    // One measurement's line: `knob` names the kernel variant's setting (unroll, min_blocks).
+    auto report_of = [&](const char* what, const char* fmt, const char* knob, int knob_value, int64_t params,
+                         double ms, double bytes_per_param) {
+      const double bytes = bytes_per_param * double(params);
       const double floor_ms = bytes / (copy_tbs * 1e12) * 1e3;
-      std::printf("{\"system\":\"mxdp\",\"what\":\"%s\",\"format\":\"%s\",\"unroll\":%d,\"params\":%lld,"
+      std::printf("{\"system\":\"mxdp\",\"what\":\"%s\",\"format\":\"%s\",\"%s\":%d,\"params\":%lld,"
                   "\"bytes_per_param\":%.5f,\"ms\":%.4f,\"tb_per_s\":%.4f,\"floor_ms\":%.4f,\"of_floor\":%.4f,"
                   "\"copy_tb_per_s\":%.4f}\n",
-                  what, fmt, unroll, (long long)n, bytes_per_param, ms, bytes / (ms * 1e-3) / 1e12, floor_ms,
-                  ms / floor_ms, copy_tbs);
+                  what, fmt, knob, knob_value, (long long)params, bytes_per_param, ms, bytes / (ms * 1e-3) / 1e12,
+                  floor_ms, ms / floor_ms, copy_tbs);
       std::fflush(stdout);
+    };
+    auto report = [&](const char* what, const char* fmt, int unroll, double ms, double bytes_per_param) {
+      report_of(what, fmt, "unroll", unroll, n, ms, bytes_per_param);
     };
     for (int k = 0; k < 3; ++k) {
       const Fmt& fm = fmts[k];
@@ -190,13 +195,7 @@ int main(int argc, char** argv) {
       float* scales = reinterpret_cast<float*>(pay.data() + (nm + 15) / 16 * 16);
       const double tile_bytes = 1.0 + 4.0 / kFp8TileElems;
       auto report_tile = [&](const char* what, int min_blocks, double ms, double bytes_per_param) {
-        const double bytes = bytes_per_param * double(nm), floor_ms = bytes / (copy_tbs * 1e12) * 1e3;
-        std::printf("{\"system\":\"mxdp\",\"what\":\"%s\",\"format\":\"fp8b128\",\"min_blocks\":%d,"
-                    "\"params\":%lld,\"bytes_per_param\":%.5f,\"ms\":%.4f,\"tb_per_s\":%.4f,\"floor_ms\":%.4f,"
-                    "\"of_floor\":%.4f}\n",
-                    what, min_blocks, (long long)nm, bytes_per_param, ms, bytes / (ms * 1e-3) / 1e12, floor_ms,
-                    ms / floor_ms);
-        std::fflush(stdout);
+        report_of(what, "fp8b128", "min_blocks", min_blocks, nm, ms, bytes_per_param);
       };
       for (int b : {1, 2}) {
         const double ms = time_ms(st, iters, [&] {
