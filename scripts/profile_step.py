@@ -30,13 +30,14 @@ PARTS = [
     ("GEMMs (cuBLASLt)", r"gemm|nvjet|cutlass|xmma|sm90_|sm100_|splitk|reduce_kernel"),
     ("LayerNorm", r"layernorm"),
     ("RMSNorm", r"rmsnorm"),
+    ("norm backward (LayerNorm / RMSNorm, with their parameter gradients)", r"norm_backward"),
     ("RoPE", r"rope"),
     ("SwiGLU", r"swiglu"),
-    ("column sums (bias, LN params)", r"colsum"),
+    ("column sums (bias, LN params)", r"colsum|chunk_sums"),
     ("FP8 operands (act_quantize: bias, GELU, 1x128 quantize)", r"act_quantize"),
     ("GELU recompute", r"gelu"),
     ("classifier + loss", r"classifier|mean_loss"),
-    ("engine: FP8 W^T (transpose, GEMM scales)", r"transpose_bytes|transpose_scales|pad_gemm_scales"),
+    ("engine: FP8 W^T (transpose, GEMM scales)", r"transpose_tile|transpose_bytes|transpose_scales|pad_gemm_scales"),
     ("embedding", r"encoder|wte_|wpe_|embedding_"),
     ("AdamW (+ stage)", r"adamw"),
     ("engine: quantize/dequantize", r"quant|dequant|nvfp4|mxfp8|amax"),
@@ -93,9 +94,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_step_arguments(ap)
     ap.add_argument("--csv", help="parse this saved ncu CSV instead of running ncu")
+    ap.add_argument("--save-csv", help="also write ncu's CSV here (to parse again later with --csv)")
     ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args()
     text = open(args.csv).read() if args.csv else run_ncu(args)
+    if args.save_csv and not args.csv:
+        with open(args.save_csv, "w") as f:
+            f.write(text)
     kernels = parse(text)
     if not kernels:
         sys.exit("ncu timed no kernel")
