@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <type_traits>
+#include <utility>
 
 #include "util/check.h"
 #include "util/cuda_check.h"
@@ -51,17 +52,18 @@ class CublasLtPlans {
 
   // wgrad_split_k false: the accumulating (wgrad) shapes are planned with no
   // workspace (heuristic() below).
+  // A failed workspace allocation destroys the handle before it throws (no
+  // destructor runs for a constructor that throws).
   CublasLtPlans(cudaStream_t stream, bool wgrad_split_k) : stream_(stream), wgrad_split_k_(wgrad_split_k) {
     MXDP_CUBLAS_CHECK(cublasLtCreate(&handle_));
-    MXDP_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspace));
+    const cudaError_t err = cudaMalloc(&workspace_, kWorkspace);
+    if (err != cudaSuccess) {
+      cublasLtDestroy(handle_);
+      MXDP_CUDA_CHECK(err);
+    }
   }
   ~CublasLtPlans() {
-    for (auto& [key, p] : plans_) {
-      cublasLtMatrixLayoutDestroy(p.a);
-      cublasLtMatrixLayoutDestroy(p.b);
-      cublasLtMatrixLayoutDestroy(p.cd);
-      cublasLtMatmulDescDestroy(p.desc);
-    }
+    for (auto& [key, p] : plans_) release(p);
     cudaStreamSynchronize(stream_);
     cudaFree(workspace_);
     cublasLtDestroy(handle_);
@@ -77,15 +79,20 @@ class CublasLtPlans {
 
   // The plan of key: the cached one, or, at the key's first call, a new plan
   // that make(plan) fills (descriptors, algorithm) and that is cached once make
-  // returns. An error thrown by make caches nothing, so the next call of the
-  // key plans again.
+  // returns. An error thrown by make caches nothing and frees the descriptors
+  // make had created, so the next call of the key plans again from scratch.
   template <class Make>
   Plan& get(const Key& key, Make&& make) {
     auto it = plans_.find(key);
     if (it != plans_.end()) return it->second;
     Plan p;
-    make(p);
-    return plans_.emplace(key, p).first->second;
+    try {
+      make(p);
+      return plans_.emplace(key, p).first->second;
+    } catch (...) {
+      release(p);
+      throw;
+    }
   }
 
   // cuBLASLt's heuristic for p's descriptors (C and D both p.cd): up to
@@ -110,6 +117,13 @@ class CublasLtPlans {
   }
 
  private:
+  // The descriptors a plan holds (those created: a plan whose make threw may hold some).
+  static void release(CublasLtPlan& p) {
+    for (cublasLtMatrixLayout_t* l : {&p.a, &p.b, &p.cd})
+      if (*l) cublasLtMatrixLayoutDestroy(std::exchange(*l, nullptr));
+    if (p.desc) cublasLtMatmulDescDestroy(std::exchange(p.desc, nullptr));
+  }
+
   cudaStream_t stream_;
   bool wgrad_split_k_;
   cublasLtHandle_t handle_ = nullptr;
