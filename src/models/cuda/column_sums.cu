@@ -34,54 +34,86 @@ struct ColsumOut {
   ColumnSum c;  // c.dst nullptr: none
 };
 
-// The last phase of the column sums, by the 256 threads of the block of
-// column range blockIdx.x: out += the chunks' partial sums in `partial`
-// ([3][chunks][N], one set per sum), spread over the block as phase one spread
-// the rows: warp w adds chunks w, w+8, ... in order (lane: 8 columns, two
-// 16-byte reads per chunk), then each column adds the 8 warp sums in warp
-// order. The warp sums meet in sa (sb, sc: for out.b and out.c, and may be
-// null without them). colsum_kernel's last block runs it, and
-// chunk_sums_kernel alone over partial sums act_quantize wrote: one order,
-// so one set of bits.
+// The last phase of the column sums, by the block of column range blockIdx.x:
+// out += the chunks' partial sums in `partial` ([3][chunks][N], one set per
+// sum; kB, kC: out.b and out.c are there). The block is 8 groups of kLanes
+// threads, each lane kLaneCols consecutive columns (kCols = kLanes * kLaneCols
+// a block); group g adds chunks g, g+8, ... in order, as phase one's warp w
+// added rows w, w+8, ..., then each column adds the 8 group sums in group
+// order. The group sums meet in sa (sb, sc: for out.b and out.c, and may be
+// null without them). Every layout gives each column the same additions in
+// the same order, so the same bits: colsum_kernel's last block runs it as its
+// 8 warps (<8, 32>: 256 columns), chunk_sums_kernel alone over partial sums
+// another kernel wrote, in a layout of more, narrower blocks
+// (kFinishLaneCols). There a group's chunks are loaded kBatch = 8 at a time
+// before any is added (the order of the additions is unchanged), so a thread
+// waits for memory chunks / 64 times, not once a chunk; colsum_kernel's last
+// block loads one at a time and keeps its registers for its first phase.
+template <int kLaneCols, int kLanes, bool kB, bool kC>
 __device__ void add_chunk_partials(const ColsumOut& out, const float* partial, int chunks, int N,
-                                   float (*sa)[kColsumCols], float (*sb)[kColsumCols], float (*sc)[kColsumCols]) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int n0 = blockIdx.x * kColsumCols + lane * 8;
-  const auto add_chunk = [&](float* acc, int set, int k) {  // acc += partial sums of set `set`, chunk k
-    const float4* p = reinterpret_cast<const float4*>(partial + (int64_t(set) * chunks + k) * N + n0);
-    const float4 v0 = __ldcg(p), v1 = __ldcg(p + 1);
-    acc[0] += v0.x, acc[1] += v0.y, acc[2] += v0.z, acc[3] += v0.w;
-    acc[4] += v1.x, acc[5] += v1.y, acc[6] += v1.z, acc[7] += v1.w;
+                                   float (*sa)[kLaneCols * kLanes], float (*sb)[kLaneCols * kLanes],
+                                   float (*sc)[kLaneCols * kLanes]) {
+  static_assert(kLaneCols == 2 || kLaneCols == 8, "a lane reads its columns as a float2 or two float4s");
+  constexpr int kCols = kLaneCols * kLanes, kSets = 1 + kB + kC, kBatch = kLaneCols == 2 ? 8 : 1;
+  using Vec = float[kLaneCols];
+  const int lane = threadIdx.x % kLanes, group = threadIdx.x / kLanes;
+  const int n0 = blockIdx.x * kCols + lane * kLaneCols;
+  const auto load_chunk = [&](Vec& v, int set, int k) {  // set `set`'s partial sums of chunk k (L2: another
+    const float* p = partial + (int64_t(set) * chunks + k) * N + n0;  // block of this kernel may have written them)
+    if constexpr (kLaneCols == 2) {
+      const float2 x = __ldcg(reinterpret_cast<const float2*>(p));
+      v[0] = x.x, v[1] = x.y;
+    } else {
+#pragma unroll
+      for (int j = 0; j < kLaneCols / 4; ++j) {
+        const float4 x = __ldcg(reinterpret_cast<const float4*>(p) + j);
+        v[4 * j] = x.x, v[4 * j + 1] = x.y, v[4 * j + 2] = x.z, v[4 * j + 3] = x.w;
+      }
+    }
   };
-  float a[8] = {}, b[8] = {}, e[8] = {};
+  float acc[kSets][kLaneCols] = {};  // the sums of a, b (kB) and c (kC), in that order
   if (n0 < N) {
-#pragma unroll 4
-    for (int k = warp; k < chunks; k += 8) {
-      add_chunk(a, 0, k);
-      if (out.b) add_chunk(b, 1, k);
-      if (out.c.dst) add_chunk(e, 2, k);
+    for (int k0 = group; k0 < chunks; k0 += 8 * kBatch) {
+      Vec v[kBatch][kSets];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+        if (k0 + 8 * j < chunks)
+#pragma unroll
+          for (int t = 0; t < kSets; ++t) load_chunk(v[j][t], t == 0 ? 0 : t == 1 && kB ? 1 : 2, k0 + 8 * j);
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+        if (k0 + 8 * j < chunks)
+#pragma unroll
+          for (int t = 0; t < kSets; ++t)
+#pragma unroll
+            for (int i = 0; i < kLaneCols; ++i) acc[t][i] += v[j][t][i];
     }
   }
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    sa[warp][lane * 8 + i] = a[i];
-    if (out.b) sb[warp][lane * 8 + i] = b[i];
-    if (out.c.dst) sc[warp][lane * 8 + i] = e[i];
+  for (int i = 0; i < kLaneCols; ++i) {
+    sa[group][lane * kLaneCols + i] = acc[0][i];
+    if constexpr (kB) sb[group][lane * kLaneCols + i] = acc[1][i];
+    if constexpr (kC) sc[group][lane * kLaneCols + i] = acc[kSets - 1][i];
   }
   __syncthreads();
-  const int c = threadIdx.x, n = blockIdx.x * kColsumCols + c;  // one column per thread
-  if (n < N) {
+  const int c = threadIdx.x, n = blockIdx.x * kCols + c;  // one column per thread
+  if (c < kCols && n < N) {
     float ta = 0.f, tb = 0.f, tc = 0.f;
     for (int w = 0; w < 8; ++w) {
       ta += sa[w][c];
-      if (out.b) tb += sb[w][c];
-      if (out.c.dst) tc += sc[w][c];
+      if constexpr (kB) tb += sb[w][c];
+      if constexpr (kC) tc += sc[w][c];
     }
     out.a[n] += ta;
-    if (out.b) out.b[n] += tb;
-    if (out.c.dst) out.c.dst[n] = out.c.accumulate ? out.c.dst[n] + tc : tc;
+    if constexpr (kB) out.b[n] += tb;
+    if constexpr (kC) out.c.dst[n] = out.c.accumulate ? out.c.dst[n] + tc : tc;
   }
 }
+
+// chunk_sums_kernel's layout: 2 columns a lane, 16 lanes a group, so 128
+// threads and 32 columns a block (N / 32 blocks: 50 at N = 1600, where 256
+// columns a block gave 7 blocks of 8 long chains on 132 SMs).
+constexpr int kFinishLaneCols = 2, kFinishLanes = 16, kFinishCols = kFinishLaneCols * kFinishLanes;
 
 __global__ void colsum_kernel(float* dbias, float* scratch, const uint16_t* dout, int M, int N) {
   __shared__ float sa[8][kColsumCols];
@@ -117,7 +149,7 @@ __global__ void colsum_kernel(float* dbias, float* scratch, const uint16_t* dout
   __syncthreads();
   if (!last) return;
   __threadfence();
-  add_chunk_partials({dbias, nullptr, {}}, partial, chunks, N, sa, nullptr, nullptr);
+  add_chunk_partials<8, 32, false, false>({dbias, nullptr, {}}, partial, chunks, N, sa, nullptr, nullptr);
   if (threadIdx.x == 0) counters[blockIdx.x] = 0;
 }
 
@@ -131,9 +163,11 @@ int colsum_chunks(int M) { return (M + kColsumRows - 1) / kColsumRows; }
 
 // The last phase on its own (see add_chunk_partials): bias_backward_finish's
 // one sum, column_sums_finish's up to three.
-__global__ void chunk_sums_kernel(ColsumOut out, const float* partial, int chunks, int N) {
-  __shared__ float sa[8][kColsumCols], sb[8][kColsumCols], sc[8][kColsumCols];
-  add_chunk_partials(out, partial, chunks, N, sa, sb, sc);
+template <bool kB, bool kC>
+__global__ void __launch_bounds__(8 * kFinishLanes) chunk_sums_kernel(ColsumOut out, const float* partial, int chunks,
+                                                                     int N) {
+  __shared__ float sa[8][kFinishCols], sb[kB ? 8 : 1][kFinishCols], sc[kC ? 8 : 1][kFinishCols];
+  add_chunk_partials<kFinishLaneCols, kFinishLanes, kB, kC>(out, partial, chunks, N, sa, sb, sc);
 }
 
 }  // namespace
@@ -157,7 +191,14 @@ void bias_backward_finish(float* dbias, const float* scratch, int M, int N, cuda
 void column_sums_finish(float* a, float* b, ColumnSum c, const float* scratch, int chunks, int N, cudaStream_t s) {
   MXDP_CHECK(N % 8 == 0 && aligned16(scratch),
              "column_sums_finish needs N % 8 == 0 and a 16-byte aligned scratch, got N=", N);
-  chunk_sums_kernel<<<colsum_blocks(N), 256, 0, s>>>({a, b, c}, scratch + kColsumCounters, chunks, N);
+  check_colsum_width(N);
+  const ColsumOut out{a, b, c};
+  const float* partial = scratch + kColsumCounters;
+  const dim3 grid((N + kFinishCols - 1) / kFinishCols), block(8 * kFinishLanes);
+  if (b && c.dst) chunk_sums_kernel<true, true><<<grid, block, 0, s>>>(out, partial, chunks, N);
+  else if (b) chunk_sums_kernel<true, false><<<grid, block, 0, s>>>(out, partial, chunks, N);
+  else if (c.dst) chunk_sums_kernel<false, true><<<grid, block, 0, s>>>(out, partial, chunks, N);
+  else chunk_sums_kernel<false, false><<<grid, block, 0, s>>>(out, partial, chunks, N);
   MXDP_CUDA_CHECK_LAUNCH();
 }
 
