@@ -24,9 +24,11 @@ import sys
 
 from step_bench import add_step_arguments, profile_command
 
-# First match wins: attention before GEMM (cuDNN's kernels name their tiles too).
+# First match wins: attention before GEMM (cuDNN's kernels name their tiles too),
+# and the engine's GEMM-layout scales (pad_gemm_scales) before GEMM too.
 PARTS = [
     ("attention (cuDNN SDPA)", r"cudnn|sdpa|flash|fmha|attn"),
+    ("engine: FP8 W^T (transpose, GEMM scales)", r"transpose_tile|transpose_bytes|transpose_scales|pad_gemm_scales"),
     ("GEMMs (cuBLASLt)", r"gemm|nvjet|cutlass|xmma|sm90_|sm100_|splitk|reduce_kernel"),
     ("LayerNorm", r"layernorm"),
     ("RMSNorm", r"rmsnorm"),
@@ -37,7 +39,6 @@ PARTS = [
     ("FP8 operands (act_quantize: bias, GELU, 1x128 quantize)", r"act_quantize"),
     ("GELU recompute", r"gelu"),
     ("classifier + loss", r"classifier|mean_loss"),
-    ("engine: FP8 W^T (transpose, GEMM scales)", r"transpose_tile|transpose_bytes|transpose_scales|pad_gemm_scales"),
     ("embedding", r"encoder|wte_|wpe_|embedding_"),
     ("AdamW (+ stage)", r"adamw"),
     ("engine: quantize/dequantize", r"quant|dequant|nvfp4|mxfp8|amax"),

@@ -24,12 +24,13 @@ CSV = '''==PROF== Connected to process 1
 "5","cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x64","250"
 "6","void mxdp::cuda::(anonymous namespace)::act_quantize_kernel<(mxdp::cuda::ActOp)2, false, true, true, true>(mxdp::cuda::ActQuant, int, int, int)","60"
 "7","void mxdp::cuda::(anonymous namespace)::layernorm_forward_kernel(float)","5"
+"8","mxdp::cuda::(anonymous namespace)::pad_gemm_scales(const float *, long, long, long, float *)","3"
 '''
 
 kernels = parse(CSV)
-check("kernel rows", len(kernels), 8)
+check("kernel rows", len(kernels), 9)
 check("times in ms from usecond, thousands separator dropped", [round(t, 4) for _, t in kernels],
-      [0.1004, 2.0, 0.007, 0.04, 0.3, 0.25, 0.06, 0.005])
+      [0.1004, 2.0, 0.007, 0.04, 0.3, 0.25, 0.06, 0.005, 0.003])
 parts = [part_of(n) for n, _ in kernels]
 check("norm backward", parts[0], "norm backward (LayerNorm / RMSNorm, with their parameter gradients)")
 check("chunk sums", parts[1], "column sums (bias, LN params)")
@@ -39,6 +40,7 @@ check("cuBLASLt", parts[4], "GEMMs (cuBLASLt)")
 check("attention before GEMM", parts[5], "attention (cuDNN SDPA)")
 check("act_quantize", parts[6], "FP8 operands (act_quantize: bias, GELU, 1x128 quantize)")
 check("LayerNorm forward", parts[7], "LayerNorm")
+check("the GEMM-layout scales are not a GEMM", parts[8], "engine: FP8 W^T (transpose, GEMM scales)")
 check("nothing unfiled", "other" in parts, False)
 
 with tempfile.TemporaryDirectory() as d:
@@ -49,7 +51,7 @@ with tempfile.TemporaryDirectory() as d:
                         "gpt2-1558m", "--batch", "8", "--format", "fp8b128+fp8"], capture_output=True, text=True)
     check("exit code", p.returncode, 0)
     out = p.stdout
-    check("headline: 8 kernels, their sum", "8 kernels, 2.762 ms of GPU time" in out, True)
-    check("the GEMM row", "| GEMMs (cuBLASLt) | 1 | 0.300 | 10.9% |" in out, True)
+    check("headline: 9 kernels, their sum", "9 kernels, 2.765 ms of GPU time" in out, True)
+    check("the GEMM row", "| GEMMs (cuBLASLt) | 1 | 0.300 | 10.8% |" in out, True)
 
 finish("profile_step parser")
