@@ -18,6 +18,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "formats/codec.h"
@@ -25,7 +26,9 @@
 #include "formats/fp8_block.h"
 #include "gpu_arrays.h"
 #include "gpu_test_util.h"
+#include "models/cuda/cublaslt_plans.h"
 #include "models/cuda/fp8_gemm.h"
+#include "models/cuda/gemm.h"
 #include "models/cuda/fp8_gemm_sm90.h"
 #include "models/cuda/fp8_linear.h"
 #include "util/cuda_check.h"
@@ -253,6 +256,106 @@ void expect_own_errors(const char* what, const char* name, int M, int N, int K, 
   EXPECT_LE(e.max_elem, 1e-2);
   EXPECT_LE(f.frob, 0.08);
   EXPECT_LE(l.frob, bound);
+}
+
+// Each wrapper's outputs (bytes) for one ClusterChoice, and the cluster shape each of its plans ran.
+struct ClusterRun {
+  std::vector<std::vector<uint8_t>> outputs;
+  std::vector<uint16_t> clusters;
+};
+
+// GPT-2 1558M's four block linears (N, K): qkv, attn.proj, fc, mlp.proj.
+constexpr std::pair<int, int> k1558Linears[] = {{4800, 1600}, {1600, 1600}, {6400, 1600}, {1600, 6400}};
+
+// The GEMMs of those linears (4096 tokens) through Fp8Gemm: fprop, fprop with the bias epilogue, dgrad and wgrad.
+ClusterRun fp8_gemms(cuda::ClusterChoice choice) {
+  const int M = 4096;
+  cuda::Fp8Gemm gemm(0, true, choice);
+  ClusterRun r;
+  uint32_t seed = 500;
+  for (const auto& [N, K] : k1558Linears) {
+    Dev<float> x(input(M, K, 1.0f, seed)), w(input(N, K, 0.02f, seed + 1)), dy(input(M, N, 1e-3f, seed + 2));
+    seed += 3;
+    Act qx(x, M, K, false), qdy(dy, M, N, false), qxt(x, K, M, true), qdyt(dy, N, M, true);
+    Tiles qw(N, K), qwt(K, N);
+    cuda::fp8b128_quantize(w.p, N, K, qw.q.p, qw.s.p, 0);
+    qw.finish(N, K);
+    cuda::fp8b128_transpose(qw.q.p, qw.s.p, N, K, qwt.q.p, qwt.s.p, 0);
+    qwt.finish(K, N);
+    Dev<uint16_t> y(size_t(M) * N), yb(size_t(M) * N), dx(size_t(M) * K), bias(N);
+    bias.put(std::vector<uint16_t>(N, 0x3c00));  // bf16 0.0078125
+    Dev<float> dw(std::vector<float>(size_t(N) * K, 1.0f));
+    gemm.fprop(qx.op(), qw.op(), M, N, K, y.p);
+    if (!gemm.nt_bias(qx.op(), qw.op(), M, N, K, bias.p, yb.p)) gemm.fprop(qx.op(), qw.op(), M, N, K, yb.p);
+    gemm.dgrad(qdy.op(), qwt.op(), M, N, K, dx.p);
+    gemm.wgrad(qdyt.op(), qxt.op(), M, N, K, dw.p);
+    for (auto* out : {&y, &yb, &dx}) r.outputs.push_back(out->bytes());
+    r.outputs.push_back(dw.bytes());
+  }
+  r.clusters = gemm.plan_clusters();
+  return r;
+}
+
+// The same linears through the bf16 Gemm: forward plain, with bias, with bias
+// and GELU (its aux out too), backward_data plain and through the dGELU, and
+// backward_weight.
+ClusterRun bf16_gemms(cuda::ClusterChoice choice) {
+  const int M = 4096;
+  cuda::Gemm gemm(0, true, choice);
+  ClusterRun r;
+  uint32_t seed = 600;
+  for (const auto& [N, K] : k1558Linears) {
+    gputest::Bf16 x(input(M, K, 1.0f, seed)), w(input(N, K, 0.02f, seed + 1)), dy(input(M, N, 1e-3f, seed + 2)),
+        b(input(1, N, 0.1f, seed + 3)), pre(input(M, K, 1.0f, seed + 4));  // pre: dinp's shape
+    seed += 5;
+    gputest::Bf16 y(size_t(M) * N), yb(size_t(M) * N), yg(size_t(M) * N), aux(size_t(M) * N), dx(size_t(M) * K),
+        dxg(size_t(M) * K);
+    Dev<float> dw(std::vector<float>(size_t(N) * K, 1.0f));
+    gemm.forward(y.p, x.p, w.p, nullptr, M, N, K, nullptr);
+    gemm.forward(yb.p, x.p, w.p, b.p, M, N, K, nullptr);
+    gemm.forward(yg.p, x.p, w.p, b.p, M, N, K, aux.p);
+    gemm.backward_data(dx.p, dy.p, w.p, M, N, K, nullptr);
+    gemm.backward_data(dxg.p, dy.p, w.p, M, N, K, pre.p);
+    gemm.backward_weight(dw.p, dy.p, x.p, M, N, K);
+    for (auto* out : {&y, &yb, &yg, &aux, &dx, &dxg}) r.outputs.push_back(out->bytes());
+    r.outputs.push_back(dw.bytes());
+  }
+  r.clusters = gemm.plan_clusters();
+  return r;
+}
+
+// Every cluster shape cuBLASLt accepts for a shape's algorithm gives the
+// heuristic's bits, which is what lets the first call of a shape time them
+// and keep the fastest (cluster_choice.h): for both wrappers, each cluster
+// shape the timed choice tries, fixed for every plan (the wgrads' too), and
+// the timed choice itself. The fixed shapes must move some plans off the
+// heuristic's cluster, or the test would compare nothing.
+void expect_cluster_invariance(ClusterRun (*gemms)(cuda::ClusterChoice)) {
+  const ClusterRun ref = gemms({cuda::ClusterChoice::kHeuristic});
+  int moved = 0;
+  std::vector<cuda::ClusterChoice> choices{{cuda::ClusterChoice::kFastest}};
+  for (uint16_t shape : cuda::kClusterShapes) choices.push_back({cuda::ClusterChoice::kFixed, shape});
+  for (const cuda::ClusterChoice& c : choices) {
+    SCOPED_TRACE("cluster choice " + std::to_string(int(c.mode)) + " shape " + std::to_string(c.shape));
+    const ClusterRun got = gemms(c);
+    ASSERT_EQ(got.outputs.size(), ref.outputs.size());
+    for (size_t i = 0; i < ref.outputs.size(); ++i) EXPECT_TRUE(got.outputs[i] == ref.outputs[i]) << "output " << i;
+    ASSERT_EQ(got.clusters.size(), ref.clusters.size());
+    for (size_t i = 0; i < ref.clusters.size(); ++i) moved += got.clusters[i] != ref.clusters[i];
+  }
+  std::printf("%zu plans; %d plan runs on a cluster shape other than the heuristic's, each with its bits\n",
+              ref.clusters.size(), moved);
+  EXPECT_GT(moved, 0);
+}
+
+TEST(GpuGemmClusters, Fp8EveryClusterShapeGivesTheHeuristicsBits) {
+  if (!gputest::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  expect_cluster_invariance(fp8_gemms);
+}
+
+TEST(GpuGemmClusters, Bf16EveryClusterShapeGivesTheHeuristicsBits) {
+  if (!gputest::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  expect_cluster_invariance(bf16_gemms);
 }
 
 // Why the own GEMM's tests skip here (no GPU, not compute capability 9.0), or

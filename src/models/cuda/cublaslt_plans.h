@@ -17,7 +17,9 @@
 #include <map>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
+#include "models/cuda/cluster_choice.h"
 #include "util/check.h"
 #include "util/cuda_check.h"
 
@@ -37,7 +39,23 @@ struct CublasLtPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, cd = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  bool cluster_chosen = false;  // choose_cluster has run for it
 };
+
+// The cluster shapes kFastest times, besides the heuristic's own.
+inline constexpr uint16_t kClusterShapes[] = {CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1,
+                                              CUBLASLT_CLUSTER_SHAPE_1x2x1, CUBLASLT_CLUSTER_SHAPE_2x2x1,
+                                              CUBLASLT_CLUSTER_SHAPE_4x1x1, CUBLASLT_CLUSTER_SHAPE_1x4x1};
+
+// The cluster shape of an algorithm (0: cuBLASLt's automatic choice, or none set).
+inline uint16_t cluster_of(const cublasLtMatmulAlgo_t& algo) {
+  uint16_t shape = 0;
+  size_t got = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &shape, sizeof shape, &got) !=
+      CUBLAS_STATUS_SUCCESS)
+    return 0;
+  return shape;
+}
 
 // The handle, workspace and stream of one wrapper and its plans by Key (ordered
 // by operator<). Destruction frees the plans' descriptors, then waits for the
@@ -54,7 +72,8 @@ class CublasLtPlans {
   // workspace (heuristic() below).
   // A failed workspace allocation destroys the handle before it throws (no
   // destructor runs for a constructor that throws).
-  CublasLtPlans(cudaStream_t stream, bool wgrad_split_k) : stream_(stream), wgrad_split_k_(wgrad_split_k) {
+  CublasLtPlans(cudaStream_t stream, bool wgrad_split_k, ClusterChoice clusters = {})
+      : stream_(stream), wgrad_split_k_(wgrad_split_k), clusters_(clusters) {
     MXDP_CUBLAS_CHECK(cublasLtCreate(&handle_));
     const cudaError_t err = cudaMalloc(&workspace_, kWorkspace);
     if (err != cudaSuccess) {
@@ -76,6 +95,12 @@ class CublasLtPlans {
   cudaStream_t stream() const { return stream_; }
   // Number of distinct keys planned (the wrappers' cached_shapes()).
   size_t size() const { return plans_.size(); }
+  // The cluster shape of each plan, in key order (the wrappers' plan_clusters()).
+  std::vector<uint16_t> clusters() const {
+    std::vector<uint16_t> v;
+    for (const auto& [key, p] : plans_) v.push_back(cluster_of(p.algo));
+    return v;
+  }
 
   // The plan of key: the cached one, or, at the key's first call, a new plan
   // that make(plan) fills (descriptors, algorithm) and that is cached once make
@@ -116,7 +141,78 @@ class CublasLtPlans {
     return st;
   }
 
+  // Sets p.algo's cluster shape as ClusterChoice says, once per plan (a later
+  // call returns at once; a call while the stream is being captured into a
+  // graph changes nothing, the same bits either way). run(algo) enqueues the plan's GEMM on stream() with
+  // that algorithm and the call's own operands and returns cuBLASLt's status;
+  // for kFastest on a GEMM that does not accumulate, it runs several times, so
+  // its output must be one the caller's own call then overwrites and none of
+  // its inputs. A candidate cuBLASLt refuses (cublasLtMatmulAlgoCheck, or the
+  // run's status) is skipped; the heuristic's own stays the fallback.
+  void choose_cluster(CublasLtPlan& p, bool accumulate,
+                      const std::function<cublasStatus_t(const cublasLtMatmulAlgo_t&)>& run) const {
+    if (p.cluster_chosen) return;
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    MXDP_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
+    if (capturing != cudaStreamCaptureStatusNone) return;  // no timing inside a graph: a later eager call chooses
+    p.cluster_chosen = true;
+    if (clusters_.mode == ClusterChoice::kHeuristic) return;
+    auto with = [&](uint16_t shape, cublasLtMatmulAlgo_t& a) {  // p.algo with that cluster, if cuBLASLt accepts it
+      a = p.algo;
+      cublasLtMatmulHeuristicResult_t check{};
+      return cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &shape, sizeof shape) ==
+                 CUBLAS_STATUS_SUCCESS &&
+             cublasLtMatmulAlgoCheck(handle_, p.desc, p.a, p.b, p.cd, p.cd, &a, &check) == CUBLAS_STATUS_SUCCESS &&
+             check.workspaceSize <= (accumulate && !wgrad_split_k_ ? 0 : kWorkspace);
+    };
+    cublasLtMatmulAlgo_t a;
+    if (clusters_.mode == ClusterChoice::kFixed) {
+      if (with(clusters_.shape, a)) p.algo = a;
+      return;
+    }
+    if (accumulate) return;
+    const float best_own = time_ms(p.algo, run);
+    if (best_own < 0) return;  // the heuristic's own is refused: the wrapper's call reports or falls back
+    float best = best_own;
+    cublasLtMatmulAlgo_t best_algo = p.algo;
+    for (uint16_t shape : kClusterShapes) {
+      if (shape == cluster_of(p.algo) || !with(shape, a)) continue;
+      const float ms = time_ms(a, run);
+      if (ms >= 0 && ms < best) best = ms, best_algo = a;
+    }
+    p.algo = best_algo;
+  }
+
  private:
+  // The best of 3 windows of 3 back-to-back runs, after 2 warm-up runs: ms per
+  // run, or -1 where a run is refused.
+  float time_ms(const cublasLtMatmulAlgo_t& a,
+                const std::function<cublasStatus_t(const cublasLtMatmulAlgo_t&)>& run) const {
+    struct Events {  // destroyed on every way out, a throw included
+      cudaEvent_t start = nullptr, stop = nullptr;
+      ~Events() {
+        if (start) cudaEventDestroy(start);
+        if (stop) cudaEventDestroy(stop);
+      }
+    } ev;
+    MXDP_CUDA_CHECK(cudaEventCreate(&ev.start));
+    MXDP_CUDA_CHECK(cudaEventCreate(&ev.stop));
+    for (int i = 0; i < 2; ++i)
+      if (run(a) != CUBLAS_STATUS_SUCCESS) return -1;
+    float best = -1;
+    for (int w = 0; w < 3; ++w) {
+      MXDP_CUDA_CHECK(cudaEventRecord(ev.start, stream_));
+      for (int i = 0; i < 3; ++i)
+        if (run(a) != CUBLAS_STATUS_SUCCESS) return -1;
+      MXDP_CUDA_CHECK(cudaEventRecord(ev.stop, stream_));
+      MXDP_CUDA_CHECK(cudaEventSynchronize(ev.stop));
+      float ms = 0;
+      MXDP_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start, ev.stop));
+      if (best < 0 || ms / 3 < best) best = ms / 3;
+    }
+    return best;
+  }
+
   // The descriptors a plan holds (those created: a plan whose make threw may hold some).
   static void release(CublasLtPlan& p) {
     for (cublasLtMatrixLayout_t* l : {&p.a, &p.b, &p.cd})
@@ -126,6 +222,7 @@ class CublasLtPlans {
 
   cudaStream_t stream_;
   bool wgrad_split_k_;
+  ClusterChoice clusters_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::map<Key, Plan> plans_;

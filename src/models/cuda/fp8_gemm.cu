@@ -65,7 +65,7 @@ int pick_wgrad(const cublasLtMatmulHeuristicResult_t* res, int found) {
 struct Fp8Gemm::Impl {
   CublasLtPlans<Key, Plan> lt;
 
-  Impl(cudaStream_t stream, bool wgrad_split_k) : lt(stream, wgrad_split_k) {}
+  Impl(cudaStream_t stream, bool wgrad_split_k, ClusterChoice clusters) : lt(stream, wgrad_split_k, clusters) {}
 
   // The scale pointers are set before the heuristic too (as every later call sets them).
   Plan& plan(const Key& s, const float* a_scales, const float* b_scales, const void* bias) {
@@ -131,8 +131,12 @@ struct Fp8Gemm::Impl {
     MXDP_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a.scales, sizeof a.scales));
     const float alpha = 1.0f, beta = fp32_out ? 1.0f : 0.0f;
-    const cublasStatus_t st = cublasLtMatmul(lt.handle(), p.desc, &alpha, b.codes, p.a, a.codes, p.b, &beta, d, p.cd,
-                                             d, p.cd, &p.algo, lt.workspace(), lt.kWorkspace, lt.stream());
+    auto matmul = [&](const cublasLtMatmulAlgo_t& algo) {
+      return cublasLtMatmul(lt.handle(), p.desc, &alpha, b.codes, p.a, a.codes, p.b, &beta, d, p.cd, d, p.cd, &algo,
+                            lt.workspace(), lt.kWorkspace, lt.stream());
+    };
+    lt.choose_cluster(p, fp32_out, matmul);  // d is this call's output only (the codes are other buffers)
+    const cublasStatus_t st = matmul(p.algo);
     if (st != CUBLAS_STATUS_SUCCESS && bias && !p.ran) {  // the fused bias is refused at its first run: fall back
       p.ok = false;
       return false;
@@ -143,12 +147,14 @@ struct Fp8Gemm::Impl {
   }
 };
 
-Fp8Gemm::Fp8Gemm(cudaStream_t stream, bool wgrad_split_k) : impl_(std::make_unique<Impl>(stream, wgrad_split_k)) {}
+Fp8Gemm::Fp8Gemm(cudaStream_t stream, bool wgrad_split_k, ClusterChoice clusters)
+    : impl_(std::make_unique<Impl>(stream, wgrad_split_k, clusters)) {}
 
 // The plans' descriptors, the stream's wait, the workspace and the handle go with impl_ (cublaslt_plans.h).
 Fp8Gemm::~Fp8Gemm() = default;
 
 size_t Fp8Gemm::cached_shapes() const { return impl_->lt.size(); }
+std::vector<uint16_t> Fp8Gemm::plan_clusters() const { return impl_->lt.clusters(); }
 
 void Fp8Gemm::nt(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, uint16_t* d_bf16) {
   impl_->run(a, b, M, N, K, d_bf16, false);

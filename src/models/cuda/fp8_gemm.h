@@ -11,6 +11,8 @@
 // once and keeps its answer, so a shape always runs one algorithm (same bits).
 // Its first answer, except for the accumulating (wgrad) shapes, which skip
 // 192x64 tiles (fp8_gemm.cu says why; bench/gpubench_fp8_algos times them all).
+// The first call of a bf16-output shape then times that answer's cluster
+// shapes (cluster_choice.h) and keeps the fastest: the same bits whichever.
 // M, N and K must be multiples of 16 (a last partial block or tile scales
 // the elements present); 2-D tiles on both operands are refused
 // (Hopper's cuBLASLt block scaling has 1-D x 1-D, 1-D x 2-D and 2-D x 1-D).
@@ -20,7 +22,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
+#include "models/cuda/cluster_choice.h"
 #include "models/fp8/fp8_operand.h"
 
 namespace mxdp::cuda {
@@ -30,7 +34,7 @@ class Fp8Gemm {
   // wgrad_split_k false: the accumulating (wgrad) shapes are planned with no
   // workspace, which rules out the algorithms that split K and add the parts
   // in the workspace (gpubench_fp8_linear times both ways).
-  explicit Fp8Gemm(cudaStream_t stream, bool wgrad_split_k = true);
+  explicit Fp8Gemm(cudaStream_t stream, bool wgrad_split_k = true, ClusterChoice clusters = cluster_choice_from_env());
   ~Fp8Gemm();
   Fp8Gemm(const Fp8Gemm&) = delete;
   Fp8Gemm& operator=(const Fp8Gemm&) = delete;
@@ -57,6 +61,8 @@ class Fp8Gemm {
   }
 
   size_t cached_shapes() const;
+  // The cluster shape (cublasLtClusterShape_t) each planned shape runs, in the plans' order.
+  std::vector<uint16_t> plan_clusters() const;
 
  private:
   struct Impl;

@@ -37,9 +37,9 @@ struct Shape {
 struct Gemm::Impl {
   CublasLtPlans<Shape> lt;
 
-  Impl(cudaStream_t stream, bool wgrad_split_k) : lt(stream, wgrad_split_k) {}
+  Impl(cudaStream_t stream, bool wgrad_split_k, ClusterChoice clusters) : lt(stream, wgrad_split_k, clusters) {}
 
-  const CublasLtPlan& plan(const Shape& s) {
+  CublasLtPlan& plan(const Shape& s) {
     return lt.get(s, [&](CublasLtPlan& p) {
       MXDP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
       const cublasOperation_t ta = s.ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = s.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -78,23 +78,31 @@ struct Gemm::Impl {
 
   void run(const Shape& s, const void* A, const void* B, void* D, const void* bias, void* aux) {
     MXDP_CHECK(s.m > 0 && s.n > 0 && s.k > 0, "GEMM with an empty dimension: m=", s.m, " n=", s.n, " k=", s.k);
-    const CublasLtPlan& p = plan(s);
+    CublasLtPlan& p = plan(s);
     if (bias)
       MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     if (aux)
       MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
     const float alpha = 1.0f, beta = s.fp32_out ? 1.0f : 0.0f;
-    MXDP_CUBLAS_CHECK(cublasLtMatmul(lt.handle(), p.desc, &alpha, A, p.a, B, p.b, &beta, D, p.cd, D, p.cd, &p.algo,
-                                     lt.workspace(), lt.kWorkspace, lt.stream()));
+    auto matmul = [&](const cublasLtMatmulAlgo_t& algo) {
+      return cublasLtMatmul(lt.handle(), p.desc, &alpha, A, p.a, B, p.b, &beta, D, p.cd, D, p.cd, &algo,
+                            lt.workspace(), lt.kWorkspace, lt.stream());
+    };
+    // A non-accumulating call's D (and a GELU forward's aux) is output only: no caller passes an input as either.
+    MXDP_CHECK(s.fp32_out || (D != A && D != B && D != aux), "GEMM: the output is one of its inputs");
+    lt.choose_cluster(p, s.fp32_out, matmul);
+    MXDP_CUBLAS_CHECK(matmul(p.algo));
   }
 };
 
-Gemm::Gemm(cudaStream_t stream, bool wgrad_split_k) : impl_(std::make_unique<Impl>(stream, wgrad_split_k)) {}
+Gemm::Gemm(cudaStream_t stream, bool wgrad_split_k, ClusterChoice clusters)
+    : impl_(std::make_unique<Impl>(stream, wgrad_split_k, clusters)) {}
 
 // The plans' descriptors, the stream's wait, the workspace and the handle go with impl_ (cublaslt_plans.h).
 Gemm::~Gemm() = default;
 
 size_t Gemm::cached_shapes() const { return impl_->lt.size(); }
+std::vector<uint16_t> Gemm::plan_clusters() const { return impl_->lt.clusters(); }
 
 void Gemm::forward(uint16_t* out, const uint16_t* inp, const uint16_t* W, const uint16_t* bias, int M, int N, int K,
                    uint16_t* gelu_pre) {

@@ -9,12 +9,17 @@
 // its first answer, so every later call of that shape runs the same algorithm
 // and gives the same bits (cuBLASLt is deterministic for a fixed algorithm on a
 // given device). The workspace is fixed (32 MiB), which also fixes the choice.
+// That first call then times the answer's cluster shapes (cluster_choice.h),
+// for a shape whose D is overwritten: the same bits whichever it keeps.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <memory>
+#include <vector>
+
+#include "models/cuda/cluster_choice.h"
 
 namespace mxdp::cuda {
 
@@ -23,7 +28,7 @@ class Gemm {
   // wgrad_split_k false: backward_weight's shapes are planned with no
   // workspace, which rules out the algorithms that split K and add the parts
   // in the workspace (gpubench_fp8_linear times both ways).
-  explicit Gemm(cudaStream_t stream, bool wgrad_split_k = true);
+  explicit Gemm(cudaStream_t stream, bool wgrad_split_k = true, ClusterChoice clusters = cluster_choice_from_env());
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -42,6 +47,8 @@ class Gemm {
 
   // Number of distinct shapes whose algorithm has been chosen (tests).
   size_t cached_shapes() const;
+  // The cluster shape (cublasLtClusterShape_t) each planned shape runs, in the plans' order.
+  std::vector<uint16_t> plan_clusters() const;
 
  private:
   struct Impl;
