@@ -11,17 +11,20 @@ namespace mxdp::cuda {
 
 // How a plan's thread-block cluster shape (sm_90: the CTAs that share their
 // operand tiles' loads through TMA multicast) is chosen, once the wrapper's
-// rule has chosen the algorithm:
-//   kFastest: each shape the heuristic's algorithm accepts, timed on the
-//     shape's first call, the fastest kept (the default; not for accumulating
-//     GEMMs, whose repeated calls would add up: those keep the heuristic's);
-//   kHeuristic: the heuristic's own;
-//   kFixed: `shape` (a cublasLtClusterShape_t) where cuBLASLt accepts it for
-//     the algorithm, else the heuristic's (for tests)
-// A cluster changes which CTA loads what, not any CTA's tile or the order in
-// which it adds along K, so every choice gives the same bits
-// (GpuGemmClusters in tests/gputest_fp8_gemm.cu checks this for each shape
-// of both wrappers); the timed choice keeps a run deterministic.
+// rule has chosen the algorithm, on the plans whose cluster may move: those
+// whose GEMM overwrites its output (an accumulating one's repeated timing
+// runs would add up) and whose every cluster shape gives the same bits. A
+// cluster changes which CTA loads which operand tile, not a CTA's tile or its
+// order along K, and GpuGemmClusters (tests/gputest_fp8_gemm.cu) checks the
+// bits of each shape tried on every such plan of both wrappers; it found one
+// exception, the bf16 dGELU epilogue under a 4x1 cluster on an H100, so that
+// epilogue's plans keep the heuristic's shape. Modes:
+//   kFastest: the heuristic's shape and each other one cuBLASLt accepts
+//     (cublaslt_plans.h's kClusterShapes), timed on the shape's first call,
+//     the fastest kept (the default): the same bits whichever wins;
+//   kHeuristic: the heuristic's own everywhere;
+//   kFixed: `shape` (a cublasLtClusterShape_t) on every movable plan where
+//     cuBLASLt accepts it, else the heuristic's (for tests).
 struct ClusterChoice {
   enum Mode { kFastest, kHeuristic, kFixed } mode = kFastest;
   uint16_t shape = 0;

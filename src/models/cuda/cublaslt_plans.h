@@ -143,34 +143,35 @@ class CublasLtPlans {
 
   // Sets p.algo's cluster shape as ClusterChoice says, once per plan (a later
   // call returns at once; a call while the stream is being captured into a
-  // graph changes nothing, the same bits either way). run(algo) enqueues the plan's GEMM on stream() with
-  // that algorithm and the call's own operands and returns cuBLASLt's status;
-  // for kFastest on a GEMM that does not accumulate, it runs several times, so
-  // its output must be one the caller's own call then overwrites and none of
-  // its inputs. A candidate cuBLASLt refuses (cublasLtMatmulAlgoCheck, or the
-  // run's status) is skipped; the heuristic's own stays the fallback.
-  void choose_cluster(CublasLtPlan& p, bool accumulate,
+  // graph changes nothing), on a plan the wrapper calls `movable`: one whose
+  // every cluster shape gives the same bits (GpuGemmClusters checks them) and
+  // whose GEMM does not accumulate; any other keeps the heuristic's. run(algo)
+  // enqueues the plan's GEMM on stream() with that algorithm and the call's
+  // own operands and returns cuBLASLt's status; for kFastest it runs several
+  // times, so its output must be one the caller's own call then overwrites
+  // and none of its inputs. A candidate cuBLASLt refuses (cublasLtMatmulAlgoCheck,
+  // or the run's status) is skipped; the heuristic's own stays the fallback.
+  void choose_cluster(CublasLtPlan& p, bool movable,
                       const std::function<cublasStatus_t(const cublasLtMatmulAlgo_t&)>& run) const {
     if (p.cluster_chosen) return;
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
     MXDP_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
     if (capturing != cudaStreamCaptureStatusNone) return;  // no timing inside a graph: a later eager call chooses
     p.cluster_chosen = true;
-    if (clusters_.mode == ClusterChoice::kHeuristic) return;
+    if (!movable || clusters_.mode == ClusterChoice::kHeuristic) return;
     auto with = [&](uint16_t shape, cublasLtMatmulAlgo_t& a) {  // p.algo with that cluster, if cuBLASLt accepts it
       a = p.algo;
       cublasLtMatmulHeuristicResult_t check{};
       return cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &shape, sizeof shape) ==
                  CUBLAS_STATUS_SUCCESS &&
              cublasLtMatmulAlgoCheck(handle_, p.desc, p.a, p.b, p.cd, p.cd, &a, &check) == CUBLAS_STATUS_SUCCESS &&
-             check.workspaceSize <= (accumulate && !wgrad_split_k_ ? 0 : kWorkspace);
+             check.workspaceSize <= kWorkspace;
     };
     cublasLtMatmulAlgo_t a;
     if (clusters_.mode == ClusterChoice::kFixed) {
       if (with(clusters_.shape, a)) p.algo = a;
       return;
     }
-    if (accumulate) return;
     const float best_own = time_ms(p.algo, run);
     if (best_own < 0) return;  // the heuristic's own is refused: the wrapper's call reports or falls back
     float best = best_own;

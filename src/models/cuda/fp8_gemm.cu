@@ -135,7 +135,7 @@ struct Fp8Gemm::Impl {
       return cublasLtMatmul(lt.handle(), p.desc, &alpha, b.codes, p.a, a.codes, p.b, &beta, d, p.cd, d, p.cd, &algo,
                             lt.workspace(), lt.kWorkspace, lt.stream());
     };
-    lt.choose_cluster(p, fp32_out, matmul);  // d is this call's output only (the codes are other buffers)
+    lt.choose_cluster(p, !fp32_out, matmul);  // a bf16 d is this call's output only (the codes are other buffers)
     const cublasStatus_t st = matmul(p.algo);
     if (st != CUBLAS_STATUS_SUCCESS && bias && !p.ran) {  // the fused bias is refused at its first run: fall back
       p.ok = false;

@@ -90,7 +90,8 @@ struct Gemm::Impl {
     };
     // A non-accumulating call's D (and a GELU forward's aux) is output only: no caller passes an input as either.
     MXDP_CHECK(s.fp32_out || (D != A && D != B && D != aux), "GEMM: the output is one of its inputs");
-    lt.choose_cluster(p, s.fp32_out, matmul);
+    // dGELU's bits change under a 4x1 cluster (GpuGemmClusters): its plans keep the heuristic's.
+    lt.choose_cluster(p, !s.fp32_out && s.epi != CUBLASLT_EPILOGUE_DGELU, matmul);
     MXDP_CUBLAS_CHECK(matmul(p.algo));
   }
 };

@@ -9,8 +9,9 @@
 // its first answer, so every later call of that shape runs the same algorithm
 // and gives the same bits (cuBLASLt is deterministic for a fixed algorithm on a
 // given device). The workspace is fixed (32 MiB), which also fixes the choice.
-// That first call then times the answer's cluster shapes (cluster_choice.h),
-// for a shape whose D is overwritten: the same bits whichever it keeps.
+// That first call then times the answer's cluster shapes (cluster_choice.h)
+// for a shape whose D is overwritten, but the dGELU epilogue's, and keeps the
+// fastest: the same bits whichever it keeps.
 #pragma once
 
 #include <cuda_runtime_api.h>
