@@ -1,6 +1,6 @@
-// ClusterChoice: how the cuBLASLt wrappers (gemm.h's Gemm, fp8_gemm.h's
-// Fp8Gemm) choose the thread-block cluster shape of each shape's algorithm;
-// cublaslt_plans.h's choose_cluster carries it out.
+// ClusterChoice: how the cuBLASLt wrappers (fp8_gemm.h's Fp8Gemm, and gemm.h's
+// Gemm when told) choose the thread-block cluster shape of each shape's
+// algorithm; cublaslt_plans.h's choose_cluster carries it out.
 #pragma once
 
 #include <cstdint>
@@ -16,12 +16,18 @@ namespace mxdp::cuda {
 // runs would add up) and whose every cluster shape gives the same bits. A
 // cluster changes which CTA loads which operand tile, not a CTA's tile or its
 // order along K, and GpuGemmClusters (tests/gputest_fp8_gemm.cu) checks the
-// bits of each shape tried on every such plan of both wrappers; it found one
-// exception, the bf16 dGELU epilogue under a 4x1 cluster on an H100, so that
-// epilogue's plans keep the heuristic's shape. Modes:
+// bits of each shape tried on every such plan of both wrappers at GPT-2
+// 1558M's linears. It found one exception, the bf16 dGELU epilogue under a
+// 4x1 cluster on an H100 (cuBLASLt's older kernel family): that epilogue's
+// plans never move, and the bf16 Gemm keeps kHeuristic unless told, since
+// its kernels come from several families the test's shapes need not cover.
+// The block-scaled FP8 GEMMs are one algorithm: in the sweeps of 1558M's
+// GEMMs (bench/gpubench_fp8_algos) every heuristic answer and every
+// configuration cuBLASLt accepted, of its 12 FP8 algorithm ids, was id 66.
+// So Fp8Gemm takes MXDP_GEMM_CLUSTERS' mode (below). Modes:
 //   kFastest: the heuristic's shape and each other one cuBLASLt accepts
 //     (cublaslt_plans.h's kClusterShapes), timed on the shape's first call,
-//     the fastest kept (the default): the same bits whichever wins;
+//     the fastest kept: the same bits whichever wins;
 //   kHeuristic: the heuristic's own everywhere;
 //   kFixed: `shape` (a cublasLtClusterShape_t) on every movable plan where
 //     cuBLASLt accepts it, else the heuristic's (for tests).
@@ -30,8 +36,8 @@ struct ClusterChoice {
   uint16_t shape = 0;
 };
 
-// The wrappers' default: MXDP_GEMM_CLUSTERS=fastest (or unset) or heuristic;
-// any other value is an error that says so.
+// Fp8Gemm's default: MXDP_GEMM_CLUSTERS=fastest (or unset) or heuristic; any
+// other value is an error that says so.
 inline ClusterChoice cluster_choice_from_env() {
   return {env_choice("MXDP_GEMM_CLUSTERS", {"fastest", "heuristic"}, "fastest") == "fastest"
               ? ClusterChoice::kFastest
