@@ -192,8 +192,9 @@ struct Sweep {
     long tried = 0, timed = 0;
     std::vector<std::vector<char>> seen;  // configurations already timed, as bytes
     for (const auto& r : answers) seen.emplace_back((const char*)&r.algo, (const char*)&r.algo + sizeof r.algo);
-    std::vector<int> ids;  // the algorithm ids the heuristic answered with (the
-                           // others take no block scales)
+    // The algorithm ids the heuristic answered with: a sweep of all 12 FP8 ids
+    // (cublasLtMatmulAlgoGetIds) on an H100 found configurations only in those.
+    std::vector<int> ids;
     for (const auto& r : answers) {
       const int id = config(r.algo, CUBLASLT_ALGO_CONFIG_ID);
       if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
@@ -246,10 +247,8 @@ struct Sweep {
                   ++timed;
                 }
     }
-    std::fprintf(stderr,
-                 "%s %s: %zu algorithm ids, %ld configurations tried, %ld new "
-                 "ones timed\n",
-                 g.layer, g.pass, ids.size(), tried, timed);
+    std::fprintf(stderr, "%s %s: %zu algorithm ids, %ld configurations tried, %ld new ones timed\n", g.layer, g.pass,
+                 ids.size(), tried, timed);
   }
 
   static std::vector<uint32_t> cap_list(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoCapAttributes_t cap) {
