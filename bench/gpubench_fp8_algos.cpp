@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "gpu_timing.h"
+#include "models/cuda/cublaslt_plans.h"  // MXDP_CUBLAS_CHECK
 #include "models/gpt2/gpt.h"
 #include "util/check.h"
 #include "util/cuda_check.h"
@@ -36,12 +37,6 @@
 using namespace mxdp;
 
 namespace {
-
-#define LT_CHECK(call)                                                                                    \
-  do {                                                                                                    \
-    cublasStatus_t st_ = (call);                                                                          \
-    if (st_ != CUBLAS_STATUS_SUCCESS) MXDP_FAIL("cuBLASLt: " #call " failed: cublasStatus_t ", int(st_)); \
-  } while (0)
 
 template <class T>
 T* dev_random(size_t n, uint64_t seed) {
@@ -96,20 +91,20 @@ struct Sweep {
 
   void open(const Gemm& gemm, const float* as, const float* bs) {
     g = gemm;
-    LT_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    MXDP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     const cublasLtMatmulMatrixScale_t ma =
         g.a_tiles ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
     const cublasLtMatmulMatrixScale_t mb = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-    LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &ma, sizeof ma));
-    LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mb, sizeof mb));
-    LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &as, sizeof as));
-    LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &bs, sizeof bs));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, g.k, g.m, g.k));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, g.k, g.n, g.k));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&lcd, out_type(), g.m, g.n, g.m));
+    MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &ma, sizeof ma));
+    MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mb, sizeof mb));
+    MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &as, sizeof as));
+    MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &bs, sizeof bs));
+    MXDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, g.k, g.m, g.k));
+    MXDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, g.k, g.n, g.k));
+    MXDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lcd, out_type(), g.m, g.n, g.m));
     first.assign(out_bytes(), 0);
     out.assign(out_bytes(), 0);
     best_heuristic_ms = 1e30;
@@ -128,7 +123,7 @@ struct Sweep {
   double time(const cublasLtMatmulAlgo_t& algo, size_t ws_need, float waves, int rank) {
     const float alpha = 1.0f, beta = g.fp32_out ? 1.0f : 0.0f;
     auto run = [&] {
-      LT_CHECK(cublasLtMatmul(lt, desc, &alpha, ac, la, bc, lb, &beta, d, lcd, d, lcd, &algo, ws, ws_bytes, s));
+      MXDP_CUBLAS_CHECK(cublasLtMatmul(lt, desc, &alpha, ac, la, bc, lb, &beta, d, lcd, d, lcd, &algo, ws, ws_bytes, s));
     };
     auto output = [&](std::vector<char>& to) {  // the same seed output, one call
       MXDP_CUDA_CHECK(cudaMemset(d, 0, out_bytes()));
@@ -168,12 +163,12 @@ struct Sweep {
   // The heuristic's answers, each timed; returns them.
   std::vector<cublasLtMatmulHeuristicResult_t> heuristic(int max_algos) {
     cublasLtMatmulPreference_t pref;
-    LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+    MXDP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    MXDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
                                                   sizeof ws_bytes));
     std::vector<cublasLtMatmulHeuristicResult_t> res(max_algos);
     int found = 0;
-    LT_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lcd, lcd, pref, max_algos, res.data(), &found));
+    MXDP_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lcd, lcd, pref, max_algos, res.data(), &found));
     cublasLtMatmulPreferenceDestroy(pref);
     res.resize(found);
     for (int i = 0; i < found; ++i) time(res[i].algo, res[i].workspaceSize, res[i].wavesCount, i);
@@ -286,7 +281,7 @@ int main(int argc, char** argv) {
     Sweep sw{};
     sw.reps = reps;
     MXDP_CUDA_CHECK(cudaStreamCreate(&sw.s));
-    LT_CHECK(cublasLtCreate(&sw.lt));
+    MXDP_CUBLAS_CHECK(cublasLtCreate(&sw.lt));
     sw.ws_bytes = size_t(32) << 20;  // Fp8Gemm's workspace
     MXDP_CUDA_CHECK(cudaMalloc(&sw.ws, sw.ws_bytes));
     const size_t big = size_t(M) * 4 * C;

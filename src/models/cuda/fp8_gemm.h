@@ -12,7 +12,8 @@
 // Its first answer, except for the accumulating (wgrad) shapes, which skip
 // 192x64 tiles (fp8_gemm.cu says why; bench/gpubench_fp8_algos times them all).
 // The first call of a bf16-output shape then times that answer's cluster
-// shapes (cluster_choice.h) and keeps the fastest: the same bits whichever.
+// shapes and keeps the fastest, the same bits whichever (by default:
+// cluster_choice.h, MXDP_GEMM_CLUSTERS).
 // M, N and K must be multiples of 16 (a last partial block or tile scales
 // the elements present); 2-D tiles on both operands are refused
 // (Hopper's cuBLASLt block scaling has 1-D x 1-D, 1-D x 2-D and 2-D x 1-D).
