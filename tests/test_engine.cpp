@@ -496,12 +496,20 @@ TEST(MemoryPlan, CliPrintsEveryModeAndRefusesBadInput) {
 // linears. The count by hand for d_model 128 (docs/fp8.md's layouts: per
 // matrix 1 byte an element, and one fp32 scale per 128x128 tile in the GEMM
 // layout, each tile row padded to 4 scales; W^T the same for cols x rows):
-//   qkv 384x128   codes 2 x 49152, scales W 3x4, W^T 1x4  = 16
-//   proj 128x128  codes 2 x 16384, scales W 1x4, W^T 1x4  = 8
-//   fc 512x128    codes 2 x 65536, scales W 4x4, W^T 1x4  = 20
-//   proj 128x512  codes 2 x 65536, scales W 1x4, W^T 4x4  = 20
-// a block: 2 x 196608 + 4 x 64 = 393472 bytes; two blocks 786944 bytes =
-// 768.5 KiB (the codes alone would be 768.0 KiB), at any dp.
+//   qkv 384x128   codes 49152, scales W 3x4, W^T 1x4  = 16
+//   proj 128x128  codes 16384, scales W 1x4, W^T 1x4  = 8
+//   fc 512x128    codes 65536, scales W 4x4, W^T 1x4  = 20
+//   proj 128x512  codes 65536, scales W 1x4, W^T 4x4  = 20
+// W^T's codes: 196608 bytes a block, and 64 scales of 4 bytes. W's codes are
+// read in place in the payload where no shard cut splits the param, else
+// copied (buffers.h's Fp8Store):
+// - dp 1: nothing is cut: 2 x (196608 + 256) = 393728 bytes = 384.5 KiB;
+// - dp 4: the 8 weights, 393216 elements packed back to back (every size a
+//   multiple of 64), make shards of 98304 (each cut on a slab boundary: slabs
+//   are 128 x cols, 16384 elements but 65536 for mlp.proj). The cuts at 98304
+//   and 294912 fall 32768 elements into fc of block 0 (65536..131072) and of
+//   block 1 (262144..327680), the one at 196608 between the blocks; so both
+//   fc's codes are copied: 393728 + 2 x 65536 = 524800 bytes = 512.5 KiB.
 TEST(MemoryPlan, CliShowsFp8ComputeWeights) {
   mxdp::testing::TempDir d;
   const std::string model = "plan --model tiny --n-layer 2 --d-model 128 ";
@@ -511,14 +519,14 @@ TEST(MemoryPlan, CliShowsFp8ComputeWeights) {
                            " \\|" + value);
   const std::regex fp8b128_row("distributed, fp8b128 gather" + value + value + value + value + value + value + " \\|" +
                                value);
-  for (int dp : {1, 4}) {
+  for (auto [dp, column, bytes] : {std::tuple(1, "384.5 KiB", ": 393728 bytes"), {4, "512.5 KiB", ": 524800 bytes"}}) {
     auto r = mxdp::testing::run_mxdp(model + "--compute-dtype fp8 --dp " + std::to_string(dp), d / "fp8.txt");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     std::smatch m, bf;
     ASSERT_TRUE(std::regex_search(r.output, m, fp8_row)) << r.output;
-    EXPECT_EQ(m[5].str(), "768.5 KiB") << "dp " << dp << "\n" << r.output;
+    EXPECT_EQ(m[5].str(), column) << "dp " << dp << "\n" << r.output;
     EXPECT_TRUE(mxdp::testing::contains(r.output, "of the 8 linear weights")) << r.output;
-    EXPECT_TRUE(mxdp::testing::contains(r.output, ": 786944 bytes")) << r.output;
+    EXPECT_TRUE(mxdp::testing::contains(r.output, bytes)) << r.output;
     // The bf16-compute fp8b128 row stays, with no FP8 weights: the same gather.
     ASSERT_TRUE(std::regex_search(r.output, bf, fp8b128_row)) << r.output;
     EXPECT_EQ(bf[5].str(), "-") << r.output;

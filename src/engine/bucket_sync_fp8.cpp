@@ -18,8 +18,10 @@ bool BucketSync::reads_fp8(int p) const {
 
 // W of every param of the bucket the model reads as FP8, from its gathered payload. A piece is whole
 // 128-row slabs of its param (layout.h; a param's last slab may be short), so
-// its codes are rows of the param's codes (a copy) and its compact scales
-// whole tile rows of the param's scales, which go straight into the GEMM layout.
+// its codes are rows of the param's codes and its compact scales whole tile
+// rows of the param's scales, which go straight into the GEMM layout. Codes
+// are copied only for a param split by a shard cut; a param in one piece is
+// read in place (buffers.h's Fp8Store), so its unpack writes the scales alone.
 void BucketSync::fp8_unpack(int f, int b) {
   const GatherBuffer& gb = layout_.buffers[f];
   const Bucket& bk = gb.buckets[b];
@@ -29,8 +31,9 @@ void BucketSync::fp8_unpack(int f, int b) {
   for (int p : bk.params) any = any || reads_fp8(p);
   if (!any) return;
   if (MXDP_FAULT(transpose_from_previous)) {
-    // The bug: W^T refreshed before the new codes are in, labelled with the
-    // version being unpacked.
+    // The bug: W^T refreshed from W before the unpack, labelled with the
+    // version being unpacked (stale codes where W is a copy, stale tile
+    // scales where W is read in place: the gather already put its codes).
     MXDP_FAULT_FIRED();
     fp8_transpose(f, b);
     st_[f][b].transposed_v = st_[f][b].gathered_v;
@@ -44,7 +47,11 @@ void BucketSync::fp8_unpack(int f, int b) {
       const int64_t cols = params_[pc.param].shape[1];
       // The piece's first row starts a tile row (whole slabs before it).
       const int64_t first_tile_row = pc.param_begin / cols / kFp8Tile;
-      ops_.copy(w.codes.data() + pc.param_begin, slot + ft.code_bytes(pc.shard_pos), size_t(pc.len));
+      const uint8_t* codes = slot + ft.code_bytes(pc.shard_pos);
+      if (w.in_place())  // the GEMMs read them where the gather put them
+        MXDP_CHECK(w.codes == codes, "internal: '", params_[pc.param].name, "' is read in place but not from its piece");
+      else
+        ops_.copy(w.own_codes.data() + pc.param_begin, codes, size_t(pc.len));
       ops_.fp8b128_scales_for_gemm(reinterpret_cast<const float*>(slot + ps.scales_at(pc)), pc.len / cols, cols,
                                    w.gemm.data() + first_tile_row * fp8b128_gemm_scale_ld(cols));
     }
@@ -58,7 +65,7 @@ void BucketSync::fp8_transpose(int f, int b) {
     if (!reads_fp8(p)) continue;
     Fp8Store& w = bufs_.fp8(p);
     const int64_t rows = params_[p].shape[0], cols = params_[p].shape[1];
-    ops_.fp8b128_transpose_gemm(w.codes.data(), w.gemm.data(), rows, cols, w.codes_t.data(), w.gemm_t.data());
+    ops_.fp8b128_transpose_gemm(w.codes, w.gemm.data(), rows, cols, w.codes_t.data(), w.gemm_t.data());
   }
 }
 
@@ -66,7 +73,7 @@ Fp8Weight BucketSync::fp8_weight(int p) {
   MXDP_CHECK(p >= 0 && p < int(params_.size()), "fp8_weight(", p, "): no such param");
   check_fresh(p);
   Fp8Store& w = bufs_.fp8(p);
-  return {w.codes.data(), w.gemm.data(), params_[p].shape[0], params_[p].shape[1]};
+  return {w.codes, w.gemm.data(), params_[p].shape[0], params_[p].shape[1]};
 }
 
 Fp8Weight BucketSync::fp8_weight_transposed(int p) {

@@ -10,9 +10,17 @@
 
 namespace mxdp {
 
-int64_t fp8_store_bytes(int64_t rows, int64_t cols) {
+bool fp8_codes_in_place(const Bucket& b, int p, int64_t numel, bool payload_in_grad_buffer) {
+  if (payload_in_grad_buffer) return false;
+  for (const std::vector<Piece>& shard : b.shards)
+    for (const Piece& pc : shard)
+      if (pc.param == p && pc.len > 0) return pc.len == numel;  // its first piece is its whole, or a part
+  return false;
+}
+
+int64_t fp8_store_bytes(int64_t rows, int64_t cols, bool codes_in_place) {
   const int64_t scales = fp8b128_gemm_scale_count(rows, cols) + fp8b128_gemm_scale_count(cols, rows);
-  return 2 * rows * cols + scales * int64_t(sizeof(float));
+  return (codes_in_place ? 1 : 2) * rows * cols + scales * int64_t(sizeof(float));
 }
 
 MemoryPlan plan_memory(const std::vector<ParamSpec>& params, const Layout& layout, const DpOptions& opt) {
@@ -23,7 +31,9 @@ MemoryPlan plan_memory(const std::vector<ParamSpec>& params, const Layout& layou
     for (const Bucket& b : gb.buckets)
       for (int p : b.params)
         if (opt.fp8_compute(gb.format, params[p].fp8_linear))
-          m.fp8_weight_bytes += fp8_store_bytes(params[p].shape[0], params[p].shape[1]);
+          m.fp8_weight_bytes +=
+              fp8_store_bytes(params[p].shape[0], params[p].shape[1],
+                              fp8_codes_in_place(b, p, params[p].numel(), opt.payload_in_grad_buffer(gb.format)));
     m.laid_out += gb.numel;
     m.grad_bytes += gb.numel * int64_t(sizeof(float));
     const bool reused = opt.payload_in_grad_buffer(gb.format);
@@ -56,19 +66,6 @@ EngineBuffers::EngineBuffers(const Layout& layout, const DpOptions& opt, EngineO
     : layout_(layout), opt_(opt), ops_(ops), rank_(rank), dp_(dp) {
   const int np = int(params.size());
   amax_slot_.assign(np, -1);
-  fp8_.resize(np);
-  for (const GatherBuffer& gb : layout.buffers) {
-    for (const Bucket& b : gb.buckets)
-      for (int p : b.params) {
-        if (!opt.fp8_compute(gb.format, params[p].fp8_linear)) continue;
-        const int64_t r = params[p].shape[0], c = params[p].shape[1];
-        Fp8Store& st = fp8_[p];
-        st.codes = DeviceArray<uint8_t>(ops, r * c);
-        st.codes_t = DeviceArray<uint8_t>(ops, r * c);
-        st.gemm = DeviceArray<float>(ops, fp8b128_gemm_scale_count(r, c));
-        st.gemm_t = DeviceArray<float>(ops, fp8b128_gemm_scale_count(c, r));
-      }
-  }
   buf_.resize(layout.buffers.size());
   for (size_t f = 0; f < buf_.size(); ++f) {
     const GatherBuffer& gb = layout.buffers[f];
@@ -111,6 +108,35 @@ EngineBuffers::EngineBuffers(const Layout& layout, const DpOptions& opt, EngineO
       bs.amax = DeviceArray<float>(ops, slots);
     }
   }
+  fp8_.resize(np);
+  for (int f = 0; f < size(); ++f) {
+    const GatherBuffer& gb = layout.buffers[f];
+    for (int b = 0; b < int(gb.buckets.size()); ++b)
+      for (int p : gb.buckets[b].params)
+        if (opt.fp8_compute(gb.format, params[p].fp8_linear)) make_fp8_store(f, b, p, params[p]);
+  }
+}
+
+// W's codes point into the bucket's payload where fp8_codes_in_place says so
+// (the payload is allocated by then), else into a copy of their own.
+void EngineBuffers::make_fp8_store(int f, int b, int p, const ParamSpec& spec) {
+  const GatherBuffer& gb = layout_.buffers[f];
+  const Bucket& bk = gb.buckets[b];
+  const int64_t r = spec.shape[0], c = spec.shape[1];
+  Fp8Store& st = fp8_[p];
+  if (fp8_codes_in_place(bk, p, r * c, reused(f))) {
+    const PayloadShape ps = payload_shape(gb.format, bk);
+    for (int s = 0; s < dp_; ++s)
+      for (const Piece& pc : bk.shards[s])
+        if (pc.param == p && pc.len > 0)
+          st.codes = payload_ptr(f, b) + s * ps.shard_bytes + format_traits(gb.format).code_bytes(pc.shard_pos);
+  } else {
+    st.own_codes = DeviceArray<uint8_t>(ops_, r * c);
+    st.codes = st.own_codes.data();
+  }
+  st.codes_t = DeviceArray<uint8_t>(ops_, r * c);
+  st.gemm = DeviceArray<float>(ops_, fp8b128_gemm_scale_count(r, c));
+  st.gemm_t = DeviceArray<float>(ops_, fp8b128_gemm_scale_count(c, r));
 }
 
 MemoryPlan EngineBuffers::allocated(const std::vector<ParamSpec>& params, int64_t gather_bytes,
@@ -128,7 +154,7 @@ MemoryPlan EngineBuffers::allocated(const std::vector<ParamSpec>& params, int64_
     m.payload_bytes += int64_t(bs.payload.size());
   }
   for (const Fp8Store& st : fp8_)
-    m.fp8_weight_bytes += int64_t(st.codes.bytes() + st.codes_t.bytes() + st.gemm.bytes() + st.gemm_t.bytes());
+    m.fp8_weight_bytes += int64_t(st.own_codes.bytes() + st.codes_t.bytes() + st.gemm.bytes() + st.gemm_t.bytes());
   m.gather_bytes = gather_bytes;
   m.reduce_bytes = reduce_bytes;
   return m;
@@ -154,7 +180,7 @@ float* EngineBuffers::param_amax(int p) {
 }
 
 Fp8Store& EngineBuffers::fp8(int p) {
-  MXDP_CHECK(p >= 0 && p < int(fp8_.size()) && fp8_[p].codes.size() > 0, "param ", p,
+  MXDP_CHECK(p >= 0 && p < int(fp8_.size()) && fp8_[p].codes, "param ", p,
              " has no FP8 weight: only the fp8_linear params in fp8b128 with compute_dtype fp8 have one");
   return fp8_[p];
 }

@@ -62,15 +62,26 @@ struct BufferState {
 };
 
 // FP8 compute (DpOptions::fp8_compute): one fp8b128 param as the model's
-// GEMMs read it. W is rebuilt from the gathered payload at each unpack, W^T
-// from W once per step, before the first dgrad (docs/fp8.md). Contiguous per
-// param: in the gathered payload a param's codes are split at its shard cuts
-// (each shard's scales follow its codes).
+// GEMMs read it (docs/fp8.md, "The engine"). W's codes are read in place in
+// the gathered payload where they lie there whole, in one piece of one shard
+// (every param at dp 1); a param that a shard cut splits (its pieces' codes
+// have their shards' scales between them) gets its own contiguous copy,
+// rebuilt at each unpack. W's tile scales in the GEMM layout are written at
+// each unpack, W^T from W once per step, before the first dgrad.
 struct Fp8Store {
-  DeviceArray<uint8_t> codes, codes_t;  // rows x cols, cols x rows
+  const uint8_t* codes = nullptr;       // W's codes, rows x cols: in the payload, or own_codes
+  DeviceArray<uint8_t> own_codes;       // only for a param split by a shard cut
+  DeviceArray<uint8_t> codes_t;         // cols x rows
   DeviceArray<float> gemm, gemm_t;      // the tile scales of W and W^T, in the GEMM layout
+  bool in_place() const { return own_codes.size() == 0; }
 };
-int64_t fp8_store_bytes(int64_t rows, int64_t cols);
+// Whether param p's W codes are read in place in bucket b's payload: its codes
+// are one piece of one shard, and the payload is not the grad buffer (backward
+// would overwrite it while the next micro-batch's forward still reads W).
+bool fp8_codes_in_place(const Bucket& b, int p, int64_t numel, bool payload_in_grad_buffer);
+// The bytes of one param's Fp8Store: W^T's codes, both scale grids, and W's
+// codes unless they are read in place.
+int64_t fp8_store_bytes(int64_t rows, int64_t cols, bool codes_in_place);
 
 // The buffers of every gather buffer of the layout, and where a bucket's
 // pieces live in them. Memory only: the freshness chain over it is BucketSync's.
@@ -110,7 +121,9 @@ class EngineBuffers {
   int rank_, dp_;
   std::vector<BufferState> buf_;
   std::vector<int> amax_slot_;  // per param: its slot in its bucket's tensor amaxes
-  std::vector<Fp8Store> fp8_;   // per param (empty arrays unless FP8 compute reads it)
+  std::vector<Fp8Store> fp8_;   // per param (empty unless FP8 compute reads it)
+
+  void make_fp8_store(int f, int b, int p, const ParamSpec& spec);
 };
 
 }  // namespace mxdp

@@ -22,7 +22,7 @@ struct Switches {
   bool skip_deferred_reset_after_eval = false;    // keep an eval's consumed gather as pending
   // FP8 compute (docs/fp8.md): TransformerEngine's stale-transpose bugs.
   bool skip_transpose_refresh = false;            // backward's dgrad without a new W^T this step
-  bool transpose_from_previous = false;           // W^T made from the codes before the unpack, labelled new
+  bool transpose_from_previous = false;           // W^T made from W before the unpack, labelled new
 };
 
 #ifdef MXDP_FAULTS
