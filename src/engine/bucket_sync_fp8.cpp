@@ -49,7 +49,8 @@ void BucketSync::fp8_unpack(int f, int b) {
       const int64_t first_tile_row = pc.param_begin / cols / kFp8Tile;
       const uint8_t* codes = slot + ft.code_bytes(pc.shard_pos);
       if (w.in_place())  // the GEMMs read them where the gather put them
-        MXDP_CHECK(w.codes == codes, "internal: '", params_[pc.param].name, "' is read in place but not from its piece");
+        MXDP_CHECK(w.codes == codes, "internal: '", params_[pc.param].name,
+                   "' is read in place but not from its piece");
       else
         ops_.copy(w.own_codes.data() + pc.param_begin, codes, size_t(pc.len));
       ops_.fp8b128_scales_for_gemm(reinterpret_cast<const float*>(slot + ps.scales_at(pc)), pc.len / cols, cols,

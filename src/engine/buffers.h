@@ -69,10 +69,10 @@ struct BufferState {
 // rebuilt at each unpack. W's tile scales in the GEMM layout are written at
 // each unpack, W^T from W once per step, before the first dgrad.
 struct Fp8Store {
-  const uint8_t* codes = nullptr;       // W's codes, rows x cols: in the payload, or own_codes
-  DeviceArray<uint8_t> own_codes;       // only for a param split by a shard cut
-  DeviceArray<uint8_t> codes_t;         // cols x rows
-  DeviceArray<float> gemm, gemm_t;      // the tile scales of W and W^T, in the GEMM layout
+  const uint8_t* codes = nullptr;   // W's codes, rows x cols: in the payload, or own_codes
+  DeviceArray<uint8_t> own_codes;   // only for a param split by a shard cut
+  DeviceArray<uint8_t> codes_t;     // cols x rows
+  DeviceArray<float> gemm, gemm_t;  // the tile scales of W and W^T, in the GEMM layout
   bool in_place() const { return own_codes.size() == 0; }
 };
 // Whether param p's W codes are read in place in bucket b's payload: its codes
