@@ -259,11 +259,16 @@ void expect_own_errors(const char* what, const char* name, int M, int N, int K, 
   EXPECT_LE(l.frob, bound);
 }
 
-// Each wrapper's outputs (bytes) for one ClusterChoice, and the cluster shape each of its plans ran.
+// Each wrapper's outputs (bytes, and what each is) for one ClusterChoice, the
+// cluster shape each of its plans ran, and how many candidates it refused for
+// bits other than the heuristic's.
 struct ClusterRun {
   std::vector<std::vector<uint8_t>> outputs;
+  std::vector<std::string> names;
   std::vector<uint16_t> clusters;
+  size_t refused = 0;
 };
+std::string linear_name(int N, int K) { return std::to_string(N) + "x" + std::to_string(K) + " "; }
 
 // GPT-2 1558M's four block linears (N, K): qkv, attn.proj, fc, mlp.proj, at 4096 tokens.
 constexpr std::pair<int, int> k1558Linears[] = {{4800, 1600}, {1600, 1600}, {6400, 1600}, {1600, 6400}};
@@ -315,8 +320,10 @@ struct Fp8Linears {
       gemm.wgrad(l.qdyt->op(), l.qxt->op(), M, N, K, dw.p);
       for (auto* out : {&y, &yb, &dx}) r.outputs.push_back(out->bytes());
       r.outputs.push_back(dw.bytes());
+      for (const char* what : {"fprop", "fprop+bias", "dgrad", "wgrad"}) r.names.push_back(linear_name(N, K) + what);
     }
     r.clusters = gemm.plan_clusters();
+    r.refused = gemm.clusters_refused();
     return r;
   }
 };
@@ -361,34 +368,48 @@ struct Bf16Linears {
       gemm.backward_weight(dw.p, l.dy->p, l.x->p, M, N, K);
       for (auto* out : {&y, &yb, &yg, &aux, &dx, &dxg}) r.outputs.push_back(out->bytes());
       r.outputs.push_back(dw.bytes());
+      for (const char* what : {"forward", "forward+bias", "forward+bias+GELU", "forward+bias+GELU aux", "backward_data",
+                               "backward_data dGELU", "backward_weight"})
+        r.names.push_back(linear_name(N, K) + what);
     }
     r.clusters = gemm.plan_clusters();
+    r.refused = gemm.clusters_refused();
     return r;
   }
 };
 
-// On every plan the timed choice may move (cluster_choice.h), every cluster
-// shape cuBLASLt accepts gives the heuristic's bits, which is what lets the
-// first call of a shape time them and keep the fastest: for both wrappers,
-// each shape the timed choice tries, fixed, and the timed choice itself. The
-// fixed shapes must move some plans off the heuristic's cluster, or the test
-// would compare nothing. (It found that a 4x1 cluster changes the bits of the
-// bf16 dGELU epilogue on an H100: those plans are not moved.)
+// Every choice gives the heuristic's bits on every output of both wrappers:
+// each shape the timed choice tries, fixed, and the timed choice itself,
+// against the heuristic's outputs byte for byte. A shape that keeps the bits
+// may move a plan; one that does not must be refused by choose_cluster's hash
+// check (cluster_choice.h), as a 4x1 cluster on the bf16 dGELU epilogue (the
+// "backward_data dGELU" outputs) is on an H100, where that shape changed the
+// bits while the epilogue's plans could still move. The refusals are printed
+// per choice. The fixed shapes must move some plans off the heuristic's
+// cluster, or the test would compare nothing.
 template <class Linears>
 void expect_cluster_invariance() {
   const Linears linears;
   auto gemms = [&](cuda::ClusterChoice c) { return linears.run(c); };
   const ClusterRun ref = gemms({cuda::ClusterChoice::kHeuristic});
+  EXPECT_EQ(ref.refused, 0u);  // kHeuristic compares nothing
   int moved = 0;
   std::vector<cuda::ClusterChoice> choices{{cuda::ClusterChoice::kFastest}};
   for (uint16_t shape : cuda::kClusterShapes) choices.push_back({cuda::ClusterChoice::kFixed, shape});
   for (const cuda::ClusterChoice& c : choices) {
-    SCOPED_TRACE("cluster choice " + std::to_string(int(c.mode)) + " shape " + std::to_string(c.shape));
+    const std::string choice =
+        c.mode == cuda::ClusterChoice::kFastest ? std::string("fastest") : "fixed shape " + std::to_string(c.shape);
+    SCOPED_TRACE("cluster choice " + choice);
     const ClusterRun got = gemms(c);
     ASSERT_EQ(got.outputs.size(), ref.outputs.size());
-    for (size_t i = 0; i < ref.outputs.size(); ++i) EXPECT_TRUE(got.outputs[i] == ref.outputs[i]) << "output " << i;
+    for (size_t i = 0; i < ref.outputs.size(); ++i)
+      EXPECT_TRUE(got.outputs[i] == ref.outputs[i]) << "output " << i << " (" << ref.names[i] << ")";
     ASSERT_EQ(got.clusters.size(), ref.clusters.size());
-    for (size_t i = 0; i < ref.clusters.size(); ++i) moved += got.clusters[i] != ref.clusters[i];
+    int moved_here = 0;
+    for (size_t i = 0; i < ref.clusters.size(); ++i) moved_here += got.clusters[i] != ref.clusters[i];
+    moved += moved_here;
+    std::printf("%-15s %2d plans on a cluster other than the heuristic's, %zu candidates refused for other bits\n",
+                choice.c_str(), moved_here, got.refused);
   }
   std::printf("%zu plans; %d plan runs on a cluster shape other than the heuristic's, each with its bits\n",
               ref.clusters.size(), moved);
@@ -403,6 +424,106 @@ TEST(GpuGemmClusters, Fp8EveryClusterShapeGivesTheHeuristicsBits) {
 TEST(GpuGemmClusters, Bf16EveryClusterShapeGivesTheHeuristicsBits) {
   if (!gputest::have_gpu()) GTEST_SKIP() << "no CUDA device";
   expect_cluster_invariance<Bf16Linears>();
+}
+
+// choose_cluster against a candidate with other bits. The GEMMs that change
+// bits with their cluster are not at hand on every device, so one is
+// simulated: a plan of the test's own (bf16 D = A^T B, 1558M's fc forward:
+// m 6400, n 4096, k 1600), and a run that enqueues the real GEMM and, under
+// one cluster shape cuBLASLt accepts for it (the "odd" one), then flips a
+// bit of D. The odd shape runs the GEMM once where every other algorithm runs
+// it three times, so it is the fastest by far: without the flip the timed
+// choice takes it (the control), with the flip it is refused all the same.
+__global__ void flip_first_bit(uint16_t* d) { d[0] ^= 1; }
+
+struct OddCluster {
+  static constexpr int m = 6400, n = 4096, k = 1600;
+  gputest::Bf16 a{input(k, m, 0.02f, 700)}, b{input(k, n, 1.0f, 701)};
+  Dev<uint16_t> d{size_t(m) * n};
+  gputest::Stream stream;
+
+  // The plan's own, then choose_cluster under `choice` (kFixed: on the odd
+  // shape): the cluster shape it keeps, and the candidates it refused. odd 0
+  // (kFastest only): the first shape cuBLASLt accepts other than the
+  // heuristic's (none: odd stays 0 and nothing is chosen).
+  struct Chosen {
+    uint16_t heuristic, odd, kept;
+    size_t refused;
+  };
+  Chosen choose(cuda::ClusterChoice choice, uint16_t odd, bool flip) {
+    if (choice.mode == cuda::ClusterChoice::kFixed) choice.shape = odd;
+    cuda::CublasLtPlans<int> lt(stream.s, true, choice);
+    cuda::CublasLtPlan& p = lt.get(0, [&](cuda::CublasLtPlan& q) {
+      MXDP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&q.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      const cublasOperation_t t = CUBLAS_OP_T;
+      MXDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(q.desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
+      MXDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&q.a, CUDA_R_16BF, k, m, k));
+      MXDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&q.b, CUDA_R_16BF, k, n, k));
+      MXDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&q.cd, CUDA_R_16BF, m, n, m));
+      cublasLtMatmulHeuristicResult_t res{};
+      int found = 0;
+      MXDP_CUBLAS_CHECK(lt.heuristic(q, false, 1, &res, &found));
+      MXDP_CHECK(found > 0, "test: cuBLASLt has no bf16 algorithm for the odd-cluster GEMM");
+      q.algo = res.algo;
+    });
+    Chosen c{cuda::cluster_of(p.algo), odd, 0, 0};
+    for (uint16_t shape : cuda::kClusterShapes)
+      if (c.odd == 0 && shape != c.heuristic && accepts(lt, p, shape)) c.odd = shape;
+    const float alpha = 1.0f, beta = 0.0f;
+    auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+      const bool odd_one = cuda::cluster_of(algo) == c.odd;
+      for (int i = 0; i < (odd_one ? 1 : 3); ++i) {
+        const cublasStatus_t st = cublasLtMatmul(lt.handle(), p.desc, &alpha, a.p, p.a, b.p, p.b, &beta, d.p, p.cd, d.p,
+                                                 p.cd, &algo, lt.workspace(), lt.kWorkspace, lt.stream());
+        if (st != CUBLAS_STATUS_SUCCESS) return st;
+      }
+      if (odd_one && flip) {
+        flip_first_bit<<<1, 1, 0, lt.stream()>>>(d.p);
+        MXDP_CUDA_CHECK_LAUNCH();
+      }
+      return CUBLAS_STATUS_SUCCESS;
+    };
+    if (c.odd == 0) return c;
+    const cuda::GemmOutput out[] = {{d.p, d.n * sizeof(uint16_t)}};
+    lt.choose_cluster(p, true, out, run);
+    c.kept = cuda::cluster_of(p.algo);
+    c.refused = lt.refused();
+    return c;
+  }
+
+  // Whether cuBLASLt runs p's algorithm with that cluster shape (as choose_cluster asks it).
+  static bool accepts(const cuda::CublasLtPlans<int>& lt, const cuda::CublasLtPlan& p, uint16_t shape) {
+    cublasLtMatmulAlgo_t algo = p.algo;
+    cublasLtMatmulHeuristicResult_t check{};
+    return cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &shape, sizeof shape) ==
+               CUBLAS_STATUS_SUCCESS &&
+           cublasLtMatmulAlgoCheck(lt.handle(), p.desc, p.a, p.b, p.cd, p.cd, &algo, &check) == CUBLAS_STATUS_SUCCESS &&
+           check.workspaceSize <= lt.kWorkspace;
+  }
+};
+
+TEST(GpuGemmClusters, CandidateWithOtherBitsIsRefused) {
+  if (!gputest::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  OddCluster g;
+  const cuda::ClusterChoice fastest{cuda::ClusterChoice::kFastest};
+  const OddCluster::Chosen control = g.choose(fastest, 0, false);
+  if (control.odd == 0) GTEST_SKIP() << "cuBLASLt accepts no other cluster shape for this GEMM on this device";
+  std::printf("heuristic's cluster %d, odd one %d\n", int(control.heuristic), int(control.odd));
+  // Control: the odd shape, three times faster and with the same bits, is the timed choice.
+  EXPECT_EQ(control.kept, control.odd);
+  EXPECT_EQ(control.refused, 0u);
+  // Its bits changed: refused, however fast; another shape with the heuristic's bits may win.
+  const OddCluster::Chosen flipped = g.choose(fastest, control.odd, true);
+  EXPECT_NE(flipped.kept, control.odd);
+  EXPECT_EQ(flipped.refused, 1u);
+  // Fixed on the odd shape: taken with the heuristic's bits, refused without.
+  const cuda::ClusterChoice fixed{cuda::ClusterChoice::kFixed};
+  const OddCluster::Chosen fixed_same = g.choose(fixed, control.odd, false);
+  const OddCluster::Chosen fixed_other = g.choose(fixed, control.odd, true);
+  EXPECT_EQ(fixed_same.kept, control.odd);
+  EXPECT_EQ(fixed_same.refused, 0u);
+  EXPECT_EQ(fixed_other.kept, control.heuristic);
+  EXPECT_EQ(fixed_other.refused, 1u);
 }
 
 // Why the own GEMM's tests skip here (no GPU, not compute capability 9.0), or

@@ -15,11 +15,13 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <span>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "models/cuda/cluster_choice.h"
+#include "models/cuda/output_hash.h"
 #include "util/check.h"
 #include "util/cuda_check.h"
 
@@ -40,6 +42,12 @@ struct CublasLtPlan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, cd = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool cluster_chosen = false;  // choose_cluster has run for it
+};
+
+// One buffer a GEMM writes (D, or a GELU epilogue's aux), whose bits choose_cluster compares.
+struct GemmOutput {
+  const void* ptr;
+  size_t bytes;
 };
 
 // The cluster shapes kFastest times, besides the heuristic's own.
@@ -143,48 +151,83 @@ class CublasLtPlans {
 
   // Sets p.algo's cluster shape as ClusterChoice says, once per plan (a later
   // call returns at once; a call while the stream is being captured into a
-  // graph changes nothing), on a plan the wrapper calls `movable`: one whose
-  // every cluster shape gives the same bits (GpuGemmClusters checks them) and
-  // whose GEMM does not accumulate; any other keeps the heuristic's. run(algo)
+  // graph changes nothing: no timing, no host waits inside a graph), on a
+  // plan the wrapper calls `movable`: one whose GEMM overwrites its outputs
+  // (an accumulating one's repeated runs would add up, and its first output
+  // could not be made again); any other keeps the heuristic's. run(algo)
   // enqueues the plan's GEMM on stream() with that algorithm and the call's
-  // own operands and returns cuBLASLt's status; for kFastest it runs several
-  // times, so its output must be one the caller's own call then overwrites
-  // and none of its inputs. A candidate cuBLASLt refuses (cublasLtMatmulAlgoCheck,
-  // or the run's status) is skipped; the heuristic's own stays the fallback.
-  void choose_cluster(CublasLtPlan& p, bool movable,
-                      const std::function<cublasStatus_t(const cublasLtMatmulAlgo_t&)>& run) const {
+  // own operands and returns cuBLASLt's status; it runs several times, so
+  // `outputs` (every buffer it writes) must be ones the caller's own call
+  // then overwrites with the chosen algorithm, and none of its inputs: what
+  // a refused candidate wrote never survives that call.
+  //
+  // A candidate must give the heuristic's bits: after the heuristic's runs
+  // the outputs are hashed (output_hash.h), and after each candidate's runs
+  // again; one whose hashes differ is refused (refused() counts them),
+  // however fast. Most cluster shapes keep the bits (a cluster changes which
+  // CTA loads which operand tile, not a CTA's tile or its order along K), but
+  // not all: the bf16 dGELU epilogue under a 4x1 cluster on an H100
+  // (cluster_choice.h). A hash is one run's bits on these operands, so the
+  // check is of this shape's kernel, not a proof for all inputs;
+  // GpuGemmClusters compares whole outputs of both wrappers at 1558M's shapes.
+  // A candidate cuBLASLt refuses (cublasLtMatmulAlgoCheck, or the run's
+  // status) is skipped; the heuristic's own stays the fallback.
+  void choose_cluster(CublasLtPlan& p, bool movable, std::span<const GemmOutput> outputs,
+                      const std::function<cublasStatus_t(const cublasLtMatmulAlgo_t&)>& run) {
     if (p.cluster_chosen) return;
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
     MXDP_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
-    if (capturing != cudaStreamCaptureStatusNone) return;  // no timing inside a graph: a later eager call chooses
+    if (capturing != cudaStreamCaptureStatusNone) return;  // a later eager call chooses
     p.cluster_chosen = true;
     if (!movable || clusters_.mode == ClusterChoice::kHeuristic) return;
-    auto with = [&](uint16_t shape, cublasLtMatmulAlgo_t& a) {  // p.algo with that cluster, if cuBLASLt accepts it
-      a = p.algo;
-      cublasLtMatmulHeuristicResult_t check{};
-      return cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &shape, sizeof shape) ==
-                 CUBLAS_STATUS_SUCCESS &&
-             cublasLtMatmulAlgoCheck(handle_, p.desc, p.a, p.b, p.cd, p.cd, &a, &check) == CUBLAS_STATUS_SUCCESS &&
-             check.workspaceSize <= kWorkspace;
-    };
     cublasLtMatmulAlgo_t a;
     if (clusters_.mode == ClusterChoice::kFixed) {
-      if (with(clusters_.shape, a)) p.algo = a;
+      if (!with(p, clusters_.shape, a) || run(p.algo) != CUBLAS_STATUS_SUCCESS) return;
+      const std::vector<uint64_t> own = hashes(outputs);
+      if (run(a) == CUBLAS_STATUS_SUCCESS && same_bits(outputs, own)) p.algo = a;
       return;
     }
-    const float best_own = time_ms(p.algo, run);
-    if (best_own < 0) return;  // the heuristic's own is refused: the wrapper's call reports or falls back
-    float best = best_own;
+    float best = time_ms(p.algo, run);
+    if (best < 0) return;  // the heuristic's own is refused: the wrapper's call reports or falls back
+    const std::vector<uint64_t> own = hashes(outputs);  // its last run's outputs
     cublasLtMatmulAlgo_t best_algo = p.algo;
     for (uint16_t shape : kClusterShapes) {
-      if (shape == cluster_of(p.algo) || !with(shape, a)) continue;
+      if (shape == cluster_of(p.algo) || !with(p, shape, a)) continue;
       const float ms = time_ms(a, run);
-      if (ms >= 0 && ms < best) best = ms, best_algo = a;
+      if (ms >= 0 && same_bits(outputs, own) && ms < best) best = ms, best_algo = a;
     }
     p.algo = best_algo;
   }
 
+  // Number of candidates choose_cluster has refused for bits other than the
+  // heuristic's, over all plans (the wrappers' clusters_refused()).
+  size_t refused() const { return refused_; }
+
  private:
+  // p.algo with that cluster shape into a, if cuBLASLt accepts it within the workspace.
+  bool with(const CublasLtPlan& p, uint16_t shape, cublasLtMatmulAlgo_t& a) const {
+    a = p.algo;
+    cublasLtMatmulHeuristicResult_t check{};
+    return cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &shape, sizeof shape) ==
+               CUBLAS_STATUS_SUCCESS &&
+           cublasLtMatmulAlgoCheck(handle_, p.desc, p.a, p.b, p.cd, p.cd, &a, &check) == CUBLAS_STATUS_SUCCESS &&
+           check.workspaceSize <= kWorkspace;
+  }
+
+  // The hash of each output as the stream's queued work leaves it (a host wait).
+  std::vector<uint64_t> hashes(std::span<const GemmOutput> outputs) const {
+    std::vector<uint64_t> h;
+    for (const GemmOutput& o : outputs) h.push_back(output_hash(o.ptr, o.bytes, stream_));
+    return h;
+  }
+
+  // Whether the outputs hash as `own` (the heuristic's); a candidate that does not is counted as refused.
+  bool same_bits(std::span<const GemmOutput> outputs, const std::vector<uint64_t>& own) {
+    if (hashes(outputs) == own) return true;
+    ++refused_;
+    return false;
+  }
+
   // The best of 3 windows of 3 back-to-back runs, after 2 warm-up runs: ms per
   // run, or -1 where a run is refused.
   float time_ms(const cublasLtMatmulAlgo_t& a,
@@ -224,6 +267,7 @@ class CublasLtPlans {
   cudaStream_t stream_;
   bool wgrad_split_k_;
   ClusterChoice clusters_;
+  size_t refused_ = 0;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::map<Key, Plan> plans_;

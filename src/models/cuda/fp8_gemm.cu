@@ -135,7 +135,9 @@ struct Fp8Gemm::Impl {
       return cublasLtMatmul(lt.handle(), p.desc, &alpha, b.codes, p.a, a.codes, p.b, &beta, d, p.cd, d, p.cd, &algo,
                             lt.workspace(), lt.kWorkspace, lt.stream());
     };
-    lt.choose_cluster(p, !fp32_out, matmul);  // a bf16 d is this call's output only (the codes are other buffers)
+    // A bf16 d is this call's output only (the codes are other buffers), which the call below writes for good.
+    const GemmOutput out[] = {{d, size_t(M) * size_t(N) * (fp32_out ? 4 : 2)}};
+    lt.choose_cluster(p, !fp32_out, out, matmul);
     const cublasStatus_t st = matmul(p.algo);
     if (st != CUBLAS_STATUS_SUCCESS && bias && !p.ran) {  // the fused bias is refused at its first run: fall back
       p.ok = false;
@@ -155,6 +157,7 @@ Fp8Gemm::~Fp8Gemm() = default;
 
 size_t Fp8Gemm::cached_shapes() const { return impl_->lt.size(); }
 std::vector<uint16_t> Fp8Gemm::plan_clusters() const { return impl_->lt.clusters(); }
+size_t Fp8Gemm::clusters_refused() const { return impl_->lt.refused(); }
 
 void Fp8Gemm::nt(const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K, uint16_t* d_bf16) {
   impl_->run(a, b, M, N, K, d_bf16, false);

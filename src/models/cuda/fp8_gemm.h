@@ -12,8 +12,9 @@
 // Its first answer, except for the accumulating (wgrad) shapes, which skip
 // 192x64 tiles (fp8_gemm.cu says why; bench/gpubench_fp8_algos times them all).
 // The first call of a bf16-output shape then times that answer's cluster
-// shapes and keeps the fastest, the same bits whichever (by default:
-// cluster_choice.h, MXDP_GEMM_CLUSTERS).
+// shapes and keeps the fastest of those whose output hashes as the
+// heuristic's, so the same bits whichever (by default: cluster_choice.h,
+// MXDP_GEMM_CLUSTERS).
 // M, N and K must be multiples of 16 (a last partial block or tile scales
 // the elements present); 2-D tiles on both operands are refused
 // (Hopper's cuBLASLt block scaling has 1-D x 1-D, 1-D x 2-D and 2-D x 1-D).
@@ -64,6 +65,8 @@ class Fp8Gemm {
   size_t cached_shapes() const;
   // The cluster shape (cublasLtClusterShape_t) each planned shape runs, in the plans' order.
   std::vector<uint16_t> plan_clusters() const;
+  // Number of cluster shapes refused for giving other bits than the heuristic's (cublaslt_plans.h's choose_cluster).
+  size_t clusters_refused() const;
 
  private:
   struct Impl;

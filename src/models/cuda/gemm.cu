@@ -5,6 +5,7 @@
 
 #include <cublasLt.h>
 
+#include <span>
 #include <tuple>
 
 #include "models/cuda/cublaslt_plans.h"
@@ -88,10 +89,14 @@ struct Gemm::Impl {
       return cublasLtMatmul(lt.handle(), p.desc, &alpha, A, p.a, B, p.b, &beta, D, p.cd, D, p.cd, &algo,
                             lt.workspace(), lt.kWorkspace, lt.stream());
     };
-    // A non-accumulating call's D (and a GELU forward's aux) is output only: no caller passes an input as either.
+    // A non-accumulating call's D (and a GELU forward's aux) is output only: no caller passes an input as either,
+    // so choose_cluster may run the GEMM again and again before the call below writes them for good.
+    const bool aux_out = s.epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || s.epi == CUBLASLT_EPILOGUE_GELU_AUX;
     MXDP_CHECK(s.fp32_out || (D != A && D != B && D != aux), "GEMM: the output is one of its inputs");
-    // dGELU's bits change under a 4x1 cluster (GpuGemmClusters): its plans keep the heuristic's.
-    lt.choose_cluster(p, !s.fp32_out && s.epi != CUBLASLT_EPILOGUE_DGELU, matmul);
+    MXDP_CHECK(!aux_out || (aux != A && aux != B), "GEMM: the GELU pre-activation out is one of its inputs");
+    const size_t d_bytes = size_t(s.m) * size_t(s.n) * (s.fp32_out ? 4 : 2);
+    const GemmOutput outputs[] = {{D, d_bytes}, {aux, size_t(s.m) * size_t(s.n) * 2}};  // aux: bf16, ld m
+    lt.choose_cluster(p, !s.fp32_out, std::span(outputs, aux_out ? 2 : 1), matmul);
     MXDP_CUBLAS_CHECK(matmul(p.algo));
   }
 };
@@ -104,6 +109,7 @@ Gemm::~Gemm() = default;
 
 size_t Gemm::cached_shapes() const { return impl_->lt.size(); }
 std::vector<uint16_t> Gemm::plan_clusters() const { return impl_->lt.clusters(); }
+size_t Gemm::clusters_refused() const { return impl_->lt.refused(); }
 
 void Gemm::forward(uint16_t* out, const uint16_t* inp, const uint16_t* W, const uint16_t* bias, int M, int N, int K,
                    uint16_t* gelu_pre) {

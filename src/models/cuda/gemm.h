@@ -9,10 +9,12 @@
 // its first answer, so every later call of that shape runs the same algorithm
 // and gives the same bits (cuBLASLt is deterministic for a fixed algorithm on a
 // given device). The workspace is fixed (32 MiB), which also fixes the choice.
-// It runs the heuristic's cluster shape: the FP8 GEMMs' timed choice
-// (cluster_choice.h) is not on here by default, as bf16's kernels come from
-// several families and one (the dGELU epilogue's) changes its bits under a
-// 4x1 cluster; `clusters` turns it on (tests, and A/B runs of the baseline).
+// The first call of a shape whose GEMM overwrites its output then times that
+// answer's cluster shapes and keeps the fastest of those with the heuristic's
+// bits, each candidate's output hash checked against the heuristic's (by
+// default: cluster_choice.h, MXDP_GEMM_CLUSTERS). The check is what lets the
+// bf16 GEMMs time clusters at all: their kernels come from several families,
+// and one (the dGELU epilogue's) changes its bits under a 4x1 cluster on an H100.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -30,8 +32,7 @@ class Gemm {
   // wgrad_split_k false: backward_weight's shapes are planned with no
   // workspace, which rules out the algorithms that split K and add the parts
   // in the workspace (gpubench_fp8_linear times both ways).
-  explicit Gemm(cudaStream_t stream, bool wgrad_split_k = true,
-                ClusterChoice clusters = ClusterChoice{ClusterChoice::kHeuristic});
+  explicit Gemm(cudaStream_t stream, bool wgrad_split_k = true, ClusterChoice clusters = cluster_choice_from_env());
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -52,6 +53,8 @@ class Gemm {
   size_t cached_shapes() const;
   // The cluster shape (cublasLtClusterShape_t) each planned shape runs, in the plans' order.
   std::vector<uint16_t> plan_clusters() const;
+  // Number of cluster shapes refused for giving other bits than the heuristic's (cublaslt_plans.h's choose_cluster).
+  size_t clusters_refused() const;
 
  private:
   struct Impl;
