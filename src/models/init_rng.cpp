@@ -5,17 +5,13 @@
 #include <numbers>
 
 #include "models/cpu/parallel.h"
+#include "util/splitmix.h"
 
 namespace mxdp {
 
 namespace {
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+uint64_t splitmix64(uint64_t x) { return splitmix64_mix(x + kSplitmix64Gamma); }
 
 // Standard normal number j of stream `key`: Box-Muller on the pair j/2, whose
 // two uniforms come from splitmix64 of consecutive counters.

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "util/check.h"
+#include "util/splitmix.h"
 #include "data/data.h"
 #include "data/utf8.h"
 
@@ -31,14 +32,8 @@ std::string generate(LanguageModel& model, const Tokenizer& tokenizer, const std
     MXDP_CHECK(t < model_vocab, "sample: prompt token ", t, " (", tokenizer.describe(),
                ") is outside the model's vocabulary of ", model_vocab);
   const size_t prompt_len = toks.size();
-  uint64_t state = opt.seed * 0x9e3779b97f4a7c15ull + 0x1234567ull;
-  auto uniform = [&] {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return double(z >> 11) * 0x1.0p-53;
-  };
+  uint64_t state = opt.seed * kSplitmix64Gamma + 0x1234567ull;
+  auto uniform = [&] { return double(splitmix64_mix(state += kSplitmix64Gamma) >> 11) * 0x1.0p-53; };
   NullHooks null_hooks;
   ModelHooks& hooks = hooks_in ? *hooks_in : null_hooks;
   std::vector<int> idx(vocab);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "util/check.h"
+#include "util/splitmix.h"
 
 namespace mxdp {
 
@@ -19,13 +20,7 @@ ToyModel::ToyModel(int vocab, int d, int h) : V_(vocab), D_(d), H_(h) {
 void ToyModel::init_weights(uint64_t seed) {
   // splitmix64 -> uniform in [-a, a): fully specified, the same everywhere.
   uint64_t st = seed;
-  auto next = [&] {
-    uint64_t z = (st += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return double(z >> 11) * 0x1.0p-53;
-  };
+  auto next = [&] { return double(splitmix64_mix(st += kSplitmix64Gamma) >> 11) * 0x1.0p-53; };
   for (size_t p = 0; p < specs_.size(); ++p) {
     const bool is_norm = p == kNorm;
     const double a = specs_[p].shape.size() == 2 ? 1.0 / std::sqrt(double(specs_[p].shape[1])) : 0.1;
