@@ -6,6 +6,7 @@
 #include "util/check.h"
 #include "util/cuda_check.h"
 #include "util/cuda_launch.h"
+#include "util/splitmix.h"
 
 namespace mxdp::cuda {
 
@@ -13,15 +14,6 @@ namespace {
 
 constexpr int kHashThreads = 256;
 constexpr int64_t kHashMaxBlocks = 2048;  // any grid gives the same hash (a wrapping sum)
-
-__host__ __device__ inline uint64_t mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
 
 // Word i of the bytes (little-endian, zero-padded past the end): one 8-byte
 // load where p is 8-byte aligned and the word is whole, else byte by byte.
@@ -37,7 +29,7 @@ __global__ void hash_kernel(const uint8_t* p, uint64_t bytes, bool aligned, unsi
   const uint64_t words = (bytes + 7) / 8;
   uint64_t acc = 0;
   for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < words; i += uint64_t(gridDim.x) * blockDim.x)
-    acc += mix(word_at(p, i, bytes, aligned) ^ (i * 0x9e3779b97f4a7c15ull));
+    acc += splitmix64_mix(word_at(p, i, bytes, aligned) ^ (i * kSplitmix64Gamma));
   for (int off = 16; off > 0; off /= 2) acc += __shfl_down_sync(0xffffffffu, acc, off);  // blockDim: whole warps
   if (threadIdx.x % 32 == 0 && acc != 0) atomicAdd(sum, static_cast<unsigned long long>(acc));
 }
@@ -55,7 +47,7 @@ struct DeviceSum {
 }  // namespace
 
 uint64_t output_hash(const void* p, size_t bytes, cudaStream_t s) {
-  const uint64_t length = mix(bytes);
+  const uint64_t length = splitmix64_mix(bytes);
   if (bytes == 0) return length;
   MXDP_CHECK(p != nullptr, "output_hash: a null pointer for ", bytes, " bytes");
   DeviceSum sum(s);
