@@ -267,8 +267,20 @@ struct ClusterRun {
   std::vector<std::string> names;
   std::vector<uint16_t> clusters;
   size_t refused = 0;
+
+  // One output of the N x K linear's GEMM `what`.
+  template <class Buffer>
+  void add(int N, int K, const char* what, const Buffer& out) {
+    outputs.push_back(out.bytes());
+    names.push_back(std::to_string(N) + "x" + std::to_string(K) + " " + what);
+  }
+  // What the wrapper chose, once every GEMM has run.
+  template <class Wrapper>
+  void finish(const Wrapper& gemm) {
+    clusters = gemm.plan_clusters();
+    refused = gemm.clusters_refused();
+  }
 };
-std::string linear_name(int N, int K) { return std::to_string(N) + "x" + std::to_string(K) + " "; }
 
 // GPT-2 1558M's four block linears (N, K): qkv, attn.proj, fc, mlp.proj, at 4096 tokens.
 constexpr std::pair<int, int> k1558Linears[] = {{4800, 1600}, {1600, 1600}, {6400, 1600}, {1600, 6400}};
@@ -318,12 +330,12 @@ struct Fp8Linears {
         gemm.fprop(l.qx->op(), l.qw->op(), M, N, K, yb.p);
       gemm.dgrad(l.qdy->op(), l.qwt->op(), M, N, K, dx.p);
       gemm.wgrad(l.qdyt->op(), l.qxt->op(), M, N, K, dw.p);
-      for (auto* out : {&y, &yb, &dx}) r.outputs.push_back(out->bytes());
-      r.outputs.push_back(dw.bytes());
-      for (const char* what : {"fprop", "fprop+bias", "dgrad", "wgrad"}) r.names.push_back(linear_name(N, K) + what);
+      r.add(N, K, "fprop", y);
+      r.add(N, K, "fprop+bias", yb);
+      r.add(N, K, "dgrad", dx);
+      r.add(N, K, "wgrad", dw);
     }
-    r.clusters = gemm.plan_clusters();
-    r.refused = gemm.clusters_refused();
+    r.finish(gemm);
     return r;
   }
 };
@@ -366,14 +378,15 @@ struct Bf16Linears {
       gemm.backward_data(dx.p, l.dy->p, l.w->p, M, N, K, nullptr);
       gemm.backward_data(dxg.p, l.dy->p, l.w->p, M, N, K, l.pre->p);
       gemm.backward_weight(dw.p, l.dy->p, l.x->p, M, N, K);
-      for (auto* out : {&y, &yb, &yg, &aux, &dx, &dxg}) r.outputs.push_back(out->bytes());
-      r.outputs.push_back(dw.bytes());
-      for (const char* what : {"forward", "forward+bias", "forward+bias+GELU", "forward+bias+GELU aux", "backward_data",
-                               "backward_data dGELU", "backward_weight"})
-        r.names.push_back(linear_name(N, K) + what);
+      r.add(N, K, "forward", y);
+      r.add(N, K, "forward+bias", yb);
+      r.add(N, K, "forward+bias+GELU", yg);
+      r.add(N, K, "forward+bias+GELU aux", aux);
+      r.add(N, K, "backward_data", dx);
+      r.add(N, K, "backward_data dGELU", dxg);
+      r.add(N, K, "backward_weight", dw);
     }
-    r.clusters = gemm.plan_clusters();
-    r.refused = gemm.clusters_refused();
+    r.finish(gemm);
     return r;
   }
 };
