@@ -16,6 +16,7 @@
 #include "util/cuda_check.h"
 #include "engine/engine_ops.h"
 #include "engine/layout.h"
+#include "formats/cuda/fp8_block_cuda.h"
 #include "formats/fp8_block.h"
 #include "formats/quant.h"
 #include "adamw_ranges_case.h"
@@ -447,6 +448,73 @@ TEST(GpuEngineOps, Fp8b128OpsBitwiseEqualToCpu) {
   }
 }
 
+// The batched GEMM-layout ops (one launch a bucket) against the formats
+// reference (formats/fp8_block.h, host code) matrix by matrix: GPT-2-like
+// shapes (4800, 1600 and 6400 rows of 1600; 1600 rows of 6400), a partial
+// last tile row (400 rows), a piece of a weight written into the middle of
+// its GEMM layout, and a list with a matrix whose rows are not a multiple of
+// 16 (its transposes go one by one). The outputs start as a sentinel, so a
+// byte written outside its place shows.
+TEST(GpuEngineOps, Fp8b128ManyOpsMatchTheFormatsReference) {
+  REQUIRE_GPU();
+  auto gpu = cuda::make_cuda_ops();
+  struct Shape {
+    int64_t rows, cols;
+  };
+  const std::vector<Shape> gpt2 = {{4800, 1600}, {1600, 1600}, {6400, 1600}, {1600, 6400}, {400, 144}};
+  const std::vector<Shape> odd = {{256, 48}, {200, 64}, {128, 16}};
+  for (const std::vector<Shape>& shapes : {gpt2, odd}) {
+    const size_t k = shapes.size();
+    std::vector<std::vector<uint8_t>> codes(k), want_ct(k);
+    std::vector<std::vector<float>> compact(k), want_gm(k), want_gmt(k);
+    std::vector<Dev<uint8_t>> dcodes, dct;
+    std::vector<Dev<float>> dcompact, dgm, dgmt;
+    std::vector<Fp8b128Job> pads(k), trs(k);
+    for (auto* v : {&dcodes, &dct}) v->reserve(k);
+    for (auto* v : {&dcompact, &dgm, &dgmt}) v->reserve(k);
+    for (size_t i = 0; i < k; ++i) {
+      const int64_t rows = shapes[i].rows, cols = shapes[i].cols, n = rows * cols;
+      const auto x = random_floats(size_t(n), 70 + uint32_t(i), 0.05f);
+      codes[i].resize(size_t(n));
+      compact[i].resize(size_t(fp8b128_scale_count(rows, cols)));
+      mxdp::fp8b128_quantize(x.data(), rows, cols, codes[i].data(), compact[i].data());
+      // The reference writes over the same sentinel the device outputs start as.
+      want_gm[i].assign(size_t(fp8b128_gemm_scale_count(rows, cols) + 8), -3.0f);
+      want_gmt[i].assign(size_t(fp8b128_gemm_scale_count(cols, rows)), -3.0f);
+      want_ct[i].assign(size_t(n), 0xEE);
+      // The first matrix's scales go in as two pieces: its first 128 rows, and
+      // the rest into the middle of the GEMM layout (as the unpack does).
+      mxdp::fp8b128_scales_for_gemm(compact[i].data(), rows, cols, want_gm[i].data() + 8);
+      mxdp::fp8b128_transpose_gemm(codes[i].data(), want_gm[i].data() + 8, rows, cols, want_ct[i].data(),
+                                   want_gmt[i].data());
+      dcodes.emplace_back(*gpu, codes[i]);
+      dcompact.emplace_back(*gpu, compact[i]);
+      dgm.emplace_back(*gpu, std::vector<float>(want_gm[i].size(), -3.0f));
+      dgmt.emplace_back(*gpu, std::vector<float>(want_gmt[i].size(), -3.0f));
+      dct.emplace_back(*gpu, std::vector<uint8_t>(want_ct[i].size(), 0xEE));
+      pads[i] = {nullptr, dcompact[i].a.data(), nullptr, dgm[i].a.data() + 8, rows, cols};
+      trs[i] = {dcodes[i].a.data(), dgm[i].a.data() + 8, dct[i].a.data(), dgmt[i].a.data(), rows, cols};
+    }
+    // Matrix 0's scales in two pieces: rows 0..127, then the rest from its second tile row.
+    const int64_t r0 = shapes[0].rows, c0 = shapes[0].cols;
+    pads[0].rows = 128;
+    pads.push_back({nullptr, dcompact[0].a.data() + fp8b128_scale_cols(c0), nullptr,
+                    dgm[0].a.data() + 8 + fp8b128_gemm_scale_ld(c0), r0 - 128, c0});
+    Dev<Fp8b128Job> dpads(*gpu, pads), dtrs(*gpu, trs);
+    gpu->fp8b128_scales_for_gemm_many(pads, dpads.a.data());
+    gpu->fp8b128_transpose_gemm_many(trs, dtrs.a.data());
+    bool one = true;
+    for (const Fp8b128Job& j : trs) one = one && cuda::fp8b128_transpose_many_ok(j);
+    EXPECT_EQ(one, k == 5) << "the GPT-2 shapes take one launch, the list with 200 rows does not";
+    for (size_t i = 0; i < k; ++i) {
+      const std::string what = std::to_string(shapes[i].rows) + " x " + std::to_string(shapes[i].cols);
+      EXPECT_EQ(mismatches(dgm[i].get(), want_gm[i]), 0u) << what << ": GEMM-layout scales";
+      EXPECT_EQ(mismatches(dct[i].get(), want_ct[i]), 0u) << what << ": transposed codes";
+      EXPECT_EQ(mismatches(dgmt[i].get(), want_gmt[i]), 0u) << what << ": transposed scales";
+    }
+  }
+}
+
 // fp8b128's AdamW + stage: the one-pass kernel (adamw_tile_quant, as the ops
 // take it where the vectors allow, with either occupancy) and the two-pass
 // fallback (arrays 4 bytes off their 16-byte alignment), each bitwise equal
@@ -568,6 +636,65 @@ TEST(GpuEngineOps, AdamWQuantizeRangesBitwiseEqualToCpu) {
           ++checked;
         }
   EXPECT_EQ(checked, 3 * 2 * 3);
+}
+
+// fp8b128's ranges on the device (one launch for every piece of a shard,
+// each a matrix with its own tiles) against the CPU's (which test_engine_ops
+// holds equal to adamw_quantize piece by piece): bitwise, masters, moments,
+// codes and scales, on pieces of GPT-2-like and odd shapes (widths 1600, 48,
+// 144, 16, 128; rows that fill no last tile; an empty piece) with 6.4M
+// elements of one in the middle. Gaps of whole float4s and aligned bases take
+// the one launch; a 3-element gap or a base one float off takes adamw_quantize
+// piece by piece; both are checked to take the way they should. Steps that
+// apply, clip, pick the choices' second scalars, and skip; no host wait, and
+// no byte outside the pieces' elements and scales moves.
+TEST(GpuEngineOps, Fp8b128AdamWQuantizeRangesBitwiseEqualToCpu) {
+  REQUIRE_GPU();
+  auto cpu = make_cpu_ops();
+  auto gpu = cuda::make_cuda_ops();
+  const WeightFormat f = WeightFormat::Fp8b128;
+  int one_launch = 0, checked = 0;
+  for (bool gap4 : {true, false})
+    for (int64_t shift : {int64_t(0), int64_t(1)}) {
+      const mxdp::testing::RangeCase rc = mxdp::testing::slab_case(f, 4000, gap4);
+      const std::string what = std::string("gap4=") + (gap4 ? "1" : "0") + " shift=" + std::to_string(shift);
+      const int64_t n = rc.numel;
+      const size_t len = size_t(n + shift);
+      auto p = random_floats(len, 51, 0.02f), m = random_floats(len, 52, 0.01f), v = random_floats(len, 53, 1e-4f);
+      for (auto& x : v) x = x * x;
+      std::vector<uint8_t> pay(size_t(rc.payload_bytes + 64), 0x5A);
+      Dev<float> dp(*gpu, p), dm(*gpu, m), dv(*gpu, v);
+      Dev<uint8_t> dpay(*gpu, pay);
+      const std::unique_ptr<AdamWRanges> cr = cpu->adamw_ranges(f, rc.list), gr = gpu->adamw_ranges(f, rc.list);
+      int64_t waits = 0;
+      for (int t = 1; t <= 4; ++t) {
+        auto g = random_floats(len, 500 + t, t == 4 ? 1e-6f : 1.0f);
+        Dev<float> dg(*gpu, g);
+        const auto choices = mxdp::testing::range_choices(t == 2 ? 1 : t);
+        const StepControl c = step_ctl(t, t == 2 ? 0.37f : 1.0f, t == 3);
+        Dev<StepControl> dc(*gpu, {c});
+        if (t == 1) {
+          const bool one = cuda::detail::slab_ranges_in_one_launch(*gr, dp.a.data() + shift, dm.a.data() + shift,
+                                                                  dv.a.data() + shift, dg.a.data() + shift,
+                                                                  dpay.a.data(), dpay.a.data() + rc.code_bytes);
+          EXPECT_EQ(one, gap4 && shift == 0) << what;
+          one_launch += one;
+        }
+        cpu->adamw_quantize_ranges(ScaleRounding::RCeil, p.data() + shift, m.data() + shift, v.data() + shift,
+                                   g.data() + shift, &c, choices, *cr, pay.data(), pay.data() + rc.code_bytes);
+        const int64_t w0 = gpu->host_waits();
+        gpu->adamw_quantize_ranges(ScaleRounding::RCeil, dp.a.data() + shift, dm.a.data() + shift,
+                                   dv.a.data() + shift, dg.a.data() + shift, dc.a.data(), choices, *gr,
+                                   dpay.a.data(), dpay.a.data() + rc.code_bytes);
+        waits += gpu->host_waits() - w0;
+        EXPECT_EQ(mismatches(dpay.get(), pay), 0u) << what << " step " << t << ": payload";
+      }
+      EXPECT_EQ(waits, 0) << what << ": the ranged pass waited on the host";
+      expect_state_equal(dp, dm, dv, p, m, v, what);
+      ++checked;
+    }
+  EXPECT_EQ(checked, 4);
+  EXPECT_EQ(one_launch, 1);
 }
 
 // The device reads the ranges from its own table: ranges the CPU ops made have

@@ -311,25 +311,26 @@ TEST(CpuEngineOps, DequantizePiecesIsDequantizeOfEach) {
 }
 
 // adamw_quantize_ranges is adamw_quantize range by range (engine_ops.h), for
-// every format the engine stages in one pass (no tensor amax, row blocks):
-// ranges of many lengths with gaps between them, three AdamW choices, over
-// steps that apply, clip (grad_scale != 1), pick the choice's second scalars,
-// and skip. Elements outside every range, and payload bytes no range owns,
-// stay as they were.
+// every format the engine stages in one pass (no tensor amax): row-block
+// formats' ranges of many lengths with gaps between them, and fp8b128's
+// matrices of many shapes, their scales piece after piece; three AdamW
+// choices, over steps that apply, clip (grad_scale != 1), pick the choice's
+// second scalars, and skip. Elements outside every range, and payload bytes no
+// range owns, stay as they were.
 TEST(CpuEngineOps, AdamWQuantizeRangesIsAdamWQuantizeOfEachRange) {
   auto ops = make_cpu_ops();
   int checked = 0;
   for (const FormatTraits& ft : all_formats()) {
-    if (ft.tensor_amax || ft.block_rows > 1) continue;
+    if (ft.tensor_amax) continue;
     for (ScaleRounding r : {ScaleRounding::RCeil, ScaleRounding::Floor}) {
       if (!ft.rounding_applies && r == ScaleRounding::Floor) continue;
       const std::string what = std::string(ft.name) + " " + to_string(r);
-      const mxdp::testing::RangeCase rc = mxdp::testing::range_case(ft.id, 4, 65536 + 7);
+      const mxdp::testing::RangeCase rc = ft.block_rows > 1 ? mxdp::testing::slab_case(ft.id, 520, false)
+                                                            : mxdp::testing::range_case(ft.id, 4, 65536 + 7);
       const int64_t n = rc.numel;
       State a = start(size_t(n), 17), b = a;
       const State before = a;
-      const FlatShape ps = flat_shape(ft.id, n);
-      std::vector<uint8_t> pa(size_t(ps.shard_bytes), 0xAB), pb = pa;
+      std::vector<uint8_t> pa(size_t(rc.payload_bytes), 0xAB), pb = pa;
       const std::unique_ptr<AdamWRanges> ranges = ops->adamw_ranges(ft.id, rc.list);
       for (int t = 1; t <= 4; ++t) {
         auto g = randn(size_t(n), 300 + t, 1.0f);
@@ -338,9 +339,9 @@ TEST(CpuEngineOps, AdamWQuantizeRangesIsAdamWQuantizeOfEachRange) {
         const auto choices = mxdp::testing::range_choices(t == 2 ? 1 : t);
         const StepControl c = step_ctl(t, t == 2 ? 0.37f : 1.0f, t == 3);
         ops->adamw_quantize_ranges(r, a.p.data(), a.m.data(), a.v.data(), g.data(), &c, choices, *ranges, pa.data(),
-                                   pa.data() + ps.code_bytes);
+                                   pa.data() + rc.code_bytes);
         mxdp::testing::adamw_quantize_each(*ops, ft.id, r, b.p.data(), b.m.data(), b.v.data(), g.data(), &c, choices,
-                                           rc.list, pb.data(), pb.data() + ps.code_bytes);
+                                           rc.list, pb.data(), pb.data() + rc.code_bytes);
         EXPECT_TRUE(same_bits(pa, pb)) << what << " step " << t << ": payload";
       }
       EXPECT_TRUE(same_bits(a.p, b.p)) << what << ": masters";
@@ -361,7 +362,7 @@ TEST(CpuEngineOps, AdamWQuantizeRangesIsAdamWQuantizeOfEachRange) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 3) << "bf16, mxfp8 rceil and floor";
+  EXPECT_EQ(checked, 4) << "bf16, mxfp8 rceil and floor, fp8b128";
 }
 
 // Ranges that tile a shard at block boundaries, all with one choice, give the
@@ -399,10 +400,17 @@ TEST(CpuEngineOps, AdamWRangesRefusesWhatOnePassCannotDo) {
   auto ops = make_cpu_ops();
   const auto refused = [&](WeightFormat f, std::vector<AdamWRange> list, const char* why) {
     const std::string msg = mxdp::testing::error_of([&] { ops->adamw_ranges(f, list); });
-    EXPECT_NE(msg.find(why), std::string::npos) << msg;
+    EXPECT_NE(msg.find(why), std::string::npos) << why << ": " << msg;
   };
   refused(WeightFormat::Nvfp4, {{0, 64, 0}}, "tensor amax");
-  refused(WeightFormat::Fp8b128, {{0, 128 * 128, 0}}, "tiles");
+  refused(WeightFormat::Fp8b128, {{0, 128 * 128, 0}}, "has no cols");
+  refused(WeightFormat::Fp8b128, {{0, 128 * 100, 0, 100}}, "multiple of 16");
+  refused(WeightFormat::Fp8b128, {{0, 128 * 100 + 5, 0, 128}}, "whole rows");
+  // Two 200 x 160 matrices: 2 x 2 tiles each, so the second's scales start at 4 or later.
+  const int64_t n = 200 * 160;
+  refused(WeightFormat::Fp8b128, {{0, n, 0, 160, 0}, {n, n, 0, 160, 3}}, "scales must be in order");
+  EXPECT_NO_THROW(ops->adamw_ranges(WeightFormat::Fp8b128, {{0, n, 0, 160, 0}, {n, n, 1, 160, 4}}));
+  refused(WeightFormat::Mxfp8, {{0, 64, 0, 64}}, "follow from its begin");
   refused(WeightFormat::Mxfp8, {{16, 64, 0}}, "inside a mxfp8 block");
   refused(WeightFormat::Mxfp8, {{0, 64, 0}, {32, 64, 0}}, "in order and disjoint");
   refused(WeightFormat::Bf16, {{100, 5, 0}, {0, 5, 0}}, "in order and disjoint");

@@ -34,24 +34,27 @@ BucketSync::BucketSync(Model& model, Communicator& comm, EngineOps& ops, const D
   for (const GatherBuffer& gb : layout.buffers) {
     st_.emplace_back(gb.buckets.size());
     unpack_.emplace_back(gb.buckets.size());
+    fp8_tables_.emplace_back(gb.buckets.size());
   }
   make_stage_ranges();
 }
 
-// The fused AdamW + stage of a row-block format without a tensor amax runs a
-// whole shard in one adamw_quantize_ranges: its ranges are the runs of
+// The fused AdamW + stage of a format without a tensor amax runs a whole shard
+// in one adamw_quantize_ranges. A row-block format's ranges are the runs of
 // consecutive pieces with the same weight decay, the padding around them
 // included (its grads, moments and masters are zero and stay zero under AdamW
 // with any decay). Ranges start at piece starts, which are whole blocks of the
-// format, so the blocks are those of the whole shard. The layout fixes them:
-// made (and, on a GPU, uploaded) here, so no step waits on the host for them.
+// format, so the blocks are those of the whole shard. A slab format's ranges
+// are its pieces, each a matrix with its own tiles (the padding between them
+// has no scales: stage_slabs). The layout fixes them: made (and, on a GPU,
+// uploaded) here, so no step waits on the host for them.
 void BucketSync::make_stage_ranges() {
   stage_ranges_.resize(layout_.buffers.size());
   for (size_t f = 0; f < layout_.buffers.size(); ++f) {
     const GatherBuffer& gb = layout_.buffers[f];
     const FormatTraits& ft = format_traits(gb.format);
     stage_ranges_[f].resize(gb.buckets.size());
-    if (ft.tensor_amax || ft.block_rows > 1) continue;  // staged piece by piece (stage())
+    if (ft.tensor_amax) continue;  // staged piece by piece, in two passes (stage_tensor_scaled)
     for (size_t b = 0; b < gb.buckets.size(); ++b) {
       const Bucket& bk = gb.buckets[b];
       stage_ranges_[f][b].resize(size_t(dp_));
@@ -59,18 +62,24 @@ void BucketSync::make_stage_ranges() {
         if (!bufs_.owns(s)) continue;
         std::vector<AdamWRange> runs;
         const std::vector<Piece>& pcs = bk.shards[s];
-        int64_t begin = 0;
-        int run_param = pcs.empty() ? bk.params.front() : pcs.front().param;
-        const auto close_run = [&](int64_t end) {
-          if (end > begin) runs.push_back({begin, end - begin, params_[run_param].decay ? kWithDecay : kNoDecay});
-        };
-        for (const Piece& pc : pcs) {
-          if (params_[pc.param].decay == params_[run_param].decay) continue;
-          close_run(pc.shard_pos);  // adamw_ranges refuses a range that starts inside a block
-          begin = pc.shard_pos;
-          run_param = pc.param;
+        const auto choice = [&](int p) { return params_[p].decay ? kWithDecay : kNoDecay; };
+        if (ft.block_rows > 1) {
+          for (const Piece& pc : pcs)
+            runs.push_back({pc.shard_pos, pc.len, choice(pc.param), params_[pc.param].shape[1], pc.scale_pos});
+        } else {
+          int64_t begin = 0;
+          int run_param = pcs.empty() ? bk.params.front() : pcs.front().param;
+          const auto close_run = [&](int64_t end) {
+            if (end > begin) runs.push_back({begin, end - begin, choice(run_param)});
+          };
+          for (const Piece& pc : pcs) {
+            if (params_[pc.param].decay == params_[run_param].decay) continue;
+            close_run(pc.shard_pos);  // adamw_ranges refuses a range that starts inside a block
+            begin = pc.shard_pos;
+            run_param = pc.param;
+          }
+          close_run(bk.shard_numel);
         }
-        close_run(bk.shard_numel);
         stage_ranges_[f][b][s] = ops_.adamw_ranges(gb.format, std::move(runs));
       }
     }
@@ -110,6 +119,13 @@ void BucketSync::stage(int f, int b, const Update* u) {
   if (bufs_.reused(f)) st.region = Region::Payload;
   // Reference mode: every rank staged every shard; there is nothing to gather.
   if (!opt_.distributed_optimizer) st.gathered_v = st.staged_v;
+}
+
+std::array<AdamWChoice, 2> BucketSync::stage_choices(const Update& u) const {
+  std::array<AdamWChoice, 2> c;
+  c[kNoDecay] = adamw_for(u, false);
+  c[kWithDecay] = adamw_for(u, true);
+  return c;
 }
 
 AdamWChoice BucketSync::adamw_for(const Update& u, bool decay) const {
@@ -174,29 +190,29 @@ void BucketSync::stage_tensor_scaled(const Staging& t, int f, int b, const Updat
   }
 }
 
-// Slab formats (fp8b128): piece by piece, each a (len / cols) x cols matrix of
-// whole 128-row slabs of its param (the layout guarantees it; the last may be
+// Slab formats (fp8b128): each piece a (len / cols) x cols matrix of whole
+// 128-row slabs of its param (the layout guarantees it; the last may be
 // short), so its tiles are the param's own, its scales at the piece's
-// scale_pos. The padding between pieces has no scales: its masters are 0 and
-// its codes stay the zeros (E4M3 0) the payload was allocated with (a slab
-// format's payload never lives in the grad buffer).
+// scale_pos; with AdamW, every owned shard's pieces in one pass
+// (make_stage_ranges). The padding between pieces has no scales: its masters
+// are 0 and its codes stay the zeros (E4M3 0) the payload was allocated with
+// (a slab format's payload never lives in the grad buffer).
 void BucketSync::stage_slabs(const Staging& t, int f, int b, const Update* u) {
   const auto& [gb, bk, bs, ps, ft, base] = t;
   for (int s = 0; s < dp_; ++s) {
     if (!bufs_.owns(s)) continue;
     const int64_t off = bufs_.shard_local_off(f, b, s);
     uint8_t* slot = base + s * ps.shard_bytes;
+    if (u) {
+      ops_.adamw_quantize_ranges(opt_.mxfp8_scale_rounding, bs.master.data() + off, bs.m.data() + off,
+                                 bs.v.data() + off, bs.main_grad + off, u->ctl, stage_choices(*u),
+                                 *stage_ranges_[f][b][s], slot, slot + ps.code_bytes);
+      continue;
+    }
     for (const Piece& pc : bk.shards[s]) {
       const int64_t cols = params_[pc.param].shape[1], e = off + pc.shard_pos;
-      uint8_t* codes = slot + ft.code_bytes(pc.shard_pos);
-      uint8_t* scales = slot + ps.scales_at(pc);
-      if (u)
-        ops_.adamw_quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + e, bs.m.data() + e,
-                            bs.v.data() + e, bs.main_grad + e, pc.len, u->ctl, adamw_for(*u, params_[pc.param].decay),
-                            codes, scales, cols);
-      else
-        ops_.quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + e, pc.len, nullptr, codes, scales,
-                      cols);
+      ops_.quantize(gb.format, opt_.mxfp8_scale_rounding, bs.master.data() + e, pc.len, nullptr,
+                    slot + ft.code_bytes(pc.shard_pos), slot + ps.scales_at(pc), cols);
     }
   }
 }
@@ -215,12 +231,9 @@ void BucketSync::stage_rows(const Staging& t, int f, int b, const Update* u) {
                     slot + ps.code_bytes);
       continue;
     }
-    AdamWChoice choices[2];
-    choices[kNoDecay] = adamw_for(*u, false);
-    choices[kWithDecay] = adamw_for(*u, true);
     ops_.adamw_quantize_ranges(opt_.mxfp8_scale_rounding, bs.master.data() + off, bs.m.data() + off,
-                               bs.v.data() + off, bs.main_grad + off, u->ctl, choices, *stage_ranges_[f][b][s], slot,
-                               slot + ps.code_bytes);
+                               bs.v.data() + off, bs.main_grad + off, u->ctl, stage_choices(*u),
+                               *stage_ranges_[f][b][s], slot, slot + ps.code_bytes);
   }
 }
 
@@ -296,12 +309,8 @@ void BucketSync::unpack(int f, int b) {
   }
   if (t.empty()) return;
   UnpackTable& ut = unpack_[f][b];
-  if (t.size() != ut.host.size() || std::memcmp(t.data(), ut.host.data(), t.size() * sizeof(UnpackPiece)) != 0) {
-    ut.dev = DeviceArray<UnpackPiece>(ops_, t.size());
-    ops_.copy_from_host(ut.dev.data(), t.data(), t.size() * sizeof(UnpackPiece));
-    ut.host = std::move(t);
-    ut.max_len = max_len;
-  }
+  ut.hold(ops_, std::move(t));
+  ut.max_len = max_len;
   ops_.dequantize_pieces(gb.format, ut.dev.data(), int(ut.host.size()), ut.max_len, dt);
 }
 

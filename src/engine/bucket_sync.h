@@ -6,7 +6,9 @@
 // docs/engine.md, "The chain", tells the rules; engine.h the version label.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -100,6 +102,7 @@ class BucketSync final : public ModelHooks {
   void stage_slabs(const Staging& t, int f, int b, const Update* u);
   void stage_rows(const Staging& t, int f, int b, const Update* u);
   AdamWChoice adamw_for(const Update& u, bool decay) const;  // the step's AdamW for a decay class
+  std::array<AdamWChoice, 2> stage_choices(const Update& u) const;  // both, at kNoDecay and kWithDecay
   void make_stage_ranges();
   void start_gather(int f, int b);
   void finish_gather(int f, int b);
@@ -112,10 +115,27 @@ class BucketSync final : public ModelHooks {
   void start_reduce(int f, int b);
   void finish_reduce(int f, int b);
 
-  struct UnpackTable {
-    std::vector<UnpackPiece> host;  // what dev holds
-    DeviceArray<UnpackPiece> dev;
+  // A list an op reads from ops memory in one launch, with the host's copy:
+  // hold() uploads only a list that differs from the one held (the pointers
+  // of a bucket's pieces are fixed, so in practice once).
+  template <class T>
+  struct DeviceTable {
+    std::vector<T> host;  // what dev holds
+    DeviceArray<T> dev;
+    void hold(EngineOps& ops, std::vector<T> list) {
+      if (list.size() == host.size() && std::memcmp(list.data(), host.data(), list.size() * sizeof(T)) == 0) return;
+      dev = DeviceArray<T>(ops, list.size());
+      ops.copy_from_host(dev.data(), list.data(), list.size() * sizeof(T));
+      host = std::move(list);
+    }
+  };
+  struct UnpackTable : DeviceTable<UnpackPiece> {
     int64_t max_len = 0;
+  };
+  // A bucket's fp8b128 weights: the unpack's scale jobs (a piece each) and
+  // the transposes (a weight each).
+  struct Fp8Tables {
+    DeviceTable<Fp8b128Job> scales, transposes;
   };
 
   Model& model_;
@@ -128,10 +148,12 @@ class BucketSync final : public ModelHooks {
   int rank_, dp_;
   std::vector<std::vector<BucketState>> st_;      // [buffer][bucket]
   std::vector<std::vector<UnpackTable>> unpack_;  // [buffer][bucket], filled at the first unpack
+  std::vector<std::vector<Fp8Tables>> fp8_tables_;  // [buffer][bucket], filled at first use
   // The AdamW choices of a stage's ranges (AdamWRange::choice).
   static constexpr int32_t kNoDecay = 0, kWithDecay = 1;
-  // [buffer][bucket][shard]: an owned shard's decay runs, for the fused AdamW
-  // + stage in one pass (row-block formats without a tensor amax; else empty).
+  // [buffer][bucket][shard]: an owned shard's ranges for the fused AdamW +
+  // stage in one pass (formats without a tensor amax; else empty): a row-block
+  // format's decay runs, a slab format's pieces.
   std::vector<std::vector<std::vector<std::unique_ptr<AdamWRanges>>>> stage_ranges_;
   std::vector<std::pair<int, int>> fwd_order_;    // buckets in forward order
   std::vector<std::vector<int>> layer_params_;    // params whose first layer is L

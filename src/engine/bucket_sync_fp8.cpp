@@ -38,7 +38,10 @@ void BucketSync::fp8_unpack(int f, int b) {
     fp8_transpose(f, b);
     st_[f][b].transposed_v = st_[f][b].gathered_v;
   }
+  // Each piece's codes (copied where its param keeps its own), then every
+  // piece's tile scales into its param's GEMM layout in one op.
   const uint8_t* base = bufs_.payload_ptr(f, b);
+  std::vector<Fp8b128Job> jobs;
   for (int s = 0; s < dp_; ++s) {
     const uint8_t* slot = base + s * ps.shard_bytes;
     for (const Piece& pc : bk.shards[s]) {
@@ -53,21 +56,32 @@ void BucketSync::fp8_unpack(int f, int b) {
                    "' is read in place but not from its piece");
       else
         ops_.copy(w.own_codes.data() + pc.param_begin, codes, size_t(pc.len));
-      ops_.fp8b128_scales_for_gemm(reinterpret_cast<const float*>(slot + ps.scales_at(pc)), pc.len / cols, cols,
-                                   w.gemm.data() + first_tile_row * fp8b128_gemm_scale_ld(cols));
+      Fp8b128Job j;
+      j.scales = reinterpret_cast<const float*>(slot + ps.scales_at(pc));
+      j.out_scales = w.gemm.data() + first_tile_row * fp8b128_gemm_scale_ld(cols);
+      j.rows = pc.len / cols;
+      j.cols = cols;
+      jobs.push_back(j);
     }
   }
+  DeviceTable<Fp8b128Job>& t = fp8_tables_[f][b].scales;
+  t.hold(ops_, std::move(jobs));
+  ops_.fp8b128_scales_for_gemm_many(t.host, t.dev.data());
 }
 
-// W^T of every param of the bucket from its W (the transpose is exact: codes
-// move, the scale grid transposes).
+// W^T of every param of the bucket from its W, in one op (the transpose is
+// exact: codes move, the scale grid transposes).
 void BucketSync::fp8_transpose(int f, int b) {
+  std::vector<Fp8b128Job> jobs;
   for (int p : layout_.buffers[f].buckets[b].params) {
     if (!reads_fp8(p)) continue;
     Fp8Store& w = bufs_.fp8(p);
-    const int64_t rows = params_[p].shape[0], cols = params_[p].shape[1];
-    ops_.fp8b128_transpose_gemm(w.codes, w.gemm.data(), rows, cols, w.codes_t.data(), w.gemm_t.data());
+    jobs.push_back(
+        {w.codes, w.gemm.data(), w.codes_t.data(), w.gemm_t.data(), params_[p].shape[0], params_[p].shape[1]});
   }
+  DeviceTable<Fp8b128Job>& t = fp8_tables_[f][b].transposes;
+  t.hold(ops_, std::move(jobs));
+  ops_.fp8b128_transpose_gemm_many(t.host, t.dev.data());
 }
 
 Fp8Weight BucketSync::fp8_weight(int p) {

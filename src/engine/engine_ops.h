@@ -26,6 +26,7 @@
 #include "models/model.h"
 #include "engine/optimizer.h"
 #include "engine/options.h"
+#include "formats/fp8_block.h"
 #include "util/check.h"
 
 namespace mxdp {
@@ -95,11 +96,17 @@ inline void check_tensor_amax(WeightFormat f, const float* tensor_amax, const ch
 
 // One range of a shard for adamw_quantize_ranges: len elements from element
 // `begin` of the shard, updated with the step's AdamW scalars number `choice`
-// (the engine's: 0 without weight decay, 1 with it).
+// (the engine's: 0 without weight decay, 1 with it). A slab format's range
+// (block_rows > 1: fp8b128) is also a (len / cols) x cols matrix, one piece of
+// a param starting on one of its slabs, whose tile scales start at scale
+// number scale_pos of the shard's scales (the layout's Piece::scale_pos); a
+// row-block format's range leaves both 0 (its scales follow from begin).
 struct AdamWRange {
   int64_t begin = 0;
   int64_t len = 0;
   int32_t choice = 0;
+  int64_t cols = 0;
+  int64_t scale_pos = 0;
 };
 // The most AdamW choices one adamw_quantize_ranges call takes (a GPU kernel
 // gets them all as its arguments).
@@ -109,9 +116,11 @@ inline constexpr int kMaxAdamWChoices = 4;
 // (EngineOps::adamw_ranges): the list, and whatever those ops read it from in a
 // step (a GPU's copy in device memory). The layout fixes a shard's ranges, so
 // the engine makes this once: a step uploads nothing and never waits on the host.
-// The list: a format with block_rows == 1 and no tensor_amax; ranges in order
-// and disjoint (begin >= the previous begin + len), each begin a multiple of
-// the format's block, len >= 0, 0 <= choice < kMaxAdamWChoices.
+// The list: a format without tensor_amax; ranges in order and disjoint (begin
+// >= the previous begin + len), len >= 0, 0 <= choice < kMaxAdamWChoices.
+// Row-block formats: each begin a multiple of the format's block, cols and
+// scale_pos 0. Slab formats: cols > 0 and a matrix the format takes
+// (check_slab_range), the ranges' scales in order and disjoint too.
 class AdamWRanges {
  public:
   AdamWRanges(WeightFormat f, std::vector<AdamWRange> list);
@@ -123,6 +132,9 @@ class AdamWRanges {
   int choices_needed() const { return choices_needed_; }  // 1 + the largest choice (0: no range)
   // The argument check of adamw_quantize_ranges: one choice per index the list uses.
   void check_choices(std::span<const AdamWChoice> choices) const;
+  // Where range r's scales start in a shard whose scales start at `scales`
+  // (adamw_quantize_ranges' contract; nullptr for nullptr).
+  uint8_t* scales_of(const AdamWRange& r, uint8_t* scales) const;
 
  private:
   WeightFormat format_;
@@ -195,8 +207,10 @@ class EngineOps {
   //   adamw_quantize(ranges.format(), r, p + R.begin, m + R.begin, v + R.begin,
   //                  g + R.begin, R.len, ctl, choices[R.choice],
   //                  codes + code_bytes(R.begin), scales + scales_bytes(R.begin))
-  // (format.h's byte counts; row-block formats only); elements outside every
-  // range untouched. `ranges` from these ops' adamw_ranges; choices: at least
+  // (format.h's byte counts) for a row-block format, and for a slab format
+  //   ... codes + code_bytes(R.begin), scales + R.scale_pos * scale_bytes, R.cols)
+  // (its tiles: the format's scale_bytes each); elements and scales outside
+  // every range untouched. `ranges` from these ops' adamw_ranges; choices: at least
   // ranges.choices_needed(), at most kMaxAdamWChoices, in host memory (a GPU
   // passes them to its kernel).
   virtual void adamw_quantize_ranges(ScaleRounding r, float* p, float* m, float* v, const float* g,
@@ -222,6 +236,13 @@ class EngineOps {
   // and gemm_scales_t from codes and gemm_scales (fp8b128_transpose_gemm).
   virtual void fp8b128_transpose_gemm(const uint8_t* codes, const float* gemm_scales, int64_t rows, int64_t cols,
                                       uint8_t* codes_t, float* gemm_scales_t) = 0;
+  // The same two over a list of matrices (formats/fp8_block.h's Fp8b128Job):
+  // `jobs` in host memory, `dev` the same list in ops memory (what a GPU
+  // launches on). One launch each on a GPU; the bits of the calls one by one:
+  //   fp8b128_scales_for_gemm(J.scales, J.rows, J.cols, J.out_scales)
+  //   fp8b128_transpose_gemm(J.codes, J.scales, J.rows, J.cols, J.codes_t, J.out_scales)
+  virtual void fp8b128_scales_for_gemm_many(std::span<const Fp8b128Job> jobs, const Fp8b128Job* dev) = 0;
+  virtual void fp8b128_transpose_gemm_many(std::span<const Fp8b128Job> jobs, const Fp8b128Job* dev) = 0;
 
   // ---- results read late, without a host wait inside the step
   // Host memory copy_to_host_async may land in (pinned for a GPU), zero-filled.

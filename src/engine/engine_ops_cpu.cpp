@@ -126,7 +126,7 @@ class CpuOps final : public EngineOps {
     for (const AdamWRange& a : ranges.list()) {
       const int64_t at = a.begin;
       adamw_quantize(f, r, p + at, m + at, v + at, g + at, a.len, ctl, choices[size_t(a.choice)],
-                     codes + ft.code_bytes(at), scales ? scales + ft.scales_bytes(at) : nullptr, 0);
+                     codes + ft.code_bytes(at), ranges.scales_of(a, scales), a.cols);
     }
   }
   std::unique_ptr<AdamWRanges> adamw_ranges(WeightFormat f, std::vector<AdamWRange> list) override {
@@ -149,6 +149,13 @@ class CpuOps final : public EngineOps {
   void fp8b128_transpose_gemm(const uint8_t* codes, const float* gemm_scales, int64_t rows, int64_t cols,
                               uint8_t* codes_t, float* gemm_scales_t) override {
     mxdp::fp8b128_transpose_gemm(codes, gemm_scales, rows, cols, codes_t, gemm_scales_t);
+  }
+  // Literally the contract: the calls one by one (ops memory is host memory).
+  void fp8b128_scales_for_gemm_many(std::span<const Fp8b128Job> jobs, const Fp8b128Job*) override {
+    for (const Fp8b128Job& j : jobs) fp8b128_scales_for_gemm(j.scales, j.rows, j.cols, j.out_scales);
+  }
+  void fp8b128_transpose_gemm_many(std::span<const Fp8b128Job> jobs, const Fp8b128Job*) override {
+    for (const Fp8b128Job& j : jobs) fp8b128_transpose_gemm(j.codes, j.scales, j.rows, j.cols, j.codes_t, j.out_scales);
   }
   void* alloc_host(size_t bytes) override { return alloc(bytes); }
   void release_host(void* p) override { release(p); }

@@ -66,6 +66,19 @@ void fp8b128_scales_for_gemm(const float* scales, int64_t rows, int64_t cols, fl
 void fp8b128_transpose_gemm(const uint8_t* codes, const float* gemm_scales, int64_t rows, int64_t cols,
                             uint8_t* codes_t, float* gemm_scales_t);
 
+// One matrix of a batch of the two GEMM-layout ops (a bucket's weights, one
+// launch on a GPU: cuda/fp8_block_cuda.h's *_many, the engine ops'
+// fp8b128_*_many). scales_for_gemm reads `scales` (compact) and writes
+// out_scales; transpose_gemm reads codes and `scales` (GEMM layout) and writes
+// codes_t and out_scales (W^T's GEMM layout).
+struct Fp8b128Job {
+  const uint8_t* codes = nullptr;
+  const float* scales = nullptr;
+  uint8_t* codes_t = nullptr;
+  float* out_scales = nullptr;
+  int64_t rows = 0, cols = 0;
+};
+
 // ---- 1x128 blocks ----------------------------------------------------------
 // x: fp32, or bf16 bits (uint16_t) as the GPU model's activations are.
 void fp8_quantize_1x128(const float* x, int64_t rows, int64_t cols, Fp8Kind k, uint8_t* codes, float* scales);

@@ -209,11 +209,11 @@ __global__ void __launch_bounds__(kThreads)
 // loads go 4 pieces at a time (16 loads in flight a thread) beside the 16
 // updated pieces the thread keeps. kMinBlocks: CTAs an SM (2: at most 128
 // registers a thread).
-template <int kMinBlocks>
-__global__ void __launch_bounds__(device::kFp8TileThreads, kMinBlocks)
-    adamw_tile_quant_kernel(float* __restrict__ p, float* __restrict__ m, float* __restrict__ v, const float* __restrict__ g,
-                     int64_t rows, int64_t cols, const StepControl* __restrict__ ctl, AdamWChoice c,
-                     uint8_t* __restrict__ codes, float* __restrict__ scales) {
+__device__ __forceinline__ void adamw_tile(float* __restrict__ p, float* __restrict__ m, float* __restrict__ v,
+                                           const float* __restrict__ g, int64_t rows, int64_t cols,
+                                           const StepControl* __restrict__ ctl, const AdamWChoice& c,
+                                           uint8_t* __restrict__ codes, float* __restrict__ scales,
+                                           device::TileAt at) {
   constexpr int kBatch = 4;
   const bool update = !ctl->skip;
   const float gs = ctl->grad_scale;
@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(device::kFp8TileThreads, kMinBlocks)
     float4 mm[kBatch], vv[kBatch], gg[kBatch];
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
-      const int64_t i = device::tile_piece(b + j, rows, cols);
+      const int64_t i = device::tile_piece(b + j, rows, cols, at);
       pp[b + j] = i >= 0 ? *reinterpret_cast<const float4*>(p + i) : z;
       if (update) {
         mm[j] = i >= 0 ? *reinterpret_cast<const float4*>(m + i) : z;
@@ -236,7 +236,7 @@ __global__ void __launch_bounds__(device::kFp8TileThreads, kMinBlocks)
     if (!update) continue;
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
-      const int64_t i = device::tile_piece(b + j, rows, cols);
+      const int64_t i = device::tile_piece(b + j, rows, cols, at);
       if (i < 0) continue;  // stays zero: the quantizer folds zeros for pieces outside the matrix
       adamw4(pp[b + j], mm[j], vv[j], gg[j], gs, s);
       *reinterpret_cast<float4*>(p + i) = pp[b + j];
@@ -244,7 +244,15 @@ __global__ void __launch_bounds__(device::kFp8TileThreads, kMinBlocks)
       *reinterpret_cast<float4*>(v + i) = vv[j];
     }
   }
-  device::tile_quant_regs(pp, rows, cols, codes, scales);
+  device::tile_quant_regs(pp, rows, cols, codes, scales, at);
+}
+
+template <int kMinBlocks>
+__global__ void __launch_bounds__(device::kFp8TileThreads, kMinBlocks)
+    adamw_tile_quant_kernel(float* __restrict__ p, float* __restrict__ m, float* __restrict__ v,
+                            const float* __restrict__ g, int64_t rows, int64_t cols, const StepControl* __restrict__ ctl,
+                            AdamWChoice c, uint8_t* __restrict__ codes, float* __restrict__ scales) {
+  adamw_tile(p, m, v, g, rows, cols, ctl, c, codes, scales, device::grid_tile());
 }
 
 __global__ void step_control_kernel(const double* partials, int rows, int stride, int cols, double clip,
@@ -343,7 +351,8 @@ __device__ __forceinline__ AdamWChoice choice_at(const RangeChoices& ch, int k) 
 }
 
 // The range CTA `tile` works on: the last row whose first tile is <= tile.
-__device__ __forceinline__ RangeTiles range_of(const RangeTiles* __restrict__ t, int count, int64_t tile) {
+template <class Row>
+__device__ __forceinline__ Row range_of(const Row* __restrict__ t, int count, int64_t tile) {
   int lo = 0, hi = count - 1;
   while (lo < hi) {
     const int mid = lo + (hi - lo + 1) / 2;
@@ -433,6 +442,64 @@ void launch_fused_ranges(float* p, float* m, float* v, const float* g, const Cud
                                                                       scales);
   MXDP_CUDA_CHECK_LAUNCH();
 }
+
+// ---- fp8b128's fused AdamW + stage over the pieces of a shard, one launch ----------
+// A slab format's ranges are matrices (AdamWRange::cols), one CTA a 128x128
+// tile of one of them: adamw_tile with the range's pointers and the tile's
+// place in the range's own grid, so every tile gets the bits
+// adamw_tile_quant_kernel of that range alone gives it, and the launch has
+// one tail, not one a piece (GPT-2 1558M's attn.proj is 169 tiles, under one
+// wave).
+struct SlabTiles {
+  int64_t begin = 0, rows = 0, cols = 0;
+  int64_t tc = 0;          // tiles a tile row
+  int64_t first_tile = 0;  // CTAs first_tile .. first_tile + tiles - 1 are this range's
+  int64_t scale_pos = 0;   // its first tile's scale in the shard's scales
+  int32_t choice = 0;
+};
+
+__global__ void __launch_bounds__(device::kFp8TileThreads, 2)
+    adamw_tile_quant_ranges(float* __restrict__ p, float* __restrict__ m, float* __restrict__ v,
+                            const float* __restrict__ g, const SlabTiles* __restrict__ ranges, int count,
+                            const StepControl* __restrict__ ctl, RangeChoices ch, uint8_t* __restrict__ codes,
+                            float* __restrict__ scales) {
+  const SlabTiles rg = range_of(ranges, count, blockIdx.x);
+  const int64_t local = int64_t(blockIdx.x) - rg.first_tile;
+  const device::TileAt at{local % rg.tc, local / rg.tc, rg.tc};
+  adamw_tile(p + rg.begin, m + rg.begin, v + rg.begin, g + rg.begin, rg.rows, rg.cols, ctl,
+             choice_at(ch, rg.choice), codes + rg.begin, scales + rg.scale_pos, at);
+}
+
+// What CudaOps::adamw_ranges makes for a slab format: the list, and its tiles
+// in device memory; vec() when every range allows the one-pass kernel given
+// aligned base pointers (cols and begin multiples of 4).
+class CudaSlabRanges final : public AdamWRanges {
+ public:
+  CudaSlabRanges(EngineOps& ops, WeightFormat f, std::vector<AdamWRange> list) : AdamWRanges(f, std::move(list)) {
+    std::vector<SlabTiles> rows;
+    for (const AdamWRange& a : this->list()) {
+      if (a.len == 0) continue;  // no work, and no CTA
+      const int64_t r = a.len / a.cols, tc = fp8b128_scale_cols(a.cols);
+      rows.push_back({a.begin, r, a.cols, tc, tiles_, a.scale_pos, a.choice});
+      tiles_ += fp8b128_scale_rows(r) * tc;
+      vec_ = vec_ && a.cols % 4 == 0 && a.begin % 4 == 0;
+    }
+    MXDP_CHECK(tiles_ <= INT_MAX, "adamw_ranges: too many tiles for one launch (", tiles_, ")");
+    count_ = int(rows.size());
+    dev_ = DeviceArray<SlabTiles>(ops, rows.size());
+    ops.copy_from_host(dev_.data(), rows.data(), dev_.bytes());
+  }
+  const SlabTiles* dev() const { return dev_.data(); }
+  int count() const { return count_; }
+  int64_t tiles() const { return tiles_; }
+  bool vec() const { return vec_; }
+
+ private:
+  DeviceArray<SlabTiles> dev_;
+  int count_ = 0;
+  int64_t tiles_ = 0;
+  bool vec_ = true;
+};
 
 // The one format -> (FusedOut, ScaleRounding) dispatch of the fused AdamW +
 // quantize passes (the whole tensor's and the ranged one): the null-pointer
@@ -748,6 +815,8 @@ class CudaOps final : public EngineOps {
                              std::span<const AdamWChoice> choices, const AdamWRanges& ranges, uint8_t* codes,
                              uint8_t* scales) override {
     ranges.check_choices(choices);
+    if (format_traits(ranges.format()).block_rows > 1)
+      return adamw_quantize_slabs(r, p, m, v, g, ctl, choices, ranges, codes, scales);
     const auto* t = dynamic_cast<const CudaRanges*>(&ranges);
     MXDP_CHECK(t, "adamw_quantize_ranges: these ranges were not made by CUDA ops' adamw_ranges, so they have no "
                   "table in device memory");
@@ -762,7 +831,32 @@ class CudaOps final : public EngineOps {
         // AdamWRanges refuses tensor-amax and slab formats; a new row-block format needs its FusedOut here
         [](WeightFormat other) { MXDP_FAIL("adamw_quantize_ranges: no fused CUDA pass for ", to_string(other)); });
   }
+  // A slab format's ranges: one launch where every range and base pointer
+  // allows the one-pass kernel, else adamw_quantize range by range (the
+  // contract itself; the same bits).
+  void adamw_quantize_slabs(ScaleRounding r, float* p, float* m, float* v, const float* g, const StepControl* ctl,
+                            std::span<const AdamWChoice> choices, const AdamWRanges& ranges, uint8_t* codes,
+                            uint8_t* scales) {
+    const auto* t = dynamic_cast<const CudaSlabRanges*>(&ranges);
+    MXDP_CHECK(t, "adamw_quantize_ranges: these ranges were not made by CUDA ops' adamw_ranges, so they have no "
+                  "table in device memory");
+    if (t->tiles() == 0) return;
+    MXDP_CHECK(p && m && v && g && ctl && codes && scales, "adamw_quantize_ranges: null pointer");
+    if (!detail::slab_ranges_in_one_launch(ranges, p, m, v, g, codes, scales)) {
+      for (const AdamWRange& a : ranges.list())
+        adamw_quantize(ranges.format(), r, p + a.begin, m + a.begin, v + a.begin, g + a.begin, a.len, ctl,
+                       choices[size_t(a.choice)], codes + format_traits(ranges.format()).code_bytes(a.begin),
+                       ranges.scales_of(a, scales), a.cols);
+      return;
+    }
+    RangeChoices ch;
+    std::copy(choices.begin(), choices.end(), ch.c);
+    adamw_tile_quant_ranges<<<unsigned(t->tiles()), device::kFp8TileThreads, 0, stream_>>>(
+        p, m, v, g, t->dev(), t->count(), ctl, ch, codes, reinterpret_cast<float*>(scales));
+    MXDP_CUDA_CHECK_LAUNCH();
+  }
   std::unique_ptr<AdamWRanges> adamw_ranges(WeightFormat f, std::vector<AdamWRange> list) override {
+    if (format_traits(f).block_rows > 1) return std::make_unique<CudaSlabRanges>(*this, f, std::move(list));
     return std::make_unique<CudaRanges>(*this, f, std::move(list));
   }
   void fp8b128_scales_for_gemm(const float* scales, int64_t rows, int64_t cols, float* gemm_scales) override {
@@ -772,6 +866,29 @@ class CudaOps final : public EngineOps {
                               uint8_t* codes_t, float* gemm_scales_t) override {
     if (rows > 0 && cols > 0)
       cuda::fp8b128_transpose_gemm(codes, gemm_scales, rows, cols, codes_t, gemm_scales_t, stream_);
+  }
+  void fp8b128_scales_for_gemm_many(std::span<const Fp8b128Job> jobs, const Fp8b128Job* dev) override {
+    int64_t max = 0;
+    for (const Fp8b128Job& j : jobs) max = std::max(max, fp8b128_gemm_scale_count(j.rows, j.cols));
+    MXDP_CHECK(jobs.empty() || dev, "fp8b128_scales_for_gemm_many: no device copy of the list");
+    cuda::fp8b128_scales_for_gemm_many(dev, int(jobs.size()), max, stream_);
+  }
+  // One launch when every matrix takes the vectorized transpose (every GPT-2
+  // and Llama weight), else the calls one by one.
+  void fp8b128_transpose_gemm_many(std::span<const Fp8b128Job> jobs, const Fp8b128Job* dev) override {
+    int64_t max = 0;
+    bool one = true;
+    for (const Fp8b128Job& j : jobs) {
+      max = std::max(max, fp8b128_scale_count(j.rows, j.cols));
+      one = one && cuda::fp8b128_transpose_many_ok(j);
+    }
+    if (!one) {
+      for (const Fp8b128Job& j : jobs)
+        fp8b128_transpose_gemm(j.codes, j.scales, j.rows, j.cols, j.codes_t, j.out_scales);
+      return;
+    }
+    MXDP_CHECK(jobs.empty() || dev, "fp8b128_transpose_gemm_many: no device copy of the list");
+    cuda::fp8b128_transpose_gemm_many(dev, int(jobs.size()), max, stream_);
   }
   void adamw_amax(float* p, float* m, float* v, const float* g, int64_t n, const StepControl* ctl,
                   const AdamWChoice& a, float* am) override {
@@ -875,6 +992,13 @@ bool detail::adamw_tile_quant(float* p, float* m, float* v, const float* g, int6
     adamw_tile_quant_kernel<2><<<grid, device::kFp8TileThreads, 0, st>>>(p, m, v, g, rows, cols, ctl, a, codes, scales);
   MXDP_CUDA_CHECK_LAUNCH();
   return true;
+}
+
+bool detail::slab_ranges_in_one_launch(const AdamWRanges& ranges, const float* p, const float* m, const float* v,
+                                       const float* g, const uint8_t* codes, const uint8_t* scales) {
+  const auto* t = dynamic_cast<const CudaSlabRanges*>(&ranges);
+  return t && t->vec() && aligned(p, 16) && aligned(m, 16) && aligned(v, 16) && aligned(g, 16) && aligned(codes, 4) &&
+         aligned(scales, 4);
 }
 
 std::unique_ptr<EngineOps> make_cuda_ops(cudaStream_t stream) { return std::make_unique<CudaOps>(stream); }

@@ -37,6 +37,12 @@ inline constexpr int kTileMinBlocks = 2;
 bool adamw_tile_quant(float* p, float* m, float* v, const float* g, int64_t rows, int64_t cols,
                       const StepControl* ctl, const AdamWChoice& a, uint8_t* codes, float* scales,
                       cudaStream_t stream, int min_blocks = kTileMinBlocks);
+// Whether adamw_quantize_ranges of a slab format's `ranges` (made by CUDA
+// ops) with these base pointers runs in one launch: every range's cols and
+// begin multiples of 4, p, m, v, g 16-byte and codes, scales 4-byte aligned.
+// Otherwise it runs adamw_quantize range by range; the same bits.
+bool slab_ranges_in_one_launch(const AdamWRanges& ranges, const float* p, const float* m, const float* v,
+                               const float* g, const uint8_t* codes, const uint8_t* scales);
 }  // namespace detail
 
 }  // namespace mxdp::cuda

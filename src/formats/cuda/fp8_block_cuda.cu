@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kThreads)
     const int r = i / kFp8Tile, c = i % kFp8Tile;
     if (r < h && c < w) am = codec::amax_fold(am, x[(r0 + r) * cols + c0 + c]);
   }
-  const float s = device::tile_scale(am, scales);
+  const float s = device::tile_scale(am, scales, device::grid_tile());
   for (int i = threadIdx.x; i < kFp8TileElems; i += kThreads) {
     const int r = i / kFp8Tile, c = i % kFp8Tile;
     if (r < h && c < w) {
@@ -73,13 +73,14 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     tile_quant_vec(const float* __restrict__ x, int64_t rows, int64_t cols, uint8_t* __restrict__ codes,
                    float* __restrict__ scales) {
+  const device::TileAt at = device::grid_tile();
   float4 v[device::kFp8TilePasses];
 #pragma unroll
   for (int p = 0; p < device::kFp8TilePasses; ++p) {
-    const int64_t i = device::tile_piece(p, rows, cols);
+    const int64_t i = device::tile_piece(p, rows, cols, at);
     v[p] = i >= 0 ? *reinterpret_cast<const float4*>(x + i) : make_float4(0, 0, 0, 0);
   }
-  device::tile_quant_regs(v, rows, cols, codes, scales);
+  device::tile_quant_regs(v, rows, cols, codes, scales, at);
 }
 
 __global__ void tile_dequant(const uint8_t* __restrict__ codes, const float* __restrict__ scales, int64_t rows,
@@ -132,19 +133,22 @@ __global__ void transpose_bytes(const uint8_t* __restrict__ in, int64_t rows, in
 // written by another warp; 0.37 of copy bandwidth on an H200.)
 // 8 CTAs an SM (2048 threads, 128 KB of shared tiles) need 32 registers, which
 // ptxas reaches without spills when asked; left alone it takes 40 (6 CTAs).
+// The body takes the tile (tile column tx, tile row ty of tr tile rows), so a
+// launch over several matrices runs the same code (transpose_tile_many).
 __device__ __forceinline__ int tile_swizzle(int r) { return (r >> 2) & 28; }
-__global__ void __launch_bounds__(kThreads, 8)
-    transpose_tile(const uint8_t* __restrict__ in, const float* __restrict__ s, int64_t s_ld, int64_t rows,
-                   int64_t cols, uint8_t* __restrict__ out, float* __restrict__ st, int64_t st_ld) {
+__device__ __forceinline__ void transpose_tile_at(const uint8_t* __restrict__ in, const float* __restrict__ s,
+                                                  int64_t s_ld, int64_t rows, int64_t cols, uint8_t* __restrict__ out,
+                                                  float* __restrict__ st, int64_t st_ld, int64_t tx, int64_t ty,
+                                                  int64_t tr) {
   constexpr int kWords = kFp8Tile / 4;
   __shared__ uint32_t t[kFp8Tile][kWords];
   if (threadIdx.x == 0) {  // the tile's scale; the last tile of a W^T scale row also writes the row's padding
-    float* row = st + int64_t(blockIdx.x) * st_ld;
-    row[blockIdx.y] = s[int64_t(blockIdx.y) * s_ld + blockIdx.x];
-    if (blockIdx.y == gridDim.y - 1)
-      for (int64_t k = gridDim.y; k < st_ld; ++k) row[k] = 0.0f;
+    float* row = st + tx * st_ld;
+    row[ty] = s[ty * s_ld + tx];
+    if (ty == tr - 1)
+      for (int64_t k = tr; k < st_ld; ++k) row[k] = 0.0f;
   }
-  const int64_t r0 = int64_t(blockIdx.y) * kFp8Tile, c0 = int64_t(blockIdx.x) * kFp8Tile;
+  const int64_t r0 = ty * kFp8Tile, c0 = tx * kFp8Tile;
   const int chunk = threadIdx.x & 7;
 #pragma unroll
   for (int p = 0; p < kFp8Tile / (kThreads / 8); ++p) {
@@ -177,6 +181,23 @@ __global__ void __launch_bounds__(kThreads, 8)
         make_uint4(o[j][0], o[j][1], o[j][2], o[j][3]);
 }
 
+__global__ void __launch_bounds__(kThreads, 8)
+    transpose_tile(const uint8_t* __restrict__ in, const float* __restrict__ s, int64_t s_ld, int64_t rows,
+                   int64_t cols, uint8_t* __restrict__ out, float* __restrict__ st, int64_t st_ld) {
+  transpose_tile_at(in, s, s_ld, rows, cols, out, st, st_ld, blockIdx.x, blockIdx.y, gridDim.y);
+}
+
+// Job blockIdx.y's tile blockIdx.x (row-major over its tile grid; CTAs past
+// its tiles leave at once): transpose_gemm's tiles, job by job.
+__global__ void __launch_bounds__(kThreads, 8) transpose_tile_many(const Fp8b128Job* __restrict__ jobs) {
+  const Fp8b128Job j = jobs[blockIdx.y];
+  const int64_t tr = (j.rows + kFp8Tile - 1) / kFp8Tile, tc = (j.cols + kFp8Tile - 1) / kFp8Tile;
+  if (int64_t(blockIdx.x) >= tr * tc) return;
+  const int64_t s_ld = (tc + 3) / 4 * 4, st_ld = (tr + 3) / 4 * 4;  // fp8b128_gemm_scale_ld of cols, of rows
+  transpose_tile_at(j.codes, j.scales, s_ld, j.rows, j.cols, j.codes_t, j.out_scales, st_ld, blockIdx.x % tc,
+                    blockIdx.x / tc, tr);
+}
+
 // The tr x tc scale grid s (rows s_ld apart) transposed into st (tc rows of
 // st_ld, the columns past tr 0).
 __global__ void transpose_scales(const float* __restrict__ s, int64_t tr, int64_t tc, int64_t s_ld,
@@ -193,6 +214,17 @@ __global__ void pad_gemm_scales(const float* __restrict__ s, int64_t tr, int64_t
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const int64_t r = i / ld, c = i % ld;
     g[i] = c < tc ? s[r * tc + c] : 0.0f;
+  }
+}
+
+// pad_gemm_scales of job blockIdx.y.
+__global__ void pad_gemm_scales_many(const Fp8b128Job* __restrict__ jobs) {
+  const Fp8b128Job j = jobs[blockIdx.y];
+  const int64_t tr = (j.rows + kFp8Tile - 1) / kFp8Tile, tc = (j.cols + kFp8Tile - 1) / kFp8Tile;
+  const int64_t ld = (tc + 3) / 4 * 4, n = tr * ld, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int64_t r = i / ld, c = i % ld;
+    j.out_scales[i] = c < tc ? j.scales[r * tc + c] : 0.0f;
   }
 }
 
@@ -345,6 +377,27 @@ void fp8b128_scales_for_gemm(const float* scales, int64_t rows, int64_t cols, fl
   if (rows * cols == 0) return;
   const int64_t tr = fp8b128_scale_rows(rows), ld = fp8b128_gemm_scale_ld(cols);
   pad_gemm_scales<<<grid_for(tr * ld), kThreads, 0, stream>>>(scales, tr, fp8b128_scale_cols(cols), ld, gemm_scales);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+bool fp8b128_transpose_many_ok(const Fp8b128Job& j) {
+  return j.rows % 16 == 0 && j.cols % 16 == 0 && aligned(j.codes, 16) && aligned(j.codes_t, 16) &&
+         fp8b128_scale_rows(j.rows) <= 65535 && j.scales && j.out_scales;
+}
+
+void fp8b128_scales_for_gemm_many(const Fp8b128Job* jobs, int count, int64_t max, cudaStream_t stream) {
+  if (count <= 0 || max <= 0) return;
+  MXDP_CHECK(count <= 65535, "fp8b128_scales_for_gemm_many: at most 65535 matrices a launch, got ", count);
+  const dim3 grid(unsigned(std::min<int64_t>(ceil_div(max, kThreads), 1024)), unsigned(count));
+  pad_gemm_scales_many<<<grid, kThreads, 0, stream>>>(jobs);
+  MXDP_CUDA_CHECK_LAUNCH();
+}
+
+void fp8b128_transpose_gemm_many(const Fp8b128Job* jobs, int count, int64_t max, cudaStream_t stream) {
+  if (count <= 0 || max <= 0) return;
+  MXDP_CHECK(count <= 65535 && max <= INT_MAX, "fp8b128_transpose_gemm_many: ", count, " matrices of up to ", max,
+             " tiles is too many for one launch");
+  transpose_tile_many<<<dim3(unsigned(max), unsigned(count)), kThreads, 0, stream>>>(jobs);
   MXDP_CUDA_CHECK_LAUNCH();
 }
 

@@ -24,6 +24,15 @@ void fp8b128_scales_for_gemm(const float* scales, int64_t rows, int64_t cols, fl
                              cudaStream_t stream);
 void fp8b128_transpose_gemm(const uint8_t* codes, const float* gemm_scales, int64_t rows, int64_t cols,
                             uint8_t* codes_t, float* gemm_scales_t, cudaStream_t stream);
+// The same two over `count` matrices (jobs: device memory), one launch each,
+// the bits of the calls one by one. max, from the host's copy of the list:
+// the largest of the jobs' fp8b128_gemm_scale_count (scales_for_gemm) or
+// fp8b128_scale_count (its tiles: transpose_gemm). The transposes take the
+// vectorized kernel only: fp8b128_transpose_many_ok of every job, checked by
+// the caller on its host copy.
+void fp8b128_scales_for_gemm_many(const Fp8b128Job* jobs, int count, int64_t max, cudaStream_t stream);
+void fp8b128_transpose_gemm_many(const Fp8b128Job* jobs, int count, int64_t max, cudaStream_t stream);
+bool fp8b128_transpose_many_ok(const Fp8b128Job& job);
 
 // ---- 1x128 blocks (x fp32, or bf16 bits) -----------------------------------
 void fp8_quantize_1x128(const float* x, int64_t rows, int64_t cols, Fp8Kind k, uint8_t* codes, float* scales,
