@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <cstring>
 #include <random>
 #include <limits>
@@ -578,6 +579,50 @@ TEST(GpuEngineOps, Fp8b128AdamWStageOnePassAndFallbackBitwiseEqualToCpu) {
                                               q.a.data(), x.a.data(), nullptr));
 }
 
+// One shard's adamw_quantize_ranges, CPU against GPU, over four steps: one
+// that applies, one clipped with the choices' second scalars, one skipped,
+// one with tiny gradients. The payload is compared after each step, the
+// masters and moments after all; the arrays start `shift` floats past their
+// allocation (16-byte aligned), the codes code_shift bytes past theirs, the
+// scales rc.code_bytes after the codes. `first` sees the GPU's ranges and base
+// pointers before the first step. Every GPU call must leave the host unwaited.
+static void expect_ranges_bitwise(EngineOps& cpu, EngineOps& gpu, WeightFormat f, ScaleRounding r,
+                                  const mxdp::testing::RangeCase& rc, int64_t shift, int64_t code_shift, uint32_t seed,
+                                  const std::string& what,
+                                  const std::function<void(const AdamWRanges&, const float*, const float*,
+                                                           const float*, const float*, const uint8_t*,
+                                                           const uint8_t*)>& first = {}) {
+  const size_t len = size_t(rc.numel + shift);
+  auto p = random_floats(len, seed, 0.02f), m = random_floats(len, seed + 1, 0.01f),
+       v = random_floats(len, seed + 2, 1e-4f);
+  for (auto& x : v) x = x * x;
+  std::vector<uint8_t> pay(size_t(rc.payload_bytes + code_shift + 64), 0x5A);
+  Dev<float> dp(gpu, p), dm(gpu, m), dv(gpu, v);
+  Dev<uint8_t> dpay(gpu, pay);
+  const std::unique_ptr<AdamWRanges> cr = cpu.adamw_ranges(f, rc.list), gr = gpu.adamw_ranges(f, rc.list);
+  uint8_t *codes = pay.data() + code_shift, *dcodes = dpay.a.data() + code_shift;
+  int64_t waits = 0;
+  for (int t = 1; t <= 4; ++t) {
+    auto g = random_floats(len, 10 * seed + uint32_t(t), t == 4 ? 1e-6f : 1.0f);
+    Dev<float> dg(gpu, g);
+    const auto choices = mxdp::testing::range_choices(t == 2 ? 1 : t);
+    const StepControl c = step_ctl(t, t == 2 ? 0.37f : 1.0f, t == 3);
+    Dev<StepControl> dc(gpu, {c});
+    if (t == 1 && first)
+      first(*gr, dp.a.data() + shift, dm.a.data() + shift, dv.a.data() + shift, dg.a.data() + shift, dcodes,
+            dcodes + rc.code_bytes);
+    cpu.adamw_quantize_ranges(r, p.data() + shift, m.data() + shift, v.data() + shift, g.data() + shift, &c, choices,
+                              *cr, codes, codes + rc.code_bytes);
+    const int64_t w0 = gpu.host_waits();
+    gpu.adamw_quantize_ranges(r, dp.a.data() + shift, dm.a.data() + shift, dv.a.data() + shift, dg.a.data() + shift,
+                              dc.a.data(), choices, *gr, dcodes, dcodes + rc.code_bytes);
+    waits += gpu.host_waits() - w0;
+    EXPECT_EQ(mismatches(dpay.get(), pay), 0u) << what << " step " << t << ": payload";
+  }
+  EXPECT_EQ(waits, 0) << what << ": the ranged pass waited on the host";
+  expect_state_equal(dp, dm, dv, p, m, v, what);
+}
+
 // adamw_quantize_ranges on the device (one launch for every range of a shard)
 // against the CPU's (which test_engine_ops holds equal to adamw_quantize range
 // by range): bitwise, bf16 and mxfp8 (rceil, floor), hundreds of tiny ranges
@@ -605,34 +650,8 @@ TEST(GpuEngineOps, AdamWQuantizeRangesBitwiseEqualToCpu) {
           const std::string what = std::string(to_string(f)) + " " + to_string(r) + " ranges=" +
                                    std::to_string(rc.list.size()) + " big=" + std::to_string(sh.big) +
                                    " shift=" + std::to_string(shift);
-          const int64_t n = rc.numel;
-          const size_t len = size_t(n + shift);
-          auto p = random_floats(len, 41, 0.02f), m = random_floats(len, 42, 0.01f), v = random_floats(len, 43, 1e-4f);
-          for (auto& x : v) x = x * x;
-          const FlatShape ps = flat_shape(f, n);
           const int64_t code_shift = f == WeightFormat::Bf16 ? 2 * shift : shift;
-          std::vector<uint8_t> pay(size_t(ps.shard_bytes + code_shift + 64), 0x5A);
-          Dev<float> dp(*gpu, p), dm(*gpu, m), dv(*gpu, v);
-          Dev<uint8_t> dpay(*gpu, pay);
-          const std::unique_ptr<AdamWRanges> cr = cpu->adamw_ranges(f, rc.list), gr = gpu->adamw_ranges(f, rc.list);
-          int64_t waits = 0;
-          for (int t = 1; t <= 4; ++t) {
-            auto g = random_floats(len, 400 + t, t == 4 ? 1e-6f : 1.0f);
-            Dev<float> dg(*gpu, g);
-            const auto choices = mxdp::testing::range_choices(t == 2 ? 1 : t);
-            const StepControl c = step_ctl(t, t == 2 ? 0.37f : 1.0f, t == 3);
-            Dev<StepControl> dc(*gpu, {c});
-            cpu->adamw_quantize_ranges(r, p.data() + shift, m.data() + shift, v.data() + shift, g.data() + shift, &c,
-                                       choices, *cr, pay.data() + code_shift, pay.data() + code_shift + ps.code_bytes);
-            const int64_t w0 = gpu->host_waits();
-            gpu->adamw_quantize_ranges(r, dp.a.data() + shift, dm.a.data() + shift, dv.a.data() + shift,
-                                       dg.a.data() + shift, dc.a.data(), choices, *gr, dpay.a.data() + code_shift,
-                                       dpay.a.data() + code_shift + ps.code_bytes);
-            waits += gpu->host_waits() - w0;
-            EXPECT_EQ(mismatches(dpay.get(), pay), 0u) << what << " step " << t << ": payload";
-          }
-          EXPECT_EQ(waits, 0) << what << ": the ranged pass waited on the host";
-          expect_state_equal(dp, dm, dv, p, m, v, what);
+          expect_ranges_bitwise(*cpu, *gpu, f, r, rc, shift, code_shift, 41, what);
           ++checked;
         }
   EXPECT_EQ(checked, 3 * 2 * 3);
@@ -658,39 +677,13 @@ TEST(GpuEngineOps, Fp8b128AdamWQuantizeRangesBitwiseEqualToCpu) {
     for (int64_t shift : {int64_t(0), int64_t(1)}) {
       const mxdp::testing::RangeCase rc = mxdp::testing::slab_case(f, 4000, gap4);
       const std::string what = std::string("gap4=") + (gap4 ? "1" : "0") + " shift=" + std::to_string(shift);
-      const int64_t n = rc.numel;
-      const size_t len = size_t(n + shift);
-      auto p = random_floats(len, 51, 0.02f), m = random_floats(len, 52, 0.01f), v = random_floats(len, 53, 1e-4f);
-      for (auto& x : v) x = x * x;
-      std::vector<uint8_t> pay(size_t(rc.payload_bytes + 64), 0x5A);
-      Dev<float> dp(*gpu, p), dm(*gpu, m), dv(*gpu, v);
-      Dev<uint8_t> dpay(*gpu, pay);
-      const std::unique_ptr<AdamWRanges> cr = cpu->adamw_ranges(f, rc.list), gr = gpu->adamw_ranges(f, rc.list);
-      int64_t waits = 0;
-      for (int t = 1; t <= 4; ++t) {
-        auto g = random_floats(len, 500 + t, t == 4 ? 1e-6f : 1.0f);
-        Dev<float> dg(*gpu, g);
-        const auto choices = mxdp::testing::range_choices(t == 2 ? 1 : t);
-        const StepControl c = step_ctl(t, t == 2 ? 0.37f : 1.0f, t == 3);
-        Dev<StepControl> dc(*gpu, {c});
-        if (t == 1) {
-          const bool one = cuda::detail::slab_ranges_in_one_launch(*gr, dp.a.data() + shift, dm.a.data() + shift,
-                                                                  dv.a.data() + shift, dg.a.data() + shift,
-                                                                  dpay.a.data(), dpay.a.data() + rc.code_bytes);
-          EXPECT_EQ(one, gap4 && shift == 0) << what;
-          one_launch += one;
-        }
-        cpu->adamw_quantize_ranges(ScaleRounding::RCeil, p.data() + shift, m.data() + shift, v.data() + shift,
-                                   g.data() + shift, &c, choices, *cr, pay.data(), pay.data() + rc.code_bytes);
-        const int64_t w0 = gpu->host_waits();
-        gpu->adamw_quantize_ranges(ScaleRounding::RCeil, dp.a.data() + shift, dm.a.data() + shift,
-                                   dv.a.data() + shift, dg.a.data() + shift, dc.a.data(), choices, *gr,
-                                   dpay.a.data(), dpay.a.data() + rc.code_bytes);
-        waits += gpu->host_waits() - w0;
-        EXPECT_EQ(mismatches(dpay.get(), pay), 0u) << what << " step " << t << ": payload";
-      }
-      EXPECT_EQ(waits, 0) << what << ": the ranged pass waited on the host";
-      expect_state_equal(dp, dm, dv, p, m, v, what);
+      expect_ranges_bitwise(*cpu, *gpu, f, ScaleRounding::RCeil, rc, shift, 0, 51, what,
+                            [&](const AdamWRanges& gr, const float* p, const float* m, const float* v, const float* g,
+                                const uint8_t* codes, const uint8_t* scales) {
+                              const bool one = cuda::detail::slab_ranges_in_one_launch(gr, p, m, v, g, codes, scales);
+                              EXPECT_EQ(one, gap4 && shift == 0) << what;
+                              one_launch += one;
+                            });
       ++checked;
     }
   EXPECT_EQ(checked, 4);

@@ -409,30 +409,45 @@ __global__ void __launch_bounds__(kThreads)
                           scales_at(at), unused);
 }
 
-// What CudaOps::adamw_ranges makes: the list, and its tiles in device memory.
-class CudaRanges final : public AdamWRanges {
+// What CudaOps::adamw_ranges makes: the list, and its rows (a range each, the
+// CTAs it takes) in device memory for the ranged kernels' binary search.
+template <class Row>
+class CudaTiledRanges : public AdamWRanges {
  public:
-  CudaRanges(EngineOps& ops, WeightFormat f, std::vector<AdamWRange> list) : AdamWRanges(f, std::move(list)) {
-    std::vector<RangeTiles> rows;
-    for (const AdamWRange& a : this->list()) {
-      if (a.len == 0) continue;  // no work, and no CTA
-      rows.push_back({a.begin, a.len, tiles_, a.choice});
-      tiles_ += (a.len + kRangeTile - 1) / kRangeTile;
-    }
-    MXDP_CHECK(tiles_ <= INT_MAX, "adamw_ranges: too many elements for one launch (", tiles_, " tiles of ",
-               kRangeTile, ")");
-    count_ = int(rows.size());
-    dev_ = DeviceArray<RangeTiles>(ops, rows.size());
-    ops.copy_from_host(dev_.data(), rows.data(), dev_.bytes());
-  }
-  const RangeTiles* dev() const { return dev_.data(); }
+  const Row* dev() const { return dev_.data(); }
   int count() const { return count_; }
   int64_t tiles() const { return tiles_; }
 
+ protected:
+  CudaTiledRanges(WeightFormat f, std::vector<AdamWRange> list) : AdamWRanges(f, std::move(list)) {}
+  // The rows made (`tiles` CTAs in all) go to device memory once.
+  void upload(EngineOps& ops, const std::vector<Row>& rows, int64_t tiles) {
+    MXDP_CHECK(tiles <= INT_MAX, "adamw_ranges: too many tiles for one launch (", tiles, ")");
+    tiles_ = tiles;
+    count_ = int(rows.size());
+    dev_ = DeviceArray<Row>(ops, rows.size());
+    ops.copy_from_host(dev_.data(), rows.data(), dev_.bytes());
+  }
+
  private:
-  DeviceArray<RangeTiles> dev_;
+  DeviceArray<Row> dev_;
   int count_ = 0;
   int64_t tiles_ = 0;
+};
+
+// A row-block format's: kRangeTile elements a CTA.
+class CudaRanges final : public CudaTiledRanges<RangeTiles> {
+ public:
+  CudaRanges(EngineOps& ops, WeightFormat f, std::vector<AdamWRange> list) : CudaTiledRanges(f, std::move(list)) {
+    std::vector<RangeTiles> rows;
+    int64_t tiles = 0;
+    for (const AdamWRange& a : this->list()) {
+      if (a.len == 0) continue;  // no work, and no CTA
+      rows.push_back({a.begin, a.len, tiles, a.choice});
+      tiles += (a.len + kRangeTile - 1) / kRangeTile;
+    }
+    upload(ops, rows, tiles);
+  }
 };
 
 template <FusedOut O, ScaleRounding R>
@@ -470,34 +485,26 @@ __global__ void __launch_bounds__(device::kFp8TileThreads, 2)
              choice_at(ch, rg.choice), codes + rg.begin, scales + rg.scale_pos, at);
 }
 
-// What CudaOps::adamw_ranges makes for a slab format: the list, and its tiles
-// in device memory; vec() when every range allows the one-pass kernel given
-// aligned base pointers (cols and begin multiples of 4).
-class CudaSlabRanges final : public AdamWRanges {
+// A slab format's: a 128x128 tile of a piece a CTA; vec() when every range
+// allows the one-pass kernel given aligned base pointers (cols and begin
+// multiples of 4).
+class CudaSlabRanges final : public CudaTiledRanges<SlabTiles> {
  public:
-  CudaSlabRanges(EngineOps& ops, WeightFormat f, std::vector<AdamWRange> list) : AdamWRanges(f, std::move(list)) {
+  CudaSlabRanges(EngineOps& ops, WeightFormat f, std::vector<AdamWRange> list) : CudaTiledRanges(f, std::move(list)) {
     std::vector<SlabTiles> rows;
+    int64_t tiles = 0;
     for (const AdamWRange& a : this->list()) {
       if (a.len == 0) continue;  // no work, and no CTA
       const int64_t r = a.len / a.cols, tc = fp8b128_scale_cols(a.cols);
-      rows.push_back({a.begin, r, a.cols, tc, tiles_, a.scale_pos, a.choice});
-      tiles_ += fp8b128_scale_rows(r) * tc;
+      rows.push_back({a.begin, r, a.cols, tc, tiles, a.scale_pos, a.choice});
+      tiles += fp8b128_scale_rows(r) * tc;
       vec_ = vec_ && a.cols % 4 == 0 && a.begin % 4 == 0;
     }
-    MXDP_CHECK(tiles_ <= INT_MAX, "adamw_ranges: too many tiles for one launch (", tiles_, ")");
-    count_ = int(rows.size());
-    dev_ = DeviceArray<SlabTiles>(ops, rows.size());
-    ops.copy_from_host(dev_.data(), rows.data(), dev_.bytes());
+    upload(ops, rows, tiles);
   }
-  const SlabTiles* dev() const { return dev_.data(); }
-  int count() const { return count_; }
-  int64_t tiles() const { return tiles_; }
   bool vec() const { return vec_; }
 
  private:
-  DeviceArray<SlabTiles> dev_;
-  int count_ = 0;
-  int64_t tiles_ = 0;
   bool vec_ = true;
 };
 
