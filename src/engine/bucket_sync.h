@@ -123,7 +123,9 @@ class BucketSync final : public ModelHooks {
     std::vector<T> host;  // what dev holds
     DeviceArray<T> dev;
     void hold(EngineOps& ops, std::vector<T> list) {
-      if (list.size() == host.size() && std::memcmp(list.data(), host.data(), list.size() * sizeof(T)) == 0) return;
+      if (list.size() == host.size() &&
+          (list.empty() || std::memcmp(list.data(), host.data(), list.size() * sizeof(T)) == 0))
+        return;
       dev = DeviceArray<T>(ops, list.size());
       ops.copy_from_host(dev.data(), list.data(), list.size() * sizeof(T));
       host = std::move(list);
