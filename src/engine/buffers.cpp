@@ -10,12 +10,13 @@
 
 namespace mxdp {
 
-bool fp8_codes_in_place(const Bucket& b, int p, int64_t numel, bool payload_in_grad_buffer) {
-  if (payload_in_grad_buffer) return false;
-  for (const std::vector<Piece>& shard : b.shards)
-    for (const Piece& pc : shard)
-      if (pc.param == p && pc.len > 0) return pc.len == numel;  // its first piece is its whole, or a part
-  return false;
+InPlaceCodes fp8_codes_in_place(const Bucket& b, int p, int64_t numel, bool payload_in_grad_buffer) {
+  if (payload_in_grad_buffer) return {};
+  for (int s = 0; s < int(b.shards.size()); ++s)
+    for (const Piece& pc : b.shards[s])
+      if (pc.param == p && pc.len > 0)  // its first piece is its whole, or a part
+        return pc.len == numel ? InPlaceCodes{s, &pc} : InPlaceCodes{};
+  return {};
 }
 
 int64_t fp8_store_bytes(int64_t rows, int64_t cols, bool codes_in_place) {
@@ -33,7 +34,7 @@ MemoryPlan plan_memory(const std::vector<ParamSpec>& params, const Layout& layou
         if (opt.fp8_compute(gb.format, params[p].fp8_linear))
           m.fp8_weight_bytes +=
               fp8_store_bytes(params[p].shape[0], params[p].shape[1],
-                              fp8_codes_in_place(b, p, params[p].numel(), opt.payload_in_grad_buffer(gb.format)));
+                              bool(fp8_codes_in_place(b, p, params[p].numel(), opt.payload_in_grad_buffer(gb.format))));
     m.laid_out += gb.numel;
     m.grad_bytes += gb.numel * int64_t(sizeof(float));
     const bool reused = opt.payload_in_grad_buffer(gb.format);
@@ -124,12 +125,9 @@ void EngineBuffers::make_fp8_store(int f, int b, int p, const ParamSpec& spec) {
   const Bucket& bk = gb.buckets[b];
   const int64_t r = spec.shape[0], c = spec.shape[1];
   Fp8Store& st = fp8_[p];
-  if (fp8_codes_in_place(bk, p, r * c, reused(f))) {
-    const PayloadShape ps = payload_shape(gb.format, bk);
-    for (int s = 0; s < dp_; ++s)
-      for (const Piece& pc : bk.shards[s])
-        if (pc.param == p && pc.len > 0)
-          st.codes = payload_ptr(f, b) + s * ps.shard_bytes + format_traits(gb.format).code_bytes(pc.shard_pos);
+  if (const InPlaceCodes in = fp8_codes_in_place(bk, p, r * c, reused(f))) {
+    st.codes = payload_ptr(f, b) + in.shard * payload_shape(gb.format, bk).shard_bytes +
+               format_traits(gb.format).code_bytes(in.piece->shard_pos);
   } else {
     st.own_codes = DeviceArray<uint8_t>(ops_, r * c);
     st.codes = st.own_codes.data();

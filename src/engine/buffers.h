@@ -75,10 +75,16 @@ struct Fp8Store {
   DeviceArray<float> gemm, gemm_t;  // the tile scales of W and W^T, in the GEMM layout
   bool in_place() const { return own_codes.size() == 0; }
 };
-// Whether param p's W codes are read in place in bucket b's payload: its codes
-// are one piece of one shard, and the payload is not the grad buffer (backward
+// Where param p's W codes are read in place in bucket b's payload: the one
+// piece of one shard that holds all its codes, and that shard; none (false)
+// where a shard cut splits them or the payload is the grad buffer (backward
 // would overwrite it while the next micro-batch's forward still reads W).
-bool fp8_codes_in_place(const Bucket& b, int p, int64_t numel, bool payload_in_grad_buffer);
+struct InPlaceCodes {
+  int shard = -1;
+  const Piece* piece = nullptr;
+  explicit operator bool() const { return piece != nullptr; }
+};
+InPlaceCodes fp8_codes_in_place(const Bucket& b, int p, int64_t numel, bool payload_in_grad_buffer);
 // The bytes of one param's Fp8Store: W^T's codes, both scale grids, and W's
 // codes unless they are read in place.
 int64_t fp8_store_bytes(int64_t rows, int64_t cols, bool codes_in_place);
