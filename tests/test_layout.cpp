@@ -314,7 +314,7 @@ double fp8b128_padding(const std::vector<ParamSpec>& ps, int dp, int64_t bucket)
 TEST(Layout, Fp8b128PaddingGpt2) {
   const auto small = gpt_param_specs(gpt_config("gpt2-124m"));
   const auto xl = gpt_param_specs(gpt_config("gpt2-1558m"));
-  const int64_t mb = DpOptions{}.bucket_size;  // 1 << 20, what train and plan use
+  const int64_t mb = 1 << 20;  // small buckets: every large weight is a bucket of its own
   struct Case {
     const std::vector<ParamSpec>& ps;
     int dp;
@@ -350,7 +350,7 @@ TEST(Layout, Fp8b128PaddingAtDp8IsTheLeastPossible) {
       const int64_t slab = 128 * p.shape[1];
       least += 8 * ceil_div(p.numel(), 8 * slab) * slab;
     }
-  const Layout L = Layout::build(xl, WeightFormat::Fp8b128, DpOptions{}.bucket_size, 8);
+  const Layout L = Layout::build(xl, WeightFormat::Fp8b128, 1 << 20, 8);
   EXPECT_EQ(L.buffers[0].numel, least);
 }
 
@@ -367,7 +367,7 @@ TEST(Layout, EmbeddingTablesTravelInBf16UnderFp8b128) {
            {llama_param_specs(llama_config("llama-tiny")), {"embed"}},
            {llama_param_specs(untied), {"embed"}}}) {  // its lm_head is a linear layer: fp8b128
     for (WeightFormat lowp : {WeightFormat::Fp8b128, WeightFormat::Mxfp8, WeightFormat::Nvfp4}) {
-      const Layout L = Layout::build(ps, lowp, DpOptions{}.bucket_size, 2);
+      const Layout L = Layout::build(ps, lowp, DpOptions::default_bucket_size(2), 2);
       int n_tables = 0;
       for (size_t p = 0; p < ps.size(); ++p) {
         const bool table = tables.count(ps[p].name) > 0;

@@ -453,14 +453,31 @@ TEST_F(TrainRobust, MxdpVerboseIsAnOnOffSwitch) {
   EXPECT_TRUE(mt::contains(bad, "MXDP_VERBOSE must be 0 or 1, got 'yes'")) << bad;
 }
 
-// Point 8: `mxdp plan` plans with the bucket size `mxdp train` uses.
+// Point 8: `mxdp plan` plans with the bucket size `mxdp train` uses. The
+// default is Megatron-Core's (max(40M, 1M x dp) elements: 40M at dp 1 and 2);
+// --bucket-size takes a positive count or auto, and says so.
 TEST_F(TrainRobust, PlanUsesTrainsBucketSize) {
-  auto help = mt::run_mxdp("train --help", d / "help.log");
+  auto run = train("--steps 1 --eval-every 0", "train.log");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(help.output, m, std::regex("--bucket-size INT=(\\d+)"))) << help.output;
-  auto plan = mt::run_mxdp("plan --model tiny --dp 2", d / "plan.log");
-  ASSERT_EQ(plan.exit_code, 0) << plan.output;
-  EXPECT_TRUE(mt::contains(plan.output, "buckets of " + m[1].str() + " elements")) << plan.output;
+  ASSERT_TRUE(std::regex_search(run.output, m, std::regex("bucket_size +=? *(\\d+)"))) << run.output;
+  EXPECT_EQ(m[1].str(), "40000000") << run.output;
+  for (const char* dp : {"1", "2"}) {
+    auto plan = mt::run_mxdp(std::string("plan --model tiny --dp ") + dp, d / "plan.log");
+    ASSERT_EQ(plan.exit_code, 0) << plan.output;
+    EXPECT_TRUE(mt::contains(plan.output, "buckets of " + m[1].str() + " elements")) << plan.output;
+  }
+  auto plan64 = mt::run_mxdp("plan --model tiny --dp 64 --bucket-size auto", d / "plan64.log");
+  EXPECT_TRUE(mt::contains(plan64.output, "buckets of 64000000 elements")) << plan64.output;
+  auto given = mt::run_mxdp("plan --model tiny --dp 2 --bucket-size 3000", d / "given.log");
+  EXPECT_TRUE(mt::contains(given.output, "buckets of 3000 elements")) << given.output;
+  for (const char* bad : {"0", "-5", "1e6", "many"}) {
+    auto r = train(std::string("--steps 1 --bucket-size ") + bad, "bad.log");
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(mt::contains(r.output, std::string("--bucket-size: a positive number of elements or auto, got '") +
+                                           bad + "'"))
+        << r.output;
+  }
 }
 
 // Issue 21, item 9: one default model. `train --help` names it; `plan`

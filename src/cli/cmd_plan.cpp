@@ -60,7 +60,7 @@ void add_plan_command(CLI::App& app, Runner& run) {
   struct Opts {
     TrainConfig c;
     int dp = 8;
-    int64_t bucket = DpOptions{}.bucket_size;  // what mxdp train uses
+    int64_t bucket = DpOptions{}.bucket_size;  // what mxdp train uses (0: auto)
     std::string grad_dtype = "fp32";
     std::string compute_dtype = "bf16";
     int bf16_first = 0, bf16_last = 0;
@@ -73,7 +73,7 @@ void add_plan_command(CLI::App& app, Runner& run) {
   cmd->add_option("--d-model", o->c.d_model, "Override the width (0 = keep)");
   cmd->add_option("--n-head", o->c.n_head, "Override the heads (0 = keep)");
   cmd->add_option("--dp", o->dp, "Data-parallel ranks")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--bucket-size", o->bucket, "Elements per bucket")->check(CLI::PositiveNumber);
+  add_bucket_size_option(cmd, o->bucket);
   cmd->add_option("--grad-reduce-dtype", o->grad_dtype, "Reduce-scatter dtype")->check(CLI::IsMember({"fp32", "bf16"}));
   add_compute_dtype_option(cmd, o->compute_dtype, "adds the row of the fp8b128 gather with FP8 compute");
   cmd->add_option("--num-layers-at-start-in-bf16", o->bf16_first, "With --compute-dtype fp8: the first N blocks in bf16")
@@ -83,6 +83,7 @@ void add_plan_command(CLI::App& app, Runner& run) {
   cmd->callback([o, &run] {
     run = [o] {
       const ModelConfig mc = resolve_model(o->c);
+      const int64_t bucket = o->bucket > 0 ? o->bucket : DpOptions::default_bucket_size(o->dp);
       DpOptions given;  // what train refuses, plan refuses
       given.compute_dtype = parse_compute_dtype(o->compute_dtype);
       given.weight_format = given.compute_dtype == LinearCompute::Fp8 ? WeightFormat::Fp8b128 : given.weight_format;
@@ -94,7 +95,7 @@ void add_plan_command(CLI::App& app, Runner& run) {
       int fp8_weights = 0;
       for (const ParamSpec& p : params) fp8_weights += fp8 && p.fp8_linear;
       std::printf("mxdp plan: %s, %lld params, dp %d, buckets of %lld elements, %s reduce-scatter%s\n",
-                  o->c.model.c_str(), (long long)mc.spec().num_parameters(mc), o->dp, (long long)o->bucket,
+                  o->c.model.c_str(), (long long)mc.spec().num_parameters(mc), o->dp, (long long)bucket,
                   o->grad_dtype.c_str(), fp8 ? ", fp8 compute in the fp8b128 mode" : "");
       std::vector<std::string> head = {"masters", "adam m+v", "grads", "payload"};
       if (fp8) head.push_back("fp8 W+W^T");
@@ -109,10 +110,10 @@ void add_plan_command(CLI::App& app, Runner& run) {
         d.weight_format = m.f;
         d.reuse_grad_buf = m.reuse;
         d.compute_dtype = m.compute;
-        d.bucket_size = o->bucket;
+        d.bucket_size = bucket;
         d.grad_reduce_dtype = parse_grad_reduce_dtype(o->grad_dtype);
         d.validate(o->dp);
-        const MemoryPlan p = plan_memory(params, Layout::build(params, m.f, o->bucket, o->dp), d);
+        const MemoryPlan p = plan_memory(params, Layout::build(params, m.f, bucket, o->dp), d);
         if (m.dist && !format_traits(m.f).low_precision()) bf16 = p;
         const std::string ratio =
             m.dist && bf16.gather_bytes ? ::fmt::format("{:.3f}x", double(p.gather_bytes) / bf16.gather_bytes) : "-";

@@ -142,7 +142,7 @@ void add_core_options(CLI::App* cmd, TrainArgs& a) {
   a.sw.add(cmd, "--overlap-param-gather", "auto", "Defer each bucket's all-gather to just before its first layer (auto: on with the distributed optimizer)", core);
   a.sw.add(cmd, "--overlap-grad-reduce", "on", "Start each bucket's reduce-scatter as soon as its grads are in", core);
   a.sw.add(cmd, "--reuse-grad-buf", "auto", "Put the MXFP8 gather payload in the idle grad buffer (auto: on for mxfp8 with the distributed optimizer)", core);
-  cmd->add_option("--bucket-size", a.c.dp.bucket_size, "Elements per bucket")->group(core);
+  add_bucket_size_option(cmd, a.c.dp.bucket_size)->group(core);
   cmd->add_option("--grad-reduce-dtype", a.grad_dtype, "Reduce-scatter dtype")
       ->check(CLI::IsMember({"fp32", "bf16"}))->group(core);
   cmd->add_option("--micro-batches", a.c.dp.micro_batches, "Gradient accumulation steps per optimizer step")->group(core);

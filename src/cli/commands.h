@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <exception>
 #include <string>
 
 namespace mxdp::cli {
@@ -27,6 +28,32 @@ inline CLI::Option* add_compute_dtype_option(CLI::App* cmd, std::string& into, c
                    "Linear layers compute with the dequantized weights (bf16) or FP8 GEMMs on the fp8b128 tiles (fp8: "
                    "GPT-2 and Llama, on the CPU and the GPU; " + fp8_note + ")")
       ->check(CLI::IsMember({"bf16", "fp8"}));
+}
+
+// --bucket-size, as train and plan both take it: a positive element count, or
+// auto (stored as 0: DpOptions::default_bucket_size at the run's dp).
+inline CLI::Option* add_bucket_size_option(CLI::App* cmd, int64_t& into) {
+  const CLI::Validator count_or_auto(
+      [](std::string& v) -> std::string {
+        if (v == "auto") {
+          v = "0";
+          return "";
+        }
+        size_t used = 0;
+        long long n = 0;
+        try {
+          n = std::stoll(v, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == v.size() && n > 0) return "";
+        return "a positive number of elements or auto, got '" + v + "'";
+      },
+      "ELEMENTS|auto");
+  return cmd
+      ->add_option("--bucket-size", into, "Elements per bucket (auto: Megatron-Core's max(40000000, 1000000 x dp))")
+      ->transform(count_or_auto)
+      ->default_str("auto");
 }
 
 }  // namespace mxdp::cli

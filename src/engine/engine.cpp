@@ -35,7 +35,7 @@ DataParallel::DataParallel(Model& model, Communicator& comm, const DpOptions& op
       ops_(ops ? ops : own_ops_.get()),
       opt_(validated(opt, comm.size(), model)),
       params_(checked_params(model, comm, *ops_)),
-      layout_(Layout::build(params_, opt_.weight_format, opt_.bucket_size, comm.size(), opt_.layout_order)),
+      layout_(Layout::build(params_, opt_.weight_format, opt_.bucket_elems(comm.size()), comm.size(), opt_.layout_order)),
       bufs_(layout_, opt_, *ops_, comm.rank(), comm.size(), params_),
       sync_(model, comm, *ops_, opt_, params_, layout_, bufs_),
       optim_(comm, *ops_, opt_, layout_, bufs_, sync_),

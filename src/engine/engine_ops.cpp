@@ -1,5 +1,5 @@
 // What every EngineOps implementation shares: the checked range list of
-// adamw_quantize_ranges (engine_ops.h).
+// adamw_quantize_ranges and its range-by-range form (engine_ops.h).
 #include "engine/engine_ops.h"
 
 #include <algorithm>
@@ -53,6 +53,17 @@ void AdamWRanges::check_choices(std::span<const AdamWChoice> choices) const {
   MXDP_CHECK(int64_t(choices.size()) >= choices_needed_ && int64_t(choices.size()) <= kMaxAdamWChoices,
              "adamw_quantize_ranges: the ranges pick among ", choices_needed_, " AdamW choices, got ", choices.size(),
              " (at most ", kMaxAdamWChoices, ")");
+}
+
+void EngineOps::adamw_quantize_each_range(ScaleRounding r, float* p, float* m, float* v, const float* g,
+                                          const StepControl* ctl, std::span<const AdamWChoice> choices,
+                                          const AdamWRanges& ranges, uint8_t* codes, uint8_t* scales) {
+  ranges.check_choices(choices);
+  const WeightFormat f = ranges.format();
+  const FormatTraits& ft = format_traits(f);
+  for (const AdamWRange& a : ranges.list())
+    adamw_quantize(f, r, p + a.begin, m + a.begin, v + a.begin, g + a.begin, a.len, ctl, choices[size_t(a.choice)],
+                   codes + ft.code_bytes(a.begin), ranges.scales_of(a, scales), a.cols);
 }
 
 }  // namespace mxdp

@@ -216,6 +216,11 @@ class EngineOps {
   virtual void adamw_quantize_ranges(ScaleRounding r, float* p, float* m, float* v, const float* g,
                                      const StepControl* ctl, std::span<const AdamWChoice> choices,
                                      const AdamWRanges& ranges, uint8_t* codes, uint8_t* scales) = 0;
+  // adamw_quantize_ranges by its definition: adamw_quantize range by range
+  // (the CPU's way, and a GPU's where one launch cannot take the ranges).
+  void adamw_quantize_each_range(ScaleRounding r, float* p, float* m, float* v, const float* g,
+                                 const StepControl* ctl, std::span<const AdamWChoice> choices,
+                                 const AdamWRanges& ranges, uint8_t* codes, uint8_t* scales);
   // The list checked (AdamWRanges) and made ready for these ops; a GPU uploads
   // it here (a host wait: make it outside the step, once per layout).
   virtual std::unique_ptr<AdamWRanges> adamw_ranges(WeightFormat f, std::vector<AdamWRange> list) = 0;

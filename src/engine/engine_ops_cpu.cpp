@@ -120,14 +120,7 @@ class CpuOps final : public EngineOps {
   void adamw_quantize_ranges(ScaleRounding r, float* p, float* m, float* v, const float* g, const StepControl* ctl,
                              std::span<const AdamWChoice> choices, const AdamWRanges& ranges, uint8_t* codes,
                              uint8_t* scales) override {
-    ranges.check_choices(choices);
-    const WeightFormat f = ranges.format();
-    const FormatTraits& ft = format_traits(f);
-    for (const AdamWRange& a : ranges.list()) {
-      const int64_t at = a.begin;
-      adamw_quantize(f, r, p + at, m + at, v + at, g + at, a.len, ctl, choices[size_t(a.choice)],
-                     codes + ft.code_bytes(at), ranges.scales_of(a, scales), a.cols);
-    }
+    adamw_quantize_each_range(r, p, m, v, g, ctl, choices, ranges, codes, scales);
   }
   std::unique_ptr<AdamWRanges> adamw_ranges(WeightFormat f, std::vector<AdamWRange> list) override {
     return std::make_unique<AdamWRanges>(f, std::move(list));  // host memory: the list is what the loop reads

@@ -41,7 +41,7 @@ void DpOptions::validate(int dp) const {
              "reuse_grad_buf holds the MXFP8 gather payload in the grad buffer; it needs "
              "weight_format mxfp8, got ", to_string(weight_format));
   validate_fp8_compute();
-  MXDP_CHECK(bucket_size >= 1, "bucket_size must be >= 1 element, got ", bucket_size);
+  MXDP_CHECK(bucket_size >= 0, "bucket_size must be >= 1 element (or 0: auto), got ", bucket_size);
   MXDP_CHECK(micro_batches >= 1, "micro_batches must be >= 1, got ", micro_batches);
   MXDP_CHECK(std::isfinite(lr) && lr >= 0, "lr must be finite and >= 0, got ", lr);
   MXDP_CHECK(std::isfinite(min_lr) && min_lr >= 0 && min_lr <= lr,
@@ -80,7 +80,7 @@ std::vector<std::pair<std::string, std::string>> DpOptions::describe() const {
       {"overlap_grad_reduce", b(overlap_grad_reduce)},
       {"overlap_param_gather", b(overlap_param_gather)},
       {"reuse_grad_buf", b(reuse_grad_buf)},
-      {"bucket_size", std::to_string(bucket_size)},
+      {"bucket_size", bucket_size > 0 ? std::to_string(bucket_size) : "auto"},
       {"grad_reduce_dtype", to_string(grad_reduce_dtype)},
       {"compute_dtype", to_string(compute_dtype)},
   };

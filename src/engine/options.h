@@ -3,6 +3,7 @@
 // header (describe()). Names follow Megatron-Core's so its users know them.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -35,7 +36,9 @@ struct DpOptions {
   bool overlap_grad_reduce = true;     // start each bucket's reduce-scatter as soon as its grads are in
   bool overlap_param_gather = true;    // defer each bucket's all-gather to just before its first layer
   bool reuse_grad_buf = false;         // MXFP8 gather payload lives in the idle grad buffer
-  int64_t bucket_size = 1 << 20;       // elements per bucket (a bucket closes once it reaches this)
+  // Elements per bucket (a bucket closes once it reaches this); 0 = auto,
+  // Megatron-Core's default: default_bucket_size(dp). bucket_elems(dp) says which.
+  int64_t bucket_size = 0;
   GradReduceDType grad_reduce_dtype = GradReduceDType::Fp32;  // dtype of the reduce-scatter
   LinearCompute compute_dtype = LinearCompute::Bf16;  // fp8: FP8 GEMMs on the fp8b128 payload (needs weight_format fp8b128)
   // compute_dtype fp8: how many blocks at the start and at the end of the
@@ -66,6 +69,10 @@ struct DpOptions {
   std::vector<std::pair<std::string, std::string>> describe() const;
   // The reference run of these options: replicated optimizer, no param gather.
   DpOptions reference() const;
+  // Megatron-Core's bucket size: max(40M, 1M x dp) elements (more ranks need
+  // larger buckets to keep each collective from being bound by its latency).
+  static int64_t default_bucket_size(int dp) { return std::max<int64_t>(40'000'000, 1'000'000 * int64_t(dp)); }
+  int64_t bucket_elems(int dp) const { return bucket_size > 0 ? bucket_size : default_bucket_size(dp); }
   // Whether the gather payload of a buffer in format f lives in its grad buffer.
   bool payload_in_grad_buffer(WeightFormat f) const { return reuse_grad_buf && format_traits(f).fits_grad_buffer; }
   // What the model computes in FP8 (Model::set_fp8_compute).

@@ -38,17 +38,18 @@ inline constexpr int kFp8Tile = 128;                       // tile side, 1x128 b
 inline constexpr int kFp8TileElems = kFp8Tile * kFp8Tile;  // elements per fp8b128 scale
 
 // ---- sizes -----------------------------------------------------------------
-inline int64_t fp8b128_scale_rows(int64_t rows) { return ceil_div(rows, kFp8Tile); }
-inline int64_t fp8b128_scale_cols(int64_t cols) { return ceil_div(cols, kFp8Tile); }
-inline int64_t fp8b128_scale_count(int64_t rows, int64_t cols) {
+// constexpr: the kernels (formats/cuda/, built with --expt-relaxed-constexpr) use them too.
+constexpr int64_t fp8b128_scale_rows(int64_t rows) { return ceil_div(rows, kFp8Tile); }
+constexpr int64_t fp8b128_scale_cols(int64_t cols) { return ceil_div(cols, kFp8Tile); }
+constexpr int64_t fp8b128_scale_count(int64_t rows, int64_t cols) {
   return fp8b128_scale_rows(rows) * fp8b128_scale_cols(cols);
 }
-inline int64_t fp8b128_gemm_scale_ld(int64_t cols) { return ceil_div(fp8b128_scale_cols(cols), 4) * 4; }
-inline int64_t fp8b128_gemm_scale_count(int64_t rows, int64_t cols) {
+constexpr int64_t fp8b128_gemm_scale_ld(int64_t cols) { return ceil_div(fp8b128_scale_cols(cols), 4) * 4; }
+constexpr int64_t fp8b128_gemm_scale_count(int64_t rows, int64_t cols) {
   return fp8b128_scale_rows(rows) * fp8b128_gemm_scale_ld(cols);
 }
-inline int64_t fp8_1x128_scale_ld(int64_t rows) { return ceil_div(rows, 4) * 4; }
-inline int64_t fp8_1x128_scale_count(int64_t rows, int64_t cols) {
+constexpr int64_t fp8_1x128_scale_ld(int64_t rows) { return ceil_div(rows, 4) * 4; }
+constexpr int64_t fp8_1x128_scale_count(int64_t rows, int64_t cols) {
   return ceil_div(cols, kFp8Tile) * fp8_1x128_scale_ld(rows);
 }
 

@@ -38,7 +38,8 @@ struct Nvfp4TensorScale {
 };
 
 // ---- sizes -----------------------------------------------------------------
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// constexpr, so that kernels built with --expt-relaxed-constexpr (mxdp_objs) call it too.
+constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t mxfp8_code_bytes(int64_t rows, int64_t cols) { return rows * cols; }
 inline int64_t mxfp8_scale_bytes_rowwise(int64_t rows, int64_t cols) { return rows * ceil_div(cols, kMxfp8Block); }
 inline int64_t mxfp8_scale_bytes_colwise(int64_t rows, int64_t cols) { return ceil_div(rows, kMxfp8Block) * cols; }

@@ -220,6 +220,7 @@ void Trainer::check_options() {
   MXDP_CHECK(cfg_.init_from.empty() || cfg_.load.empty(),
              "--init-from starts a run from given weights, --load resumes one: pass one of them");
   mc_ = resolve_model(cfg_);
+  cfg_.dp.bucket_size = cfg_.dp.bucket_elems(dp_);  // auto: the size it makes at this dp, in the header
   // Refused here, before any data is prepared or directory made, as plan does.
   compute_param_specs(mc_, cfg_.dp, cfg_.model);
   MXDP_CHECK(cfg_.steps >= 0, "--steps must be >= 0, got ", cfg_.steps);

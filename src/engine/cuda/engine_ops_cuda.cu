@@ -849,13 +849,8 @@ class CudaOps final : public EngineOps {
                   "table in device memory");
     if (t->tiles() == 0) return;
     MXDP_CHECK(p && m && v && g && ctl && codes && scales, "adamw_quantize_ranges: null pointer");
-    if (!detail::slab_ranges_in_one_launch(ranges, p, m, v, g, codes, scales)) {
-      for (const AdamWRange& a : ranges.list())
-        adamw_quantize(ranges.format(), r, p + a.begin, m + a.begin, v + a.begin, g + a.begin, a.len, ctl,
-                       choices[size_t(a.choice)], codes + format_traits(ranges.format()).code_bytes(a.begin),
-                       ranges.scales_of(a, scales), a.cols);
-      return;
-    }
+    if (!detail::slab_ranges_in_one_launch(ranges, p, m, v, g, codes, scales))
+      return adamw_quantize_each_range(r, p, m, v, g, ctl, choices, ranges, codes, scales);
     RangeChoices ch;
     std::copy(choices.begin(), choices.end(), ch.c);
     adamw_tile_quant_ranges<<<unsigned(t->tiles()), device::kFp8TileThreads, 0, stream_>>>(

@@ -191,11 +191,10 @@ __global__ void __launch_bounds__(kThreads, 8)
 // its tiles leave at once): transpose_gemm's tiles, job by job.
 __global__ void __launch_bounds__(kThreads, 8) transpose_tile_many(const Fp8b128Job* __restrict__ jobs) {
   const Fp8b128Job j = jobs[blockIdx.y];
-  const int64_t tr = (j.rows + kFp8Tile - 1) / kFp8Tile, tc = (j.cols + kFp8Tile - 1) / kFp8Tile;
+  const int64_t tr = fp8b128_scale_rows(j.rows), tc = fp8b128_scale_cols(j.cols);
   if (int64_t(blockIdx.x) >= tr * tc) return;
-  const int64_t s_ld = (tc + 3) / 4 * 4, st_ld = (tr + 3) / 4 * 4;  // fp8b128_gemm_scale_ld of cols, of rows
-  transpose_tile_at(j.codes, j.scales, s_ld, j.rows, j.cols, j.codes_t, j.out_scales, st_ld, blockIdx.x % tc,
-                    blockIdx.x / tc, tr);
+  transpose_tile_at(j.codes, j.scales, fp8b128_gemm_scale_ld(j.cols), j.rows, j.cols, j.codes_t, j.out_scales,
+                    fp8b128_gemm_scale_ld(j.rows), blockIdx.x % tc, blockIdx.x / tc, tr);
 }
 
 // The tr x tc scale grid s (rows s_ld apart) transposed into st (tc rows of
@@ -209,23 +208,25 @@ __global__ void transpose_scales(const float* __restrict__ s, int64_t tr, int64_
   }
 }
 
-__global__ void pad_gemm_scales(const float* __restrict__ s, int64_t tr, int64_t tc, int64_t ld, float* __restrict__ g) {
-  const int64_t n = tr * ld, stride = int64_t(gridDim.x) * blockDim.x;
+// The compact scales s of a rows x cols matrix into the GEMM layout g (tile
+// rows fp8b128_gemm_scale_ld apart, the padding 0); grid-stride over x.
+__device__ void pad_gemm_scales_at(const float* __restrict__ s, int64_t rows, int64_t cols, float* __restrict__ g) {
+  const int64_t tc = fp8b128_scale_cols(cols), ld = fp8b128_gemm_scale_ld(cols);
+  const int64_t n = fp8b128_scale_rows(rows) * ld, stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const int64_t r = i / ld, c = i % ld;
     g[i] = c < tc ? s[r * tc + c] : 0.0f;
   }
 }
 
+__global__ void pad_gemm_scales(const float* __restrict__ s, int64_t rows, int64_t cols, float* __restrict__ g) {
+  pad_gemm_scales_at(s, rows, cols, g);
+}
+
 // pad_gemm_scales of job blockIdx.y.
 __global__ void pad_gemm_scales_many(const Fp8b128Job* __restrict__ jobs) {
   const Fp8b128Job j = jobs[blockIdx.y];
-  const int64_t tr = (j.rows + kFp8Tile - 1) / kFp8Tile, tc = (j.cols + kFp8Tile - 1) / kFp8Tile;
-  const int64_t ld = (tc + 3) / 4 * 4, n = tr * ld, stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const int64_t r = i / ld, c = i % ld;
-    j.out_scales[i] = c < tc ? j.scales[r * tc + c] : 0.0f;
-  }
+  pad_gemm_scales_at(j.scales, j.rows, j.cols, j.out_scales);
 }
 
 // ---- 1x128 ------------------------------------------------------------------
@@ -235,7 +236,7 @@ template <class T, bool kTransposed>
 __global__ void __launch_bounds__(kThreads)
     quant_1x128(const T* __restrict__ x, int64_t rows, int64_t cols, Fp8Kind k, uint8_t* __restrict__ codes,
                 float* __restrict__ scales) {
-  const int64_t nb = (cols + kFp8Tile - 1) / kFp8Tile, ld = (rows + 3) / 4 * 4;
+  const int64_t nb = ceil_div(cols, kFp8Tile), ld = fp8_1x128_scale_ld(rows);
   const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (warp >= rows * nb) return;  // whole warps leave together
@@ -262,7 +263,7 @@ __global__ void __launch_bounds__(kThreads)
 
 __global__ void dequant_1x128(const uint8_t* __restrict__ codes, const float* __restrict__ scales, int64_t rows,
                               int64_t cols, Fp8Kind k, float* __restrict__ y) {
-  const int64_t n = rows * cols, stride = int64_t(gridDim.x) * blockDim.x, ld = (rows + 3) / 4 * 4;
+  const int64_t n = rows * cols, stride = int64_t(gridDim.x) * blockDim.x, ld = fp8_1x128_scale_ld(rows);
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const int64_t r = i / cols, c = i % cols;
     y[i] = codec::fp8_block_dequant(codes[i], scales[c / kFp8Tile * ld + r], k);
@@ -283,6 +284,14 @@ void launch_1x128(const T* x, int64_t rows, int64_t cols, Fp8Kind k, uint8_t* co
 }
 
 bool aligned(const void* p, uintptr_t to) { return (reinterpret_cast<uintptr_t>(p) & (to - 1)) == 0; }
+
+// Whether transpose_tile (and transpose_tile_many) can transpose this matrix:
+// its rows and columns whole 16-byte words of aligned codes, its tile rows one
+// grid dimension.
+bool transpose_tile_ok(const uint8_t* codes, const uint8_t* codes_t, int64_t rows, int64_t cols) {
+  return rows % 16 == 0 && cols % 16 == 0 && aligned(codes, 16) && aligned(codes_t, 16) &&
+         fp8b128_scale_rows(rows) <= 65535;
+}
 
 }  // namespace
 
@@ -313,10 +322,8 @@ void transpose(const uint8_t* codes, const float* scales, int64_t s_ld, int64_t 
   MXDP_CHECK(rows * cols == 0 || scales_t, what, ": null pointer");
   if (rows * cols == 0) return;
   const int64_t tr = fp8b128_scale_rows(rows), tc = fp8b128_scale_cols(cols);
-  if (kernel == Fp8b128Kernel::Vectorized && rows % 16 == 0 && cols % 16 == 0 && aligned(codes, 16) &&
-      aligned(codes_t, 16)) {
+  if (kernel == Fp8b128Kernel::Vectorized && transpose_tile_ok(codes, codes_t, rows, cols)) {
     // One CTA a tile: the codes and the tile's scale in one launch.
-    MXDP_CHECK(tr <= 65535, what, ": ", rows, " rows is too many for one launch");
     transpose_tile<<<dim3(unsigned(tc), unsigned(tr)), kThreads, 0, stream>>>(codes, scales, s_ld, rows, cols,
                                                                               codes_t, scales_t, st_ld);
     MXDP_CUDA_CHECK_LAUNCH();
@@ -375,14 +382,13 @@ void fp8b128_scales_for_gemm(const float* scales, int64_t rows, int64_t cols, fl
                              cudaStream_t stream) {
   check_args(rows, cols, scales, gemm_scales, gemm_scales, "fp8b128_scales_for_gemm");
   if (rows * cols == 0) return;
-  const int64_t tr = fp8b128_scale_rows(rows), ld = fp8b128_gemm_scale_ld(cols);
-  pad_gemm_scales<<<grid_for(tr * ld), kThreads, 0, stream>>>(scales, tr, fp8b128_scale_cols(cols), ld, gemm_scales);
+  pad_gemm_scales<<<grid_for(fp8b128_gemm_scale_count(rows, cols)), kThreads, 0, stream>>>(scales, rows, cols,
+                                                                                             gemm_scales);
   MXDP_CUDA_CHECK_LAUNCH();
 }
 
 bool fp8b128_transpose_many_ok(const Fp8b128Job& j) {
-  return j.rows % 16 == 0 && j.cols % 16 == 0 && aligned(j.codes, 16) && aligned(j.codes_t, 16) &&
-         fp8b128_scale_rows(j.rows) <= 65535 && j.scales && j.out_scales;
+  return transpose_tile_ok(j.codes, j.codes_t, j.rows, j.cols) && j.scales && j.out_scales;
 }
 
 void fp8b128_scales_for_gemm_many(const Fp8b128Job* jobs, int count, int64_t max, cudaStream_t stream) {

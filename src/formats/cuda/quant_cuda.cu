@@ -30,8 +30,6 @@ const Fp8Encoder kDefaultEncoder = Fp8Encoder::Hardware;
 namespace {
 
 constexpr int kThreads = 256;
-// quant.h's ceil_div is host-only.
-__host__ __device__ __forceinline__ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 constexpr unsigned kFullMask = 0xFFFFFFFFu;
 constexpr int64_t kMaxGrid = 1 << 16;  // grid-stride kernels: enough CTAs to fill any GPU
 constexpr int kF4PerWarp = 128;        // vectorized kernels: 4 float4 per lane
@@ -40,8 +38,8 @@ int64_t grid_stride_blocks(int64_t items) {
   return std::max<int64_t>(1, grid_blocks(items, kThreads, kMaxGrid));
 }
 unsigned vec_blocks(int64_t n4) {
-  const int64_t warps = cdiv(n4, kF4PerWarp);
-  const int64_t blocks = cdiv(warps * 32, kThreads);
+  const int64_t warps = ceil_div(n4, kF4PerWarp);
+  const int64_t blocks = ceil_div(warps * 32, kThreads);
   MXDP_CHECK(blocks <= INT_MAX, "tensor too large for one launch: ", n4 * 4, " elements");
   return unsigned(blocks);
 }
@@ -171,7 +169,7 @@ __global__ void __launch_bounds__(kThreads)
     mxfp8_quant_rowwise_any(const float* __restrict__ x, int64_t rows, int64_t cols,
                             uint8_t* __restrict__ codes, uint8_t* __restrict__ scales) {
   const int lane = threadIdx.x & 31;
-  const int64_t nb = cdiv(cols, kMxfp8Block), total = rows * nb;
+  const int64_t nb = ceil_div(cols, kMxfp8Block), total = rows * nb;
   const int64_t nwarps = int64_t(gridDim.x) * blockDim.x / 32;
   for (int64_t b = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; b < total; b += nwarps) {
     const int64_t r = b / nb, c = (b % nb) * kMxfp8Block + lane;
@@ -188,7 +186,7 @@ template <Fp8Kind K>
 __global__ void __launch_bounds__(kThreads)
     mxfp8_dequant_rowwise_any(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales,
                               int64_t rows, int64_t cols, float* __restrict__ y) {
-  const int64_t nb = cdiv(cols, kMxfp8Block), n = rows * cols;
+  const int64_t nb = ceil_div(cols, kMxfp8Block), n = rows * cols;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const int64_t r = i / cols, c = i % cols;
@@ -202,7 +200,7 @@ template <Fp8Kind K, ScaleRounding R>
 __global__ void __launch_bounds__(kThreads)
     mxfp8_quant_colwise_any(const float* __restrict__ x, int64_t rows, int64_t cols,
                             uint8_t* __restrict__ codes, uint8_t* __restrict__ scales) {
-  const int64_t total = cdiv(rows, kMxfp8Block) * cols;
+  const int64_t total = ceil_div(rows, kMxfp8Block) * cols;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += stride) {
     const int64_t rb = t / cols, c = t % cols, r0 = rb * kMxfp8Block;
@@ -294,7 +292,7 @@ __global__ void __launch_bounds__(kThreads)
                     const float* __restrict__ d_amax, float h_amax, uint8_t* __restrict__ codes,
                     uint8_t* __restrict__ scales) {
   const int lane = threadIdx.x & 31, hl = lane & 15;
-  const int64_t nb = cdiv(cols, kNvfp4Block), total = rows * nb, row_bytes = cdiv(cols, 2);
+  const int64_t nb = ceil_div(cols, kNvfp4Block), total = rows * nb, row_bytes = ceil_div(cols, 2);
   const int64_t nwarps = int64_t(gridDim.x) * blockDim.x / 32;
   const Nvfp4TensorScale ts = load_tensor_scale(d_amax, h_amax);
   for (int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; 2 * w < total; w += nwarps) {
@@ -317,7 +315,7 @@ __global__ void __launch_bounds__(kThreads)
     nvfp4_dequant_any(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales,
                       const float* __restrict__ d_sdec, float h_sdec, int64_t rows, int64_t cols,
                       float* __restrict__ y) {
-  const int64_t nb = cdiv(cols, kNvfp4Block), row_bytes = cdiv(cols, 2), n = rows * cols;
+  const int64_t nb = ceil_div(cols, kNvfp4Block), row_bytes = ceil_div(cols, 2), n = rows * cols;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const float s_dec = d_sdec ? *d_sdec : h_sdec;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -342,7 +340,7 @@ void nvfp4_quantize_impl(const float* x, int64_t rows, int64_t cols, const float
     nvfp4_quant_vec<<<vec_blocks(n4), kThreads, 0, stream>>>(
         reinterpret_cast<const float4*>(x), n4, d_amax, h_amax, reinterpret_cast<uint16_t*>(codes), scales);
   } else {
-    const int64_t warps = cdiv(rows * cdiv(cols, kNvfp4Block), 2);
+    const int64_t warps = ceil_div(rows * ceil_div(cols, kNvfp4Block), 2);
     nvfp4_quant_any<<<grid_stride_blocks(warps * 32), kThreads, 0, stream>>>(x, rows, cols, d_amax, h_amax,
                                                                              codes, scales);
   }
@@ -379,7 +377,7 @@ void amax_fold_into(const float* x, int64_t n, float* d_amax, cudaStream_t strea
   if (n == 0) return;
   unsigned* out = reinterpret_cast<unsigned*>(d_amax);
   if (aligned(x, 16))
-    amax_kernel<true><<<grid_stride_blocks(cdiv(n, 4)), kThreads, 0, stream>>>(x, n, out);
+    amax_kernel<true><<<grid_stride_blocks(ceil_div(n, 4)), kThreads, 0, stream>>>(x, n, out);
   else
     amax_kernel<false><<<grid_stride_blocks(n), kThreads, 0, stream>>>(x, n, out);
   MXDP_CUDA_CHECK_LAUNCH();
@@ -402,7 +400,7 @@ void detail::mxfp8_quantize_rowwise(const float* x, int64_t rows, int64_t cols, 
       else
         mxfp8_quant_vec<K, R, Fp8Encoder::Integer><<<vec_blocks(n4), kThreads, 0, stream>>>(xx, n4, cc, scales);
     } else {
-      const int64_t blocks = rows * cdiv(cols, kMxfp8Block);
+      const int64_t blocks = rows * ceil_div(cols, kMxfp8Block);
       mxfp8_quant_rowwise_any<K, R><<<grid_stride_blocks(blocks * 32), kThreads, 0, stream>>>(x, rows, cols,
                                                                                              codes, scales);
     }
@@ -447,7 +445,7 @@ void mxfp8_quantize_colwise(const float* x, int64_t rows, int64_t cols, Mxfp8Con
                             uint8_t* codes, uint8_t* scales, cudaStream_t stream) {
   check_args("cuda::mxfp8_quantize_colwise", rows, cols, x, codes, scales);
   if (rows == 0 || cols == 0) return;
-  const int64_t g = grid_stride_blocks(cdiv(rows, kMxfp8Block) * cols);
+  const int64_t g = grid_stride_blocks(ceil_div(rows, kMxfp8Block) * cols);
   const bool e4 = cfg.elem == Fp8Kind::E4M3, rc = cfg.rounding == ScaleRounding::RCeil;
   if (e4 && rc)
     mxfp8_quant_colwise_any<Fp8Kind::E4M3, ScaleRounding::RCeil><<<g, kThreads, 0, stream>>>(x, rows, cols, codes, scales);
