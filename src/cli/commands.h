@@ -4,8 +4,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <functional>
 #include <exception>
+#include <functional>
 #include <string>
 
 namespace mxdp::cli {
