@@ -83,8 +83,9 @@ void add_plan_command(CLI::App& app, Runner& run) {
   cmd->callback([o, &run] {
     run = [o] {
       const ModelConfig mc = resolve_model(o->c);
-      const int64_t bucket = o->bucket > 0 ? o->bucket : DpOptions::default_bucket_size(o->dp);
       DpOptions given;  // what train refuses, plan refuses
+      given.bucket_size = o->bucket;
+      const int64_t bucket = given.bucket_elems(o->dp);  // auto: train's size at this dp
       given.compute_dtype = parse_compute_dtype(o->compute_dtype);
       given.weight_format = given.compute_dtype == LinearCompute::Fp8 ? WeightFormat::Fp8b128 : given.weight_format;
       given.num_layers_at_start_in_bf16 = o->bf16_first;
